@@ -1,0 +1,10 @@
+"""lessonkit: the helpers that the workbook's notebooks import.
+
+Each helper's docstring names the lesson that introduces it. Notebooks import; they do not
+redefine."""
+from . import native, quant, reference
+from .attention import attend
+from .cache import KVCacheQ8
+from .native import BuildError
+
+__all__ = ["attend", "KVCacheQ8", "BuildError", "native", "quant", "reference"]

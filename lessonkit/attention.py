@@ -1,0 +1,66 @@
+"""``attend``: one query head over a KVCacheQ8, through the compiled kernel (lesson 00)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import native
+from . import validate as check
+from .cache import KVCacheQ8
+from .quant import KVQ_INV, quantize_q
+
+BACKENDS = ("neon", "scalar", "numpy")
+M_START = np.float32(-1e9)  # the kernel's starting value of M
+
+
+def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None,
+           backend: str = "neon") -> np.ndarray:
+    """Attention output float32 ``[head_dim]`` of query ``q`` (float32 ``[head_dim]``) over
+    kv head ``kv_head`` of ``cache``.
+
+    backend: "neon" calls flash_attn_single_q_q8_neon (SIMDe's NEON off ARM), "scalar" the plain C
+    reference, "numpy" the same quantized math written in numpy. scale defaults to 1/sqrt(head_dim).
+    """
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    q = check.float32_array("q", q, (cache.head_dim,))
+    kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
+    scale = 1.0 / math.sqrt(cache.head_dim) if scale is None else check.finite_float("scale", scale)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}")
+    if cache.seq_len == 0:
+        raise ValueError("the cache is empty: append at least one token before attending")
+    if backend == "numpy":
+        return _attend_numpy(q, cache, kv_head, scale)
+
+    ffi, lib = native.load()
+    kernel = lib.flash_attn_single_q_q8_neon if backend == "neon" else lib.flash_attn_single_q_q8_scalar
+    out = np.empty(cache.head_dim, np.float32)
+    kernel(ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
+           *cache.kernel_args(kv_head, ffi), cache.head_dim, scale)
+    return out
+
+
+def scores_numpy(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
+    """The kernel's scores s_t in float32, step for step: int32 block dots, times Q's block scale
+    summed block by block, then times K's scale/127 and ``scale``."""
+    codes, qsc = quantize_q(q)
+    k = cache.k_codes(kv_head).astype(np.int32).reshape(cache.seq_len, -1, 32)
+    dots = np.einsum("tbi,bi->tb", k, codes.astype(np.int32).reshape(-1, 32))
+    s = np.zeros(cache.seq_len, np.float32)
+    for b in range(dots.shape[1]):
+        s += dots[:, b].astype(np.float32) * qsc[b]
+    ks = cache.k_scales(kv_head) * KVQ_INV
+    return s * ks * np.float32(scale)
+
+
+def _attend_numpy(q, cache, kv_head, scale) -> np.ndarray:
+    """The kernel's quantized math, all scores at once: the softmax over s with the kernel's
+    start M = -1e9 and its S > 0 guard, weights applied to int8 V times V's scale/127."""
+    s = scores_numpy(q, cache, kv_head, scale).astype(np.float64)
+    w = np.exp(s - max(float(M_START), s.max()))
+    total = w.sum()
+    vw = w * (cache.v_scales(kv_head).astype(np.float64) / 127.0)
+    acc = vw @ cache.v_codes(kv_head).astype(np.float64)
+    return (acc / total if total > 0 else np.zeros_like(acc)).astype(np.float32)

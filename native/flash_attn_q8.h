@@ -1,0 +1,27 @@
+/* Declarations shared by the kernel, its scalar reference, the KV quantizer and the C tests.
+ * lessonkit.native hands the lines of this file that do not start with '#' to cffi's cdef,
+ * so keep them plain C declarations: no macros, no inline code. */
+#include <stdint.h>
+
+/* Article 9-2, section 2: decode attention for one query over the q8 KV cache, one pass.
+ * The NEON build on aarch64, SIMDe's emulation of the same intrinsics elsewhere. */
+void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
+/* The same signature and the same math in plain C: the reference the NEON code is checked against. */
+void flash_attn_single_q_q8_scalar(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
+/* Quantize n_rows rows of hd floats, the way the engine writes K and V into its cache:
+ * scales[r] = max|x_r| (raw, not divided by 127), codes = floor(x * 127 / max + 0.5);
+ * a row of zeros gets scale 0 and codes 0. Row r is read from x + r * x_stride and written
+ * to codes + r * code_stride, its scale to scales[r * scale_stride]. */
+void kvq8_quantize_rows(const float *x, int n_rows, int hd, int x_stride,
+    int8_t *codes, int code_stride, float *scales, int scale_stride);
+
+/* Which compiled path this library took: "neon+dotprod", "neon" or "simde-<arch>". */
+const char *fa_backend(void);

@@ -1,0 +1,422 @@
+/* test_kernel.c: checks flash_attn_single_q_q8_neon against flash_attn_single_q_q8_scalar on
+ * fixed inputs, and kvq8_quantize_rows against its documented contract. Self-contained C99/C11:
+ * its own main, no test framework, inputs from a small LCG below (no rand(), no clock).
+ *
+ * `make test-c`, `make test-asan` and `make test-aarch64` run it; by hand, from the repository
+ * root (<simde> is the directory that holds simde/arm/neon.h, `python -m lessonkit simde-include`):
+ *   1. x86-64 through SIMDe:
+ *      gcc -std=c11 -O2 -march=native -Wall -Wextra -Werror -Inative -I<simde> native/tests/test_kernel.c native/flash_attn_q8_neon.c native/flash_attn_q8_scalar.c native/kvq8_quant.c -lm -o /tmp/t && /tmp/t
+ *   2. the same under AddressSanitizer and UBSan:
+ *      gcc -std=c11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -Wall -Wextra -Werror -Inative -I<simde> native/tests/test_kernel.c native/flash_attn_q8_neon.c native/flash_attn_q8_scalar.c native/kvq8_quant.c -lm -o /tmp/t_asan && /tmp/t_asan
+ *   3. aarch64 with dotprod (sdot), run under qemu-user:
+ *      aarch64-linux-gnu-gcc -std=c11 -O2 -march=armv8.2-a+dotprod -Wall -Wextra -Werror -Inative native/tests/test_kernel.c native/flash_attn_q8_neon.c native/flash_attn_q8_scalar.c native/kvq8_quant.c -lm -o /tmp/t_dot && qemu-aarch64 -L /usr/aarch64-linux-gnu /tmp/t_dot
+ *   4. aarch64 without dotprod (the vmull/vpadd fallback), likewise:
+ *      aarch64-linux-gnu-gcc -std=c11 -O2 -march=armv8-a -Wall -Wextra -Werror -Inative native/tests/test_kernel.c native/flash_attn_q8_neon.c native/flash_attn_q8_scalar.c native/kvq8_quant.c -lm -o /tmp/t_v8 && qemu-aarch64 -L /usr/aarch64-linux-gnu /tmp/t_v8
+ *
+ * Output: the backend name, one line per failing case (every case with -v), then a last line
+ * "N passed, M failed". The exit status is 0 only if M is 0.
+ *
+ * The KV cache is built the way the engine builds it: an array of block pointers, block b
+ * holding kv_bs tokens of kv_dim = nkv * hd int8 codes, each block malloc'd on its own so that
+ * AddressSanitizer catches a read past a block; the scales are one raw max|x| per (token, kv head)
+ * in an array [seq_len][nkv] allocated to exactly that size. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flash_attn_q8.h"
+
+/* Pass criterion, per output value: |neon - scalar| <= 1e-5 * max(1, max|scalar|) over the head's
+ * hd outputs. The two kernels do the same integer dots and the same float operations; they can
+ * differ only through fused vs unfused multiply-add (vfmaq_f32 against a * b + c) and the order
+ * in which float sums are taken, i.e. by a few roundings, far below this bound. */
+#define REL_TOL 1e-5f
+#define MAX_SHOWN 3 /* mismatches printed per failing case */
+
+/* ---------- deterministic inputs ---------- */
+
+typedef struct { uint64_t s; } Lcg;
+
+static uint32_t lcg_next(Lcg *g)
+{
+    g->s = g->s * 6364136223846793005ULL + 1442695040888963407ULL; /* Knuth's MMIX constants */
+    return (uint32_t)(g->s >> 32);
+}
+
+static float lcg_range(Lcg *g, float lo, float hi) /* uniform in [lo, hi) */
+{
+    return lo + (hi - lo) * ((float)(lcg_next(g) >> 8) / 16777216.0f);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "test_kernel: out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static void fill_range(Lcg *g, float *x, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++) x[i] = lcg_range(g, lo, hi);
+}
+
+/* rows of hd values, each row with its own size, so that the per-row scales differ */
+static void fill_rows(Lcg *g, float *x, size_t rows, int hd)
+{
+    for (size_t r = 0; r < rows; r++) {
+        float m = lcg_range(g, 0.1f, 3.0f);
+        for (int i = 0; i < hd; i++) x[r * hd + i] = m * lcg_range(g, -1.0f, 1.0f);
+    }
+}
+
+/* ---------- the q8 KV cache ---------- */
+
+typedef struct {
+    int nblocks;
+    int8_t **k, **v;        /* nblocks blocks of kv_bs * kv_dim codes, each its own malloc */
+    float *kscale, *vscale; /* [seq_len][nkv] raw max|x| (nkv floats when seq_len is 0) */
+} Cache;
+
+/* Quantizes the float rows x ([nblocks * kv_bs][nkv][hd]) into separately allocated blocks; the
+ * scales of all rows, padding tokens of the last block included, go to scales_all. */
+static int8_t **quantize_blocks(const float *x, int nblocks, int kv_bs, int nkv, int hd, float *scales_all)
+{
+    const size_t rows = (size_t)kv_bs * nkv, codes = rows * hd;
+    int8_t **blocks = xmalloc((size_t)nblocks * sizeof *blocks);
+    for (int b = 0; b < nblocks; b++) {
+        blocks[b] = xmalloc(codes);
+        kvq8_quantize_rows(x + b * codes, (int)rows, hd, hd, blocks[b], hd, scales_all + b * rows, 1);
+    }
+    return blocks;
+}
+
+/* the first seq_len tokens' scales, in an array of exactly that size */
+static float *tight_scales(const float *scales_all, int seq_len, int nkv)
+{
+    size_t n = (size_t)(seq_len > 0 ? seq_len : 1) * nkv;
+    float *s = xmalloc(n * sizeof *s);
+    memcpy(s, scales_all, (size_t)seq_len * nkv * sizeof *s);
+    return s;
+}
+
+static Cache build_cache(const float *kf, const float *vf, int seq_len, int kv_bs, int nkv, int hd)
+{
+    Cache c;
+    c.nblocks = (seq_len + kv_bs - 1) / kv_bs;
+    float *scales_all = xmalloc((size_t)c.nblocks * kv_bs * nkv * sizeof *scales_all);
+    c.k = quantize_blocks(kf, c.nblocks, kv_bs, nkv, hd, scales_all);
+    c.kscale = tight_scales(scales_all, seq_len, nkv);
+    c.v = quantize_blocks(vf, c.nblocks, kv_bs, nkv, hd, scales_all);
+    c.vscale = tight_scales(scales_all, seq_len, nkv);
+    free(scales_all);
+    return c;
+}
+
+static void free_cache(Cache *c)
+{
+    for (int b = 0; b < c->nblocks; b++) {
+        free(c->k[b]);
+        free(c->v[b]);
+    }
+    free(c->k);
+    free(c->v);
+    free(c->kscale);
+    free(c->vscale);
+}
+
+/* ---------- attention cases ---------- */
+
+enum Kind { RANDOM, ZERO_QBLOCK, LARGE_SCORES, ZERO_ROWS };
+static const char *const KIND_NAME[] = {"random", "zero first Q block", "large scores", "zero K/V rows"};
+
+typedef struct { int hd, kv_bs, seq_len, nkv; enum Kind kind; } Case;
+
+typedef struct { int kh, i; float neon, scalar; } Mismatch;
+
+typedef struct {
+    int count;      /* values outside the tolerance */
+    float worst;    /* largest |neon - scalar| / max(1, max|scalar|) seen */
+    Mismatch shown[MAX_SHOWN];
+} Result;
+
+/* Keys along +-q (plus a little noise), then a scale that puts the largest |score| at 80:
+ * the softmax is then dominated by a few tokens and exp() of the others underflows to 0. */
+static float aligned_keys(Lcg *g, const float *q, float *kf, size_t rows, size_t scored_rows, int hd)
+{
+    double peak = 0.0;
+    for (size_t r = 0; r < rows; r++) {
+        float sign = (lcg_next(g) & 1u) ? 1.0f : -1.0f, m = lcg_range(g, 0.2f, 1.0f);
+        double dot = 0.0;
+        for (int i = 0; i < hd; i++) {
+            kf[r * hd + i] = sign * m * q[i] + 0.01f * lcg_range(g, -1.0f, 1.0f);
+            dot += (double)q[i] * kf[r * hd + i];
+        }
+        if (r < scored_rows && fabs(dot) > peak) peak = fabs(dot);
+    }
+    return peak > 0.0 ? (float)(80.0 / peak) : 1.0f;
+}
+
+static void zero_row(float *x, size_t token, int kh, int nkv, int hd)
+{
+    memset(x + (token * nkv + kh) * hd, 0, (size_t)hd * sizeof *x);
+}
+
+/* Fills q, K and V ([ntok][nkv][hd]) for the case's kind; returns the softmax scale. */
+static float make_inputs(const Case *c, Lcg *g, float *q, float *kf, float *vf, size_t ntok)
+{
+    const size_t rows = ntok * c->nkv;
+    float scale = 1.0f / sqrtf((float)c->hd);
+    fill_range(g, q, (size_t)c->hd, -1.0f, 1.0f);
+    fill_rows(g, kf, rows, c->hd);
+    fill_rows(g, vf, rows, c->hd);
+    if (c->kind == ZERO_QBLOCK) memset(q, 0, 32 * sizeof *q);
+    if (c->kind == LARGE_SCORES) scale = aligned_keys(g, q, kf, rows, (size_t)c->seq_len * c->nkv, c->hd);
+    if (c->kind == ZERO_ROWS && c->seq_len > 0) {
+        size_t last = (size_t)c->seq_len - 1;
+        for (int kh = 0; kh < c->nkv; kh++) { /* token 0: K and V zero in every head */
+            zero_row(kf, 0, kh, c->nkv, c->hd);
+            zero_row(vf, 0, kh, c->nkv, c->hd);
+        }
+        zero_row(kf, last / 2, 0, c->nkv, c->hd);           /* a middle token: K only, head 0 */
+        zero_row(vf, last, c->nkv - 1, c->nkv, c->hd);      /* the last token: V only, last head */
+    }
+    return scale;
+}
+
+/* Adds one kv head's outputs to the result. With seq_len == 0 both outputs must be exact zeros. */
+static void compare(Result *r, int kh, const float *neon, const float *scalar, int hd, int must_be_zero)
+{
+    float peak = 1.0f;
+    for (int i = 0; i < hd; i++)
+        if (fabsf(scalar[i]) > peak) peak = fabsf(scalar[i]);
+    for (int i = 0; i < hd; i++) {
+        float d = fabsf(neon[i] - scalar[i]);
+        int bad = !(d <= REL_TOL * peak); /* written this way so that a NaN fails */
+        if (must_be_zero && (neon[i] != 0.0f || scalar[i] != 0.0f)) bad = 1;
+        if (!(d / peak <= r->worst)) r->worst = d / peak;
+        if (!bad) continue;
+        if (r->count < MAX_SHOWN) r->shown[r->count] = (Mismatch){kh, i, neon[i], scalar[i]};
+        r->count++;
+    }
+}
+
+static void fill_nan(float *x, int n) /* so that an output value never written shows up */
+{
+    for (int i = 0; i < n; i++) x[i] = NAN;
+}
+
+static Result run_heads(const Case *c, const Cache *cache, const float *q, float scale)
+{
+    const int hd = c->hd, nkv = c->nkv;
+    float *neon = xmalloc((size_t)hd * sizeof *neon), *scalar = xmalloc((size_t)hd * sizeof *scalar);
+    Result r = {0, 0.0f, {{0, 0, 0.0f, 0.0f}}};
+    for (int kh = 0; kh < nkv; kh++) {
+        fill_nan(neon, hd);
+        fill_nan(scalar, hd);
+        flash_attn_single_q_q8_neon(neon, q, cache->k, cache->v, cache->kscale + kh, cache->vscale + kh,
+            c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
+        flash_attn_single_q_q8_scalar(scalar, q, cache->k, cache->v, cache->kscale + kh, cache->vscale + kh,
+            c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
+        compare(&r, kh, neon, scalar, hd, c->seq_len == 0);
+    }
+    free(neon);
+    free(scalar);
+    return r;
+}
+
+static void report(const Case *c, const Result *r, int verbose)
+{
+    if (r->count == 0 && !verbose) return;
+    printf("%s hd=%3d kv_bs=%2d seq_len=%4d nkv=%d %-18s worst rel diff %.2e",
+        r->count ? "FAIL" : "ok  ", c->hd, c->kv_bs, c->seq_len, c->nkv, KIND_NAME[c->kind], (double)r->worst);
+    if (r->count) printf(", %d values off", r->count);
+    printf("\n");
+    for (int j = 0; j < r->count && j < MAX_SHOWN; j++)
+        printf("    kh=%d i=%3d neon=%.9g scalar=%.9g\n", r->shown[j].kh, r->shown[j].i,
+            (double)r->shown[j].neon, (double)r->shown[j].scalar);
+}
+
+static float g_worst = 0.0f; /* over all attention cases, for the closing lines */
+
+static int run_case(const Case *c, int verbose)
+{
+    const int kv_dim = c->nkv * c->hd;
+    const size_t ntok = (size_t)((c->seq_len + c->kv_bs - 1) / c->kv_bs) * c->kv_bs;
+    Lcg g = {0x9E3779B97F4A7C15ULL ^ ((uint64_t)c->hd << 40 ^ (uint64_t)c->kv_bs << 28
+                                      ^ (uint64_t)c->seq_len << 8 ^ (uint64_t)c->nkv << 4 ^ c->kind)};
+    float *q = xmalloc((size_t)c->hd * sizeof *q);
+    float *kf = xmalloc(ntok * kv_dim * sizeof *kf), *vf = xmalloc(ntok * kv_dim * sizeof *vf);
+    float scale = make_inputs(c, &g, q, kf, vf, ntok);
+    Cache cache = build_cache(kf, vf, c->seq_len, c->kv_bs, c->nkv, c->hd);
+    Result r = run_heads(c, &cache, q, scale);
+    report(c, &r, verbose);
+    if (r.worst > g_worst) g_worst = r.worst;
+    free_cache(&cache);
+    free(q);
+    free(kf);
+    free(vf);
+    return r.count == 0;
+}
+
+/* ---------- kvq8_quantize_rows ---------- */
+
+/* Quantizes n_rows rows of hd values (contiguous in x) through padded strides, then checks each
+ * row: scale == max|x|, codes in [-127, 127], |code * max / 127 - x| <= max / 254 (+1e-6 of it),
+ * zero rows give scale 0 and codes 0, and nothing is read from or written to the padding. */
+static int check_quantizer(const char *name, const float *x, int n_rows, int hd, int verbose)
+{
+    const int xs = hd + 3, cs = hd + 5, ss = 2; /* strides with gaps */
+    float *xin = xmalloc((size_t)n_rows * xs * sizeof *xin), *sc = xmalloc((size_t)n_rows * ss * sizeof *sc);
+    int8_t *codes = xmalloc((size_t)n_rows * cs);
+    for (int j = 0; j < n_rows * xs; j++) xin[j] = 1e30f; /* would change a scale if read */
+    for (int r = 0; r < n_rows; r++) memcpy(xin + r * xs, x + r * hd, (size_t)hd * sizeof *xin);
+    for (int j = 0; j < n_rows * ss; j++) sc[j] = -1.0f;
+    memset(codes, 0x55, (size_t)n_rows * cs);
+    kvq8_quantize_rows(xin, n_rows, hd, xs, codes, cs, sc, ss);
+
+    int errors = 0;
+    for (int r = 0; r < n_rows && errors < MAX_SHOWN; r++) {
+        const float *xr = x + r * hd;
+        const int8_t *cr = codes + r * cs;
+        float amax = 0.0f;
+        for (int i = 0; i < hd; i++)
+            if (fabsf(xr[i]) > amax) amax = fabsf(xr[i]);
+        const char *what = NULL;
+        int at = -1;
+        if (sc[r * ss] != amax) what = "scale != max|x|";
+        else if (sc[r * ss + 1] != -1.0f) what = "wrote into the scale stride gap";
+        for (int i = 0; i < cs && !what; i++) {
+            double back = (double)cr[i] * amax / 127.0;
+            if (i >= hd) what = cr[i] != 0x55 ? "wrote into the code stride gap" : NULL;
+            else if (cr[i] < -127) what = "code -128";
+            else if (amax == 0.0f && cr[i] != 0) what = "zero row, nonzero code";
+            else if (!(fabs(back - xr[i]) <= amax / 254.0 * (1.0 + 1e-6))) what = "code off by more than half a step";
+            at = i;
+        }
+        if (!what) continue;
+        if (errors++ == 0) printf("FAIL quantizer %s\n", name);
+        printf("    row %d i=%d: %s (x=%.9g max=%.9g scale=%.9g code=%d)\n", r, at, what,
+            at >= 0 && at < hd ? (double)xr[at] : 0.0, (double)amax, (double)sc[r * ss], at >= 0 ? cr[at] : 0);
+    }
+    if (!errors && verbose) printf("ok   quantizer %s\n", name);
+    free(xin);
+    free(sc);
+    free(codes);
+    return errors == 0;
+}
+
+static int quantizer_random(int verbose)
+{
+    enum { ROWS = 16, HD = 64 };
+    float x[ROWS * HD];
+    Lcg g = {12345};
+    for (int r = 0; r < ROWS; r++) {
+        float m = lcg_range(&g, 0.01f, 10.0f);
+        for (int i = 0; i < HD; i++) x[r * HD + i] = m * lcg_range(&g, -1.0f, 1.0f);
+    }
+    return check_quantizer("random rows", x, ROWS, HD, verbose);
+}
+
+static int quantizer_extremes(int verbose)
+{
+    enum { HD = 32 };
+    static const float mags[] = {3.0e38f, 1e30f, 1e-30f, 1e-40f /* subnormal */, 1.0f};
+    enum { ROWS = sizeof mags / sizeof mags[0] };
+    float x[ROWS * HD];
+    Lcg g = {777};
+    for (int r = 0; r < ROWS; r++)
+        for (int i = 0; i < HD; i++) x[r * HD + i] = mags[r] * lcg_range(&g, -1.0f, 1.0f);
+    for (int i = 1; i < HD; i++) x[(ROWS - 1) * HD + i] = 0.0f; /* last row: one nonzero value */
+    return check_quantizer("extreme magnitudes", x, ROWS, HD, verbose);
+}
+
+/* max 127, values k + 0.5: every code sits exactly half a step away */
+static int quantizer_half_steps(int verbose)
+{
+    enum { HD = 256 };
+    float x[2 * HD];
+    for (int i = 0; i < 254; i++) x[i] = (float)(i - 127) + 0.5f;
+    x[254] = 127.0f;
+    x[255] = -127.0f;
+    for (int i = 0; i < HD; i++) x[HD + i] = -x[i] * 0.37f;
+    return check_quantizer("half steps", x, 2, HD, verbose);
+}
+
+static int quantizer_zero_rows(int verbose)
+{
+    enum { HD = 32 };
+    float x[3 * HD];
+    for (int i = 0; i < HD; i++) {
+        x[i] = 0.0f;
+        x[HD + i] = -0.0f;
+        x[2 * HD + i] = (float)(i - 16) / 16.0f; /* an ordinary row after the zero rows */
+    }
+    return check_quantizer("zero rows", x, 3, HD, verbose);
+}
+
+/* ---------- the case list ---------- */
+
+enum { MAX_CASES = 160 };
+
+static int add(Case *list, int n, int hd, int kv_bs, int seq_len, int nkv, enum Kind kind)
+{
+    if (n >= MAX_CASES) {
+        fprintf(stderr, "test_kernel: more than %d cases, raise MAX_CASES\n", MAX_CASES);
+        exit(2);
+    }
+    list[n] = (Case){hd, kv_bs, seq_len, nkv, kind};
+    return n + 1;
+}
+
+static int make_cases(Case *list)
+{
+    static const int hds[] = {32, 64, 96, 128, 256}, bss[] = {1, 7, 16, 64}, seqs[] = {1, 2, 31, 33, 1000};
+    static const int nkvs[] = {1, 2, 8};
+    int n = 0;
+    /* every hd x kv_bs x seq_len; nkv cycles with the case index, every kv head is checked */
+    for (int h = 0; h < 5; h++)
+        for (int b = 0; b < 4; b++)
+            for (int s = 0; s < 5; s++) n = add(list, n, hds[h], bss[b], seqs[s], nkvs[n % 3], RANDOM);
+    for (int h = 0; h < 5; h += 2) n = add(list, n, hds[h], 7, 33, 2, ZERO_QBLOCK);
+    n = add(list, n, 128, 16, 1000, 8, ZERO_QBLOCK);
+    static const int large_hds[] = {32, 128, 256}, large_bss[] = {1, 16}, large_seqs[] = {2, 33, 1000};
+    for (int h = 0; h < 3; h++)
+        for (int b = 0; b < 2; b++)
+            for (int s = 0; s < 3; s++)
+                n = add(list, n, large_hds[h], large_bss[b], large_seqs[s], nkvs[n % 3], LARGE_SCORES);
+    for (int h = 0; h < 5; h += 4)
+        for (int k = 0; k < 3; k += 2) n = add(list, n, hds[h], 16, 0, nkvs[k], RANDOM); /* seq_len 0 */
+    for (int h = 1; h < 4; h += 2)
+        for (int b = 1; b < 4; b += 2)
+            for (int s = 0; s < 5; s += 2) n = add(list, n, hds[h], bss[b], seqs[s], 2, ZERO_ROWS);
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    int verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+    Case cases[MAX_CASES];
+    int ncases = make_cases(cases), passed = 0, failed = 0;
+    printf("backend: %s\n", fa_backend());
+
+    for (int j = 0; j < ncases; j++) {
+        if (run_case(&cases[j], verbose)) passed++;
+        else failed++;
+    }
+    int (*const quantizer_checks[])(int) = {quantizer_random, quantizer_extremes, quantizer_half_steps,
+        quantizer_zero_rows};
+    for (size_t j = 0; j < sizeof quantizer_checks / sizeof quantizer_checks[0]; j++) {
+        if (quantizer_checks[j](verbose)) passed++;
+        else failed++;
+    }
+
+    printf("worst |neon - scalar| / max(1, max|scalar|): %.3g (tolerance %.0e)\n", (double)g_worst,
+        (double)REL_TOL);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,23 @@
+"""Shared test data: random K/V/q in float32 and a KVCacheQ8 holding them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lessonkit as lk
+
+
+def make_case(seed: int, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int):
+    """(cache, q, K, V) with K, V float32 [seq_len, n_kv_heads, head_dim] and q [head_dim]."""
+    rng = np.random.default_rng(seed)
+    K = rng.standard_normal((seq_len, n_kv_heads, head_dim), dtype=np.float32)
+    V = rng.standard_normal((seq_len, n_kv_heads, head_dim), dtype=np.float32)
+    q = rng.standard_normal(head_dim, dtype=np.float32)
+    cache = lk.KVCacheQ8(n_kv_heads, head_dim, block_size)
+    cache.append(K, V)
+    return cache, q, K, V
+
+
+@pytest.fixture
+def small_case():
+    return make_case(seed=1, seq_len=40, n_kv_heads=2, head_dim=64, block_size=16)
