@@ -9,6 +9,8 @@ BUILD  := .build/ctest
 CTEST_SRC := native/tests/test_kernel.c native/flash_attn_q8_neon.c native/flash_attn_q8_scalar.c native/kvq8_quant.c
 CTEST_FLAGS := -std=gnu11 -Wall -Wextra -Werror -Inative
 HOST_ARCH := $(shell uname -m)
+# Jupyter refuses to run as root unless told; only root (a container, CI) gets the flag
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # aarch64 test builds: the cross compiler and qemu-user on other hosts, the native tools on ARM
 ifneq ($(filter aarch64 arm64,$(HOST_ARCH)),)
@@ -38,7 +40,7 @@ build: setup
 	$(PY) -m lessonkit build --debug
 
 lab: build
-	$(VENV)/bin/jupyter lab notebooks/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(LAB_ARGS) --ServerApp.root_dir=. notebooks/00_start_here.ipynb
 
 test: build test-c test-asan test-aarch64 test-py
 

@@ -49,3 +49,13 @@ def numbered_lines(first: int, last: int, path: Path | str = KERNEL_FILE) -> str
     lines = Path(path).read_text().splitlines()
     width = len(str(last))
     return "\n".join(f"{n:>{width}}  {lines[n - 1]}" for n in range(first, min(last, len(lines)) + 1))
+
+
+def declaration(name: str, path: Path | str = NATIVE_DIR / "flash_attn_q8.h") -> str:
+    """The declaration of C function ``name`` in a header, with its line numbers (lesson 00)."""
+    lines = Path(path).read_text().splitlines()
+    first = next((i for i, l in enumerate(lines) if re.search(rf"\b{re.escape(name)}\s*\(", l)), None)
+    if first is None:
+        raise ValueError(f"{name} is not declared in {Path(path).name}")
+    last = next(i for i in range(first, len(lines)) if lines[i].rstrip().endswith(";"))
+    return numbered_lines(first + 1, last + 1, path)

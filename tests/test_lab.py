@@ -1,0 +1,61 @@
+"""`make lab` serves JupyterLab with lesson 00: run the Makefile's own target on a free local port
+and ask the server for the notebook. Loopback only; the server is stopped at the end."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(not (REPO / ".venv" / "bin" / "jupyter").exists() or not shutil.which("make"),
+                                reason="make lab needs make and the .venv that `make lab` creates")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str, deadline: float, server: subprocess.Popen):
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return json.load(r)
+        except OSError:
+            assert server.poll() is None, "make lab exited early"
+            time.sleep(0.5)
+    raise AssertionError("jupyter lab did not answer in time")
+
+
+def test_make_lab_serves_lesson_00(tmp_path):
+    port, token = free_port(), "workbook-test"
+    args = f"--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token={token}"
+    if os.geteuid() == 0:
+        args += " --allow-root"
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path)}
+    server = subprocess.Popen(["make", "-s", "lab", f"LAB_ARGS={args}"], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        body = get_json(f"{base}/api/contents/notebooks/00_start_here.ipynb?token={token}",
+                        time.monotonic() + 120, server)
+        assert body["type"] == "notebook"
+        assert body["content"]["cells"][0]["source"].startswith("# 00 · Start here")
+        # the whole repository is browsable, so native/*.c can be edited from JupyterLab
+        native = get_json(f"{base}/api/contents/native?token={token}", time.monotonic() + 10, server)
+        assert "flash_attn_q8_neon.c" in {f["name"] for f in native["content"]}
+        with urllib.request.urlopen(f"{base}/lab?token={token}", timeout=10) as r:
+            assert r.status == 200 and b"JupyterLab" in r.read()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
