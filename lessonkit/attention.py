@@ -9,18 +9,21 @@ from . import native
 from . import validate as check
 from .cache import KVCacheQ8
 from .quant import KVQ_INV, quantize_q
+from .trace import Trace, run_traced
 
 BACKENDS = ("neon", "scalar", "numpy")
 M_START = np.float32(-1e9)  # the kernel's starting value of M
 
 
 def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None,
-           backend: str = "neon") -> np.ndarray:
+           backend: str = "neon", trace: bool = False) -> np.ndarray | tuple[np.ndarray, Trace]:
     """Attention output float32 ``[head_dim]`` of query ``q`` (float32 ``[head_dim]``) over
     kv head ``kv_head`` of ``cache``.
 
     backend: "neon" calls flash_attn_single_q_q8_neon (SIMDe's NEON off ARM), "scalar" the plain C
     reference, "numpy" the same quantized math written in numpy. scale defaults to 1/sqrt(head_dim).
+    trace=True (backend "neon" only) runs the traced build of the same kernel and returns
+    ``(out, lessonkit.trace.Trace)``: Q's codes, the block dots, and s, M, S, VKQ after every token.
     """
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
@@ -31,6 +34,13 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}")
     if cache.seq_len == 0:
         raise ValueError("the cache is empty: append at least one token before attending")
+    if not isinstance(trace, bool):
+        raise TypeError(f"trace must be True or False; got {trace!r}")
+    if trace:
+        if backend != "neon":
+            raise ValueError(f"trace=True records the compiled kernel: use backend='neon', not {backend!r}")
+        out = np.empty(cache.head_dim, np.float32)
+        return out, run_traced(out, q, cache, kv_head, scale)
     if backend == "numpy":
         return _attend_numpy(q, cache, kv_head, scale)
 

@@ -35,6 +35,19 @@ class KVCacheQ8:
     def n_blocks(self) -> int:
         return len(self._k_blocks)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the kernel can read for the tokens held: int8 K and V codes (one byte per value)
+        plus one fp32 scale per (token, kv head) for K and for V. Allocated but unused rows of the
+        last block are not counted; ``allocated_nbytes`` counts them."""
+        return self.seq_len * (2 * self.kv_dim + 2 * 4 * self.n_kv_heads)
+
+    @property
+    def allocated_nbytes(self) -> int:
+        """Bytes actually allocated: whole blocks of codes, and the scale arrays' capacity."""
+        return (sum(b.nbytes for b in self._k_blocks + self._v_blocks)
+                + self._k_scale.nbytes + self._v_scale.nbytes)
+
     def __len__(self) -> int:
         return self.seq_len
 

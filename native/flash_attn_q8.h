@@ -1,6 +1,8 @@
 /* Declarations shared by the kernel, its scalar reference, the KV quantizer and the C tests.
  * lessonkit.native hands the lines of this file that do not start with '#' to cffi's cdef,
  * so keep them plain C declarations: no macros, no inline code. */
+#ifndef FLASH_ATTN_Q8_H
+#define FLASH_ATTN_Q8_H
 #include <stdint.h>
 
 /* Article 9-2, section 2: decode attention for one query over the q8 KV cache, one pass.
@@ -16,6 +18,30 @@ void flash_attn_single_q_q8_scalar(float *restrict attn_out, const float *restri
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
 
+/* What the traced build records (flash_attn_q8_traced.c); each pointer may be NULL.
+ * n_q_quantized counts executions of segment 1; q_codes [hd], q_scales [hd/32],
+ * dots [seq_len][hd/32]; k_rows[t], v_rows[t]: the addresses of the K and V rows read for token t;
+ * after token t: s[t], M[t], S[t], vkq[t][hd]; ms[t] is written only when token t raised M
+ * (the rescale factor exp(M_old - s)). */
+typedef struct fa_trace {
+    int32_t n_q_quantized;
+    int8_t *q_codes;
+    float *q_scales;
+    int32_t *dots;
+    uint64_t *k_rows, *v_rows;
+    float *s, *M, *S, *ms;
+    float *vkq;
+} fa_trace;
+
+/* The kernel compiled once more with its trace hooks on; same arguments, same result. */
+void flash_attn_single_q_q8_neon_traced(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
+/* Where the traced kernel writes, for calls on this thread; NULL turns recording off. */
+void fa_trace_set(fa_trace *trace);
+
 /* Quantize n_rows rows of hd floats, the way the engine writes K and V into its cache:
  * scales[r] = max|x_r| (raw, not divided by 127), codes = floor(x * 127 / max + 0.5);
  * a row of zeros gets scale 0 and codes 0. Row r is read from x + r * x_stride and written
@@ -23,5 +49,14 @@ void flash_attn_single_q_q8_scalar(float *restrict attn_out, const float *restri
 void kvq8_quantize_rows(const float *x, int n_rows, int hd, int x_stride,
     int8_t *codes, int code_stride, float *scales, int scale_stride);
 
+/* Call a kernel `number` times and return the mean ns per call (-1 for a bad variant or number).
+ * variant: 0 flash_attn_single_q_q8_neon, 1 flash_attn_single_q_q8_scalar. */
+double fa_time_calls(int variant, int number, float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
 /* Which compiled path this library took: "neon+dotprod", "neon" or "simde-<arch>". */
 const char *fa_backend(void);
+
+#endif

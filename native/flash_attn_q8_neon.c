@@ -28,6 +28,15 @@
 #define QBLK 32                 /* Q is quantized in blocks of 32 values, like llama.cpp's q8_0 */
 #define HD_MAX 256              /* the fixed buffers below hold at most 256 values of Q */
 
+/* Hooks that let flash_attn_q8_traced.c compile this same kernel a second time, under another
+ * name, recording what it computes. Here they are empty: this build does no extra work. */
+#ifndef TRACE_Q
+#define TRACE_Q(qi, qsc, nblk)
+#define TRACE_DOT(t, b, dot32)
+#define TRACE_RESCALE(t, ms)
+#define TRACE_TOKEN(t, kt, vt, s, M, S, VKQ, hd)
+#endif
+
 /* Dot product of 16 int8 pairs, added into 4 int32 lanes: lane j gets a[4j..4j+3] . b[4j..4j+3]. */
 static inline int32x4_t i8x16_dot_s32(int32x4_t acc, int8x16_t a, int8x16_t b)
 {
@@ -72,6 +81,7 @@ void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict
         float iq = 127.0f / qm;
         for (int i = 0; i < QBLK; i++) qi[b * QBLK + i] = q_code(qb[i] * iq);
     }
+    TRACE_Q(qi, qsc, nblk);
     /* == end segment 1 == */
 
     float M = -1e9f, S = 0.0f; /* running max of the scores, running sum of exp(s - M) */
@@ -88,7 +98,9 @@ void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict
             int32x4_t acc = vdupq_n_s32(0);
             acc = i8x16_dot_s32(acc, vld1q_s8(qi + b * QBLK), vld1q_s8(kt + b * QBLK));
             acc = i8x16_dot_s32(acc, vld1q_s8(qi + b * QBLK + 16), vld1q_s8(kt + b * QBLK + 16));
-            s += (float)vaddvq_s32(acc) * qsc[b];
+            int32_t dot32 = vaddvq_s32(acc);
+            TRACE_DOT(t, b, dot32);
+            s += (float)dot32 * qsc[b];
         }
         s = s * ks * scale;
         /* == end segment 2 == */
@@ -97,6 +109,7 @@ void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict
         float vsf; /* this token's weight exp(s - M), relative to the current max */
         if (s > M) {
             float ms = expf(M - s); /* shrinks everything summed so far to the new max */
+            TRACE_RESCALE(t, ms);
             M = s;
             S *= ms;
             float32x4_t msv = vdupq_n_f32(ms);
@@ -123,6 +136,7 @@ void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict
             vst1q_f32(VKQ + i + 8, vfmaq_f32(vld1q_f32(VKQ + i + 8), f2, w));
             vst1q_f32(VKQ + i + 12, vfmaq_f32(vld1q_f32(VKQ + i + 12), f3, w));
         }
+        TRACE_TOKEN(t, kt, vt, s, M, S, VKQ, hd);
         /* == end segment 3 == */
     }
 

@@ -1,0 +1,31 @@
+/* Timing loop for the lessons and the benchmark: call a kernel `number` times back to back and
+ * return the mean nanoseconds per call. The loop runs in C so that Python's own call overhead
+ * (about a microsecond per cffi call) is not counted as kernel time. */
+#define _POSIX_C_SOURCE 199309L
+#include <time.h>
+
+#include "flash_attn_q8.h"
+
+typedef void (*fa_kernel)(float *restrict, const float *restrict, int8_t *const *, int8_t *const *,
+    const float *restrict, const float *restrict, int, int, int, int, int, int, float);
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+double fa_time_calls(int variant, int number, float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)
+{
+    static const fa_kernel kernels[] = {flash_attn_single_q_q8_neon, flash_attn_single_q_q8_scalar};
+    if (variant < 0 || variant >= (int)(sizeof kernels / sizeof kernels[0]) || number < 1) return -1.0;
+    double t0 = now_ns();
+    for (int i = 0; i < number; i++)
+        kernels[variant](attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale,
+                         seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale);
+    return (now_ns() - t0) / number;
+}
