@@ -106,6 +106,24 @@ class KVCacheQ8:
 
     # ------------------------------------------------------------------ reading
 
+    @property
+    def k_blocks(self) -> tuple[np.ndarray, ...]:
+        """The int8 K blocks, each ``[block_size, kv_dim]`` (read-only views): block b holds tokens
+        b * block_size ... (b + 1) * block_size - 1, all kv heads side by side."""
+        return tuple(_read_only(b) for b in self._k_blocks)
+
+    @property
+    def v_blocks(self) -> tuple[np.ndarray, ...]:
+        return tuple(_read_only(b) for b in self._v_blocks)
+
+    def pointer_table(self, which: str = "k") -> np.ndarray:
+        """The block pointer table handed to the kernel as ``k_cache_q8`` (or ``v_cache_q8``):
+        the address of each block, uint64 ``[n_blocks]`` (a copy)."""
+        if which not in ("k", "v"):
+            raise ValueError(f"which must be 'k' or 'v'; got {which!r}")
+        table = self._k_ptrs if which == "k" else self._v_ptrs
+        return table[:self.n_blocks].astype(np.uint64)
+
     def _check_head(self, kv_head) -> int:
         return check.integer("kv_head", kv_head, minimum=0, below=self.n_kv_heads)
 
@@ -147,3 +165,9 @@ class KVCacheQ8:
                 ffi.cast("const float *", self._k_scale.ctypes.data) + kh,
                 ffi.cast("const float *", self._v_scale.ctypes.data) + kh,
                 self.seq_len, self.kv_dim, self.block_size, self.n_kv_heads, kh * self.head_dim)
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view

@@ -5,30 +5,13 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
+from lessonkit import softmax
 from lessonkit.attention import scores_numpy
 from lessonkit.quant import quantize_q
 
 from conftest import make_case
 
 SHAPES = [(1, 1, 32, 1), (33, 2, 64, 7), (1000, 8, 128, 16), (517, 1, 256, 64), (64, 3, 96, 5)]
-
-
-def replay_float64(s: np.ndarray):
-    """The online softmax of GUIDE section 2, in float64, on the kernel's own scores."""
-    M, S = -1e9, 0.0
-    Ms, Ss, rescaled = [], [], []
-    for x in s.astype(np.float64):
-        if x > M:
-            S *= np.exp(M - x)
-            M = x
-            rescaled.append(True)
-            S += 1.0
-        else:
-            rescaled.append(False)
-            S += np.exp(x - M)
-        Ms.append(M)
-        Ss.append(S)
-    return np.array(Ms), np.array(Ss), np.array(rescaled)
 
 
 @pytest.mark.parametrize("seq_len,n_kv,hd,bs", SHAPES)
@@ -49,9 +32,9 @@ def test_trace_agrees_with_replay(seq_len, n_kv, hd, bs):
     np.testing.assert_array_equal(tr.M, np.maximum.accumulate(np.maximum(tr.s, np.float32(-1e9))))
     assert (np.diff(tr.M) >= 0).all()
     # S and the rescale events agree with a float64 replay of the same scores
-    M64, S64, rescaled64 = replay_float64(tr.s)
-    np.testing.assert_array_equal(tr.rescaled, rescaled64)
-    np.testing.assert_allclose(tr.S, S64, rtol=1e-5)
+    replay = softmax.online(tr.s.astype(np.float64))  # GUIDE section 2's update, in float64
+    np.testing.assert_array_equal(tr.rescaled, replay.rescaled)
+    np.testing.assert_allclose(tr.S, replay.S, rtol=1e-5)
     assert tr.rescaled[0] and tr.ms[0] == 0.0  # the first token always replaces M = -1e9
     # Q's codes and block scales are what the numpy mirror of segment 1 computes
     codes, scales = quantize_q(q)
