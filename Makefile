@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 BUILD  := .build/ctest
-CTEST_SRC := native/tests/test_kernel.c native/flash_attn_q8_neon.c native/flash_attn_q8_scalar.c native/kvq8_quant.c
+CTEST_SRC := native/tests/test_kernel.c $(wildcard native/*.c)
 CTEST_FLAGS := -std=gnu11 -Wall -Wextra -Werror -Inative
 HOST_ARCH := $(shell uname -m)
 # Jupyter refuses to run as root unless told; only root (a container, CI) gets the flag

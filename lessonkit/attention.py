@@ -11,7 +11,11 @@ from .cache import KVCacheQ8
 from .quant import KVQ_INV, quantize_q
 from .trace import Trace, run_traced
 
-BACKENDS = ("neon", "scalar", "numpy")
+# backend name -> the C function it calls ("numpy" is computed in numpy)
+KERNELS = {"neon": "flash_attn_single_q_q8_neon", "scalar": "flash_attn_single_q_q8_scalar",
+           "two_pass_scores": "flash_attn_two_pass_scores_q8",
+           "two_pass_recompute": "flash_attn_two_pass_recompute_q8"}
+BACKENDS = (*KERNELS, "numpy")
 M_START = np.float32(-1e9)  # the kernel's starting value of M
 
 
@@ -21,7 +25,9 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
     kv head ``kv_head`` of ``cache``.
 
     backend: "neon" calls flash_attn_single_q_q8_neon (SIMDe's NEON off ARM), "scalar" the plain C
-    reference, "numpy" the same quantized math written in numpy. scale defaults to 1/sqrt(head_dim).
+    reference, "numpy" the same quantized math written in numpy; "two_pass_scores" and
+    "two_pass_recompute" the article's section-3 alternatives (lesson 05). scale defaults to
+    1/sqrt(head_dim).
     trace=True (backend "neon" only) runs the traced build of the same kernel and returns
     ``(out, lessonkit.trace.Trace)``: Q's codes, the block dots, and s, M, S, VKQ after every token.
     """
@@ -45,7 +51,7 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
         return _attend_numpy(q, cache, kv_head, scale)
 
     ffi, lib = native.load()
-    kernel = lib.flash_attn_single_q_q8_neon if backend == "neon" else lib.flash_attn_single_q_q8_scalar
+    kernel = getattr(lib, KERNELS[backend])
     out = np.empty(cache.head_dim, np.float32)
     kernel(ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
            *cache.kernel_args(kv_head, ffi), cache.head_dim, scale)

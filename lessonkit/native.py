@@ -106,10 +106,13 @@ def arch_flags(dotprod: bool | None = None) -> list[str]:
     return flags
 
 
-def compile_flags(debug: bool = False, dotprod: bool | None = None) -> list[str]:
-    """Every flag of a build, in order (without sources and output)."""
+def compile_flags(debug: bool = False, dotprod: bool | None = None,
+                  defines: dict | None = None) -> list[str]:
+    """Every flag of a build, in order (without sources and output). ``defines`` become
+    ``-DNAME=VALUE``, e.g. ``{"FA_PREFETCH": 0}`` for a build without software prefetch."""
     opt = ["-O0", "-g", "-fno-omit-frame-pointer"] if debug else ["-O3"]
-    return ["-std=gnu11", *opt, "-fPIC", "-shared", "-Wall", *arch_flags(dotprod)]
+    macros = [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
+    return ["-std=gnu11", *opt, "-fPIC", "-shared", "-Wall", *macros, *arch_flags(dotprod)]
 
 
 # ----------------------------------------------------------------------------- build
@@ -135,7 +138,7 @@ def _build_key(src_dir: Path, cc: str, flags: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def build(debug: bool = False, dotprod: bool | None = None,
+def build(debug: bool = False, dotprod: bool | None = None, defines: dict | None = None,
           src_dir: Path | str | None = None, build_dir: Path | str | None = None) -> Path:
     """Compile ``native/*.c`` into a shared library and return its path.
 
@@ -148,7 +151,7 @@ def build(debug: bool = False, dotprod: bool | None = None,
     if not (src_dir / HEADER).is_file():
         raise BuildError(f"{src_dir} has no {HEADER}: is this the workbook's native/ folder?")
     cc = compiler()
-    flags = compile_flags(debug, dotprod)
+    flags = compile_flags(debug, dotprod, defines)
     key = _build_key(src_dir, cc, flags)
     out = build_dir / f"libflash_attn_q8{'_debug' if debug else ''}_{key}.so"
     if out.is_file():
@@ -181,7 +184,7 @@ def _first_errors(messages: str, keep: int = 40) -> str:
 
 _ffis: dict[str, cffi.FFI] = {}
 _libs: dict[Path, object] = {}
-_current: dict[tuple, tuple] = {}  # (src_dir, debug, dotprod) -> (fingerprint, ffi, lib, path)
+_current: dict[tuple, tuple] = {}  # (src_dir, debug, dotprod, defines) -> (fingerprint, ffi, lib, path)
 
 
 def _ffi_for(src_dir: Path) -> cffi.FFI:
@@ -194,18 +197,19 @@ def _ffi_for(src_dir: Path) -> cffi.FFI:
     return _ffis[text]
 
 
-def load(debug: bool = False, dotprod: bool | None = None, src_dir: Path | str | None = None):
+def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None = None,
+         src_dir: Path | str | None = None):
     """Return ``(ffi, lib)`` for the current sources, building first if they changed.
 
     Cheap to call before every kernel call: it only looks at file sizes and times unless
     something changed. A library loaded earlier stays valid for as long as you hold it."""
     src_dir = Path(src_dir or NATIVE_DIR).resolve()
-    slot = (src_dir, debug, dotprod)
+    slot = (src_dir, debug, dotprod, tuple(sorted((defines or {}).items())))
     fp = _fingerprint(src_dir)
     cur = _current.get(slot)
     if cur is not None and cur[0] == fp:
         return cur[1], cur[2]
-    path = build(debug=debug, dotprod=dotprod, src_dir=src_dir)
+    path = build(debug=debug, dotprod=dotprod, defines=defines, src_dir=src_dir)
     ffi = _ffi_for(src_dir)
     if path not in _libs:
         _libs[path] = ffi.dlopen(str(path))
@@ -216,7 +220,7 @@ def load(debug: bool = False, dotprod: bool | None = None, src_dir: Path | str |
 def library_path(debug: bool = False, dotprod: bool | None = None) -> Path:
     """The file of the library that load() gives, e.g. for gdb or valgrind."""
     load(debug=debug, dotprod=dotprod)
-    return _current[(NATIVE_DIR.resolve(), debug, dotprod)][3]
+    return _current[(NATIVE_DIR.resolve(), debug, dotprod, ())][3]
 
 
 def backend(debug: bool = False, dotprod: bool | None = None) -> str:

@@ -11,7 +11,7 @@ from . import native
 from . import validate as check
 from .cache import KVCacheQ8
 
-VARIANTS = {"neon": 0, "scalar": 1}
+VARIANTS = {"neon": 0, "scalar": 1, "two_pass_scores": 2, "two_pass_recompute": 3}  # fa_time_calls
 
 
 def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str = "neon",

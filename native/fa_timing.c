@@ -2,6 +2,8 @@
  * return the mean nanoseconds per call. The loop runs in C so that Python's own call overhead
  * (about a microsecond per cffi call) is not counted as kernel time. */
 #define _POSIX_C_SOURCE 199309L
+#include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "flash_attn_q8.h"
@@ -21,11 +23,33 @@ double fa_time_calls(int variant, int number, float *restrict attn_out, const fl
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)
 {
-    static const fa_kernel kernels[] = {flash_attn_single_q_q8_neon, flash_attn_single_q_q8_scalar};
+    static const fa_kernel kernels[] = {flash_attn_single_q_q8_neon, flash_attn_single_q_q8_scalar,
+                                        flash_attn_two_pass_scores_q8, flash_attn_two_pass_recompute_q8};
     if (variant < 0 || variant >= (int)(sizeof kernels / sizeof kernels[0]) || number < 1) return -1.0;
     double t0 = now_ns();
     for (int i = 0; i < number; i++)
         kernels[variant](attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale,
                          seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale);
     return (now_ns() - t0) / number;
+}
+
+double fa_read_gbps(const void *buf, size_t bytes, int reps)
+{
+    const uint64_t *p = buf;
+    size_t n = bytes / sizeof(uint64_t);
+    double best = 0.0;
+    volatile uint64_t sink;
+    for (int r = 0; r < reps; r++) {
+        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+        double t0 = now_ns();
+        for (size_t i = 0; i + 8 <= n; i += 8) { /* one 64-byte line per step, eight independent sums */
+            a0 += p[i]; a1 += p[i + 1]; a2 += p[i + 2]; a3 += p[i + 3];
+            a4 += p[i + 4]; a5 += p[i + 5]; a6 += p[i + 6]; a7 += p[i + 7];
+        }
+        double gbps = (double)bytes / (now_ns() - t0);
+        sink = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+        if (gbps > best) best = gbps;
+    }
+    (void)sink;
+    return best;
 }

@@ -3,6 +3,7 @@
  * so keep them plain C declarations: no macros, no inline code. */
 #ifndef FLASH_ATTN_Q8_H
 #define FLASH_ATTN_Q8_H
+#include <stddef.h>
 #include <stdint.h>
 
 /* Article 9-2, section 2: decode attention for one query over the q8 KV cache, one pass.
@@ -14,6 +15,17 @@ void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict
 
 /* The same signature and the same math in plain C: the reference the NEON code is checked against. */
 void flash_attn_single_q_q8_scalar(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
+/* Article 9-2 section 3's alternatives (flash_attn_q8_two_pass.c): store all scores first, or
+ * read K twice. Same arguments and output as the single-pass kernel. */
+void flash_attn_two_pass_scores_q8(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+void flash_attn_two_pass_recompute_q8(float *restrict attn_out, const float *restrict q,
     int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
@@ -50,11 +62,16 @@ void kvq8_quantize_rows(const float *x, int n_rows, int hd, int x_stride,
     int8_t *codes, int code_stride, float *scales, int scale_stride);
 
 /* Call a kernel `number` times and return the mean ns per call (-1 for a bad variant or number).
- * variant: 0 flash_attn_single_q_q8_neon, 1 flash_attn_single_q_q8_scalar. */
+ * variant: 0 flash_attn_single_q_q8_neon, 1 flash_attn_single_q_q8_scalar,
+ * 2 flash_attn_two_pass_scores_q8, 3 flash_attn_two_pass_recompute_q8. */
 double fa_time_calls(int variant, int number, float *restrict attn_out, const float *restrict q,
     int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
+/* Single-thread read bandwidth: sum `bytes` of buf (a multiple of 64) `reps` times; returns
+ * the best GB/s of the repeats. The benchmark's yardstick for the kernel's GB/s. */
+double fa_read_gbps(const void *buf, size_t bytes, int reps);
 
 /* Which compiled path this library took: "neon+dotprod", "neon" or "simde-<arch>". */
 const char *fa_backend(void);

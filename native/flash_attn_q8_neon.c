@@ -5,28 +5,16 @@
  * The "== segment N ==" comments mark the article's four segments; lessonkit.source finds the
  * lessons' line ranges through them, so keep them when you edit.
  *
+ * The SIMD helpers it calls (i8x16_dot_s32, vkq_add_i8x16, q_code, prefetch_token) are in q8_simd.h;
+ * on x86 that header also turns expf into an inline version (libm's is a function call there).
+ *
  * Compile lines (lessonkit.native.build() runs the right one for your machine):
  *   aarch64 with dotprod:  cc -O3 -march=armv8.2-a+dotprod -shared -fPIC -o fa.so *.c -lm
  *   aarch64 without:       cc -O3 -march=armv8-a           -shared -fPIC -o fa.so *.c -lm
  *   x86-64 through SIMDe:  cc -O3 -march=native -I<simde include dir> -shared -fPIC -o fa.so *.c -lm
  */
-#include <math.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#if defined(__aarch64__)
-#include <arm_neon.h>
-#else
-/* Not a 64-bit ARM CPU (the kernel uses AArch64-only intrinsics such as vaddvq_s32): SIMDe provides the same intrinsics, by the same names, in portable C. */
-#define SIMDE_ENABLE_NATIVE_ALIASES
-#include <simde/arm/neon.h>
-#endif
-
 #include "flash_attn_q8.h"
-
-#define KVQ_INV (1.0f / 127.0f) /* K/V scales are stored as raw max|x|; code * max / 127 is the value */
-#define QBLK 32                 /* Q is quantized in blocks of 32 values, like llama.cpp's q8_0 */
-#define HD_MAX 256              /* the fixed buffers below hold at most 256 values of Q */
+#include "q8_simd.h"
 
 /* Hooks that let flash_attn_q8_traced.c compile this same kernel a second time, under another
  * name, recording what it computes. Here they are empty: this build does no extra work. */
@@ -36,30 +24,6 @@
 #define TRACE_RESCALE(t, ms)
 #define TRACE_TOKEN(t, kt, vt, s, M, S, VKQ, hd)
 #endif
-
-/* Dot product of 16 int8 pairs, added into 4 int32 lanes: lane j gets a[4j..4j+3] . b[4j..4j+3]. */
-static inline int32x4_t i8x16_dot_s32(int32x4_t acc, int8x16_t a, int8x16_t b)
-{
-#if defined(__ARM_FEATURE_DOTPROD)
-    return vdotq_s32(acc, a, b); /* one sdot instruction */
-#elif defined(__aarch64__)
-    /* NEON without dotprod (Cortex-A53/A55 builds for armv8-a): widen to int16 products,
-     * then add neighbours pairwise so that every lane holds the same sum sdot would give. */
-    int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
-    int16x8_t hi = vmull_high_s8(a, b);
-    int32x4_t sums = vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi));
-    return vaddq_s32(acc, sums);
-#else
-    return vdotq_s32(acc, a, b); /* SIMDe's version of sdot */
-#endif
-}
-
-/* The engine's float -> int8 cast for Q: round half away from zero, then clamp. */
-static inline int8_t q_code(float v)
-{
-    int r = (int)(v + (v >= 0.0f ? 0.5f : -0.5f));
-    return (int8_t)(r < -128 ? -128 : (r > 127 ? 127 : r));
-}
 
 void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict q,
     int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
@@ -90,6 +54,8 @@ void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict
 
     for (int t = 0; t < seq_len; t++) {
         /* == segment 2: score token t == */
+        if (FA_PREFETCH > 0 && t + FA_PREFETCH < seq_len)
+            prefetch_token(k_cache_q8, v_cache_q8, t + FA_PREFETCH, kv_bs, kv_dim, kh_off, hd);
         const int8_t *kt = k_cache_q8[t / kv_bs] + (size_t)(t % kv_bs) * kv_dim + kh_off;
         float ks = kscale[(size_t)t * nkv] * KVQ_INV;
         float s = 0.0f;
@@ -124,18 +90,7 @@ void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict
         const int8_t *vt = v_cache_q8[t / kv_bs] + (size_t)(t % kv_bs) * kv_dim + kh_off;
         float vs = vscale[(size_t)t * nkv] * KVQ_INV;
         float32x4_t w = vdupq_n_f32(vsf * vs);
-        for (int i = 0; i < hd; i += 16) {
-            int8x16_t v8 = vld1q_s8(vt + i);
-            int16x8_t v16lo = vmovl_s8(vget_low_s8(v8)), v16hi = vmovl_high_s8(v8);
-            float32x4_t f0 = vcvtq_f32_s32(vmovl_s16(vget_low_s16(v16lo)));
-            float32x4_t f1 = vcvtq_f32_s32(vmovl_high_s16(v16lo));
-            float32x4_t f2 = vcvtq_f32_s32(vmovl_s16(vget_low_s16(v16hi)));
-            float32x4_t f3 = vcvtq_f32_s32(vmovl_high_s16(v16hi));
-            vst1q_f32(VKQ + i + 0, vfmaq_f32(vld1q_f32(VKQ + i + 0), f0, w));
-            vst1q_f32(VKQ + i + 4, vfmaq_f32(vld1q_f32(VKQ + i + 4), f1, w));
-            vst1q_f32(VKQ + i + 8, vfmaq_f32(vld1q_f32(VKQ + i + 8), f2, w));
-            vst1q_f32(VKQ + i + 12, vfmaq_f32(vld1q_f32(VKQ + i + 12), f3, w));
-        }
+        for (int i = 0; i < hd; i += 16) vkq_add_i8x16(VKQ + i, vt + i, w);
         TRACE_TOKEN(t, kt, vt, s, M, S, VKQ, hd);
         /* == end segment 3 == */
     }

@@ -5,9 +5,10 @@ Tolerances, and why:
 - NEON vs scalar C: the same operations in the same order; they differ only where one build
   fuses a multiply-add (SIMDe's vfmaq_f32 with -march=native, or the compiler contracting the
   scalar code). 1e-5 relative to the largest output.
-- kernel vs numpy quantized math: numpy repeats the scores in float32 step for step, then does
+- kernel vs numpy quantized math, and vs the two-pass variants of lesson 05: numpy repeats the scores in float32 step for step, then does
   the softmax in float64 with all scores at once instead of online in float32; what remains is
-  float32 rounding in the running sums: 2e-5 relative to max|V|.
+  float32 rounding in the running sums: 2e-5 relative to max|V|. The two-pass variants use the
+  same quantized scores, with the max known before the exps instead of found online.
 - kernel vs float64 on unquantized K, V: the quantization error, bounded per case from the
   actual quantized values (quantization_error_bound below), plus the float32 slack above.
 """
@@ -63,6 +64,9 @@ def check_case(cache, q, K, V, scale=None):
                                    err_msg=f"neon vs scalar, kv_head {kh}")
         np.testing.assert_allclose(neon, mirror, rtol=0, atol=FLOAT32_SLACK * vmax,
                                    err_msg=f"neon vs numpy quantized math, kv_head {kh}")
+        for variant in ("two_pass_scores", "two_pass_recompute"):  # article section 3's alternatives
+            np.testing.assert_allclose(lk.attend(q, cache, kh, scale=scale, backend=variant), neon,
+                                       rtol=0, atol=FLOAT32_SLACK * vmax, err_msg=f"{variant}, kv_head {kh}")
         bound = quantization_error_bound(q, K[:, kh], V[:, kh], cache, kh, s)
         err = np.abs(neon - ref).max()
         assert err <= bound + FLOAT32_SLACK * vmax, \

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "flash_attn_q8.h"
+#include "q8_simd.h"
 
 /* Pass criterion, per output value: |neon - scalar| <= 1e-5 * max(1, max|scalar|) over the head's
  * hd outputs. The two kernels do the same integer dots and the same float operations; they can
@@ -136,11 +137,20 @@ static const char *const KIND_NAME[] = {"random", "zero first Q block", "large s
 
 typedef struct { int hd, kv_bs, seq_len, nkv; enum Kind kind; } Case;
 
-typedef struct { int kh, i; float neon, scalar; } Mismatch;
+/* The kernels checked against the scalar reference: the NEON kernel and article section 3's
+ * two-pass alternatives (same quantized math; only float rounding order differs). */
+typedef void (*Kernel)(float *restrict, const float *restrict, int8_t *const *, int8_t *const *,
+    const float *restrict, const float *restrict, int, int, int, int, int, int, float);
+static const Kernel KERNELS[] = {flash_attn_single_q_q8_neon, flash_attn_two_pass_scores_q8,
+    flash_attn_two_pass_recompute_q8};
+static const char *const KERNEL_NAME[] = {"neon", "two_pass_scores", "two_pass_recompute"};
+#define N_KERNELS (int)(sizeof KERNELS / sizeof KERNELS[0])
+
+typedef struct { int kernel, kh, i; float neon, scalar; } Mismatch;
 
 typedef struct {
     int count;      /* values outside the tolerance */
-    float worst;    /* largest |neon - scalar| / max(1, max|scalar|) seen */
+    float worst;    /* largest |kernel - scalar| / max(1, max|scalar|) seen */
     Mismatch shown[MAX_SHOWN];
 } Result;
 
@@ -189,7 +199,8 @@ static float make_inputs(const Case *c, Lcg *g, float *q, float *kf, float *vf, 
 }
 
 /* Adds one kv head's outputs to the result. With seq_len == 0 both outputs must be exact zeros. */
-static void compare(Result *r, int kh, const float *neon, const float *scalar, int hd, int must_be_zero)
+static void compare(Result *r, int kernel, int kh, const float *neon, const float *scalar, int hd,
+    int must_be_zero)
 {
     float peak = 1.0f;
     for (int i = 0; i < hd; i++)
@@ -200,7 +211,7 @@ static void compare(Result *r, int kh, const float *neon, const float *scalar, i
         if (must_be_zero && (neon[i] != 0.0f || scalar[i] != 0.0f)) bad = 1;
         if (!(d / peak <= r->worst)) r->worst = d / peak;
         if (!bad) continue;
-        if (r->count < MAX_SHOWN) r->shown[r->count] = (Mismatch){kh, i, neon[i], scalar[i]};
+        if (r->count < MAX_SHOWN) r->shown[r->count] = (Mismatch){kernel, kh, i, neon[i], scalar[i]};
         r->count++;
     }
 }
@@ -214,15 +225,17 @@ static Result run_heads(const Case *c, const Cache *cache, const float *q, float
 {
     const int hd = c->hd, nkv = c->nkv;
     float *neon = xmalloc((size_t)hd * sizeof *neon), *scalar = xmalloc((size_t)hd * sizeof *scalar);
-    Result r = {0, 0.0f, {{0, 0, 0.0f, 0.0f}}};
+    Result r = {0, 0.0f, {{0, 0, 0, 0.0f, 0.0f}}};
     for (int kh = 0; kh < nkv; kh++) {
-        fill_nan(neon, hd);
         fill_nan(scalar, hd);
-        flash_attn_single_q_q8_neon(neon, q, cache->k, cache->v, cache->kscale + kh, cache->vscale + kh,
-            c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
         flash_attn_single_q_q8_scalar(scalar, q, cache->k, cache->v, cache->kscale + kh, cache->vscale + kh,
             c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
-        compare(&r, kh, neon, scalar, hd, c->seq_len == 0);
+        for (int k = 0; k < N_KERNELS; k++) {
+            fill_nan(neon, hd);
+            KERNELS[k](neon, q, cache->k, cache->v, cache->kscale + kh, cache->vscale + kh,
+                c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
+            compare(&r, k, kh, neon, scalar, hd, c->seq_len == 0);
+        }
     }
     free(neon);
     free(scalar);
@@ -237,7 +250,7 @@ static void report(const Case *c, const Result *r, int verbose)
     if (r->count) printf(", %d values off", r->count);
     printf("\n");
     for (int j = 0; j < r->count && j < MAX_SHOWN; j++)
-        printf("    kh=%d i=%3d neon=%.9g scalar=%.9g\n", r->shown[j].kh, r->shown[j].i,
+        printf("    %s kh=%d i=%3d got=%.9g scalar=%.9g\n", KERNEL_NAME[r->shown[j].kernel], r->shown[j].kh, r->shown[j].i,
             (double)r->shown[j].neon, (double)r->shown[j].scalar);
 }
 
@@ -397,6 +410,52 @@ static int make_cases(Case *list)
     return n;
 }
 
+/* ---------- the SIMD helpers of q8_simd.h ---------- */
+
+/* i8x16_dot_s32 must give sdot's lanes exactly, on every path, for every int8 value (-128 too). */
+static int check_dot_lanes(int verbose)
+{
+    Lcg g = {12345};
+    int bad = 0;
+    for (int trial = 0; trial < 2000 && !bad; trial++) {
+        int8_t a[16], b[16];
+        int32_t want[4], init[4], got[4];
+        for (int i = 0; i < 16; i++) {
+            a[i] = (int8_t)(trial < 2 ? (trial ? 127 : -128) : (int)(lcg_next(&g) & 0xff) - 128);
+            b[i] = (int8_t)(trial < 2 ? -128 : (int)(lcg_next(&g) & 0xff) - 128);
+        }
+        for (int j = 0; j < 4; j++) {
+            init[j] = (int32_t)(lcg_next(&g) % 2001) - 1000;
+            want[j] = init[j];
+            for (int i = 4 * j; i < 4 * j + 4; i++) want[j] += (int32_t)a[i] * b[i];
+        }
+        vst1q_s32(got, i8x16_dot_s32(vld1q_s32(init), vld1q_s8(a), vld1q_s8(b)));
+        for (int j = 0; j < 4; j++) bad |= got[j] != want[j];
+        if (bad) printf("FAIL i8x16_dot_s32 trial %d: lanes %d %d %d %d, want %d %d %d %d\n", trial,
+            got[0], got[1], got[2], got[3], want[0], want[1], want[2], want[3]);
+    }
+    if (verbose && !bad) printf("ok   i8x16_dot_s32 lanes equal sdot's on 2000 random vectors\n");
+    return !bad;
+}
+
+/* The kernels' expf (on x86 the inline q8_expf) within 2 ulp of libm's over the range they use. */
+static int check_expf(int verbose)
+{
+    float worst = 0.0f, worst_x = 0.0f;
+    for (int i = 0; i <= 200000; i++) {
+        float x = -90.0f * (float)i / 200000.0f;
+        float got = expf(x), want = (expf)(x); /* (expf) is libm's, past any macro */
+        float ulp = want > 0.0f ? nextafterf(want, INFINITY) - want : 0.0f;
+        float err = ulp > 0.0f ? fabsf(got - want) / ulp : (got == 0.0f ? 0.0f : INFINITY);
+        if (x < -87.0f && got == 0.0f) err = 0.0f; /* flushed: below FLT_MIN by design */
+        if (err > worst) { worst = err; worst_x = x; }
+    }
+    int ok = worst <= 2.0f;
+    if (!ok || verbose) printf("%s expf: worst %.2f ulp (at x = %g) over [-90, 0]\n", ok ? "ok  " : "FAIL",
+        (double)worst, (double)worst_x);
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     int verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
@@ -409,13 +468,13 @@ int main(int argc, char **argv)
         else failed++;
     }
     int (*const quantizer_checks[])(int) = {quantizer_random, quantizer_extremes, quantizer_half_steps,
-        quantizer_zero_rows};
+        quantizer_zero_rows, check_dot_lanes, check_expf};
     for (size_t j = 0; j < sizeof quantizer_checks / sizeof quantizer_checks[0]; j++) {
         if (quantizer_checks[j](verbose)) passed++;
         else failed++;
     }
 
-    printf("worst |neon - scalar| / max(1, max|scalar|): %.3g (tolerance %.0e)\n", (double)g_worst,
+    printf("worst |kernel - scalar| / max(1, max|scalar|) over neon and both two-pass kernels: %.3g (tolerance %.0e)\n", (double)g_worst,
         (double)REL_TOL);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
