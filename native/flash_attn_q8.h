@@ -30,6 +30,12 @@ void flash_attn_two_pass_recompute_q8(float *restrict attn_out, const float *res
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
 
+/* The naive, safe and online softmax of Milakov and Gimelshein (2018) over n floats
+ * (softmax_variants.c): lesson 05 counts their memory accesses per element. */
+void softmax_naive(const float *x, float *y, int n);
+void softmax_safe(const float *x, float *y, int n);
+void softmax_online(const float *x, float *y, int n);
+
 /* What the traced build records (flash_attn_q8_traced.c); each pointer may be NULL.
  * n_q_quantized counts executions of segment 1; q_codes [hd], q_scales [hd/32],
  * dots [seq_len][hd/32]; k_rows[t], v_rows[t]: the addresses of the K and V rows read for token t;

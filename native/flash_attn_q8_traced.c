@@ -21,10 +21,11 @@ void fa_trace_set(fa_trace *t) { trace = t; }
     do { if (trace && trace->dots) trace->dots[(size_t)(t) * nblk + (b)] = (dot32); } while (0)
 #define TRACE_RESCALE(t, ms)                                                     \
     do { if (trace && trace->ms) trace->ms[t] = (ms); } while (0)
-#define TRACE_TOKEN(t, kt, vt, s, M, S, VKQ, hd)                                 \
+#define TRACE_K_ROW(t, kt)                                                       \
+    do { if (trace && trace->k_rows) trace->k_rows[t] = (uint64_t)(uintptr_t)(kt); } while (0)
+#define TRACE_TOKEN(t, vt, s, M, S, VKQ, hd)                                     \
     do {                                                                         \
         if (trace) {                                                             \
-            if (trace->k_rows) trace->k_rows[t] = (uint64_t)(uintptr_t)(kt);     \
             if (trace->v_rows) trace->v_rows[t] = (uint64_t)(uintptr_t)(vt);     \
             if (trace->s) trace->s[t] = (s);                                     \
             if (trace->M) trace->M[t] = (M);                                     \

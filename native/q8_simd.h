@@ -47,6 +47,19 @@ static inline int32x4_t i8x16_dot_s32(int32x4_t acc, int8x16_t a, int8x16_t b)
 #endif
 }
 
+#if !defined(__aarch64__) && defined(__SSSE3__)
+/* SIMDe's vaddvq_s32 (add the four lanes) is a plain loop on x86, seven instructions for
+ * what two horizontal adds do: replace it there. On aarch64 it is the single addv instruction. */
+static inline int32_t q8_vaddvq_s32(int32x4_t v)
+{
+    __m128i x = simde_int32x4_to_m128i(v);
+    x = _mm_hadd_epi32(x, x);
+    return _mm_cvtsi128_si32(_mm_hadd_epi32(x, x));
+}
+#undef vaddvq_s32
+#define vaddvq_s32(v) q8_vaddvq_s32(v)
+#endif
+
 /* VKQ[0..16) += V[0..16) * w: sixteen int8 values of V widened to fp32 and multiply-added. */
 static inline void vkq_add_i8x16(float *vkq, const int8_t *v, float32x4_t w)
 {
@@ -61,6 +74,10 @@ static inline void vkq_add_i8x16(float *vkq, const int8_t *v, float32x4_t w)
     vst1q_f32(vkq + 4, vfmaq_f32(vld1q_f32(vkq + 4), f1, w));
     vst1q_f32(vkq + 8, vfmaq_f32(vld1q_f32(vkq + 8), f2, w));
     vst1q_f32(vkq + 12, vfmaq_f32(vld1q_f32(vkq + 12), f3, w));
+#elif defined(__AVX512F__)
+    /* x86 with AVX-512: all sixteen at once, int8 straight to int32 (vpmovsxbd), one FMA. */
+    __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v)));
+    _mm512_storeu_ps(vkq, _mm512_fmadd_ps(f, _mm512_set1_ps(vgetq_lane_f32(w, 0)), _mm512_loadu_ps(vkq)));
 #else
     /* x86 with AVX2: SIMDe widens int8 -> int16 -> int32 in many shuffles; AVX2 goes from int8
      * straight to eight int32 (vpmovsxbd) and multiply-adds eight floats at a time. */

@@ -1,0 +1,109 @@
+/* fa_driver: runs one kernel once on a cache it builds itself, for valgrind's cache simulation
+ * (lessonkit.traffic). Only the call inside measured_call() is simulated
+ * (valgrind --tool=callgrind --toggle-collect=measured_call), so building the cache is not counted.
+ *
+ *   fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold]
+ *   VARIANT: single | scalar | two_pass_scores | two_pass_recompute   (attention, kv head NKV - 1)
+ *            softmax_naive | softmax_safe | softmax_online             (SEQ_LEN floats; HD... ignored)
+ * warm: one unmeasured call first, so whatever fits in the caches is there; cold (the default):
+ * a 64 MiB buffer is written first, evicting the cache data from every simulated level.
+ * Rows are 64-byte aligned, as a real engine's blocks are, so a 128-byte row is two cache lines. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flash_attn_q8.h"
+
+typedef void (*Kernel)(float *restrict, const float *restrict, int8_t *const *, int8_t *const *,
+    const float *restrict, const float *restrict, int, int, int, int, int, int, float);
+
+static uint64_t lcg = 0x243F6A8885A308D3ULL;
+static float rnd(void) /* uniform in [-1, 1) */
+{
+    lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)(lcg >> 40) / (float)(1 << 23) - 1.0f;
+}
+
+static void *aligned(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+    return p;
+}
+
+static void evict_caches(void)
+{
+    size_t n = 64u << 20;
+    volatile char *junk = aligned(n);
+    for (size_t i = 0; i < n; i += 64) junk[i] = (char)i;
+    free((void *)junk);
+}
+
+/* kept out of line and named, so valgrind can collect exactly this call */
+__attribute__((noinline)) void measured_call(Kernel k, float *out, const float *q, int8_t **kc,
+    int8_t **vc, const float *ks, const float *vs, int T, int kv_dim, int bs, int nkv, int kh_off, int hd)
+{
+    k(out, q, kc, vc, ks, vs, T, kv_dim, bs, nkv, kh_off, hd, 0.0883883f);
+}
+
+__attribute__((noinline)) void measured_softmax(void (*f)(const float *, float *, int),
+    const float *x, float *y, int n)
+{
+    f(x, y, n);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 6) { fprintf(stderr, "usage: fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold]\n"); return 2; }
+    const char *variant = argv[1];
+    int T = atoi(argv[2]), hd = atoi(argv[3]), nkv = atoi(argv[4]), bs = atoi(argv[5]);
+    int warm = argc > 6 && strcmp(argv[6], "warm") == 0;
+    double check = 0.0;
+
+    static const struct { const char *name; void (*f)(const float *, float *, int); } softmaxes[] = {
+        {"softmax_naive", softmax_naive}, {"softmax_safe", softmax_safe}, {"softmax_online", softmax_online}};
+    for (size_t i = 0; i < sizeof softmaxes / sizeof softmaxes[0]; i++) {
+        if (strcmp(variant, softmaxes[i].name) != 0) continue;
+        float *x = aligned((size_t)T * 4), *y = aligned((size_t)T * 4);
+        for (int j = 0; j < T; j++) x[j] = 8.0f * rnd();
+        if (warm) softmaxes[i].f(x, y, T);
+        else evict_caches();
+        measured_softmax(softmaxes[i].f, x, y, T);
+        for (int j = 0; j < T; j++) check += y[j];
+        printf("sum %.6f\n", check);
+        return 0;
+    }
+
+    static const struct { const char *name; Kernel k; } kernels[] = {
+        {"single", flash_attn_single_q_q8_neon}, {"scalar", flash_attn_single_q_q8_scalar},
+        {"two_pass_scores", flash_attn_two_pass_scores_q8},
+        {"two_pass_recompute", flash_attn_two_pass_recompute_q8}};
+    Kernel k = NULL;
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (strcmp(variant, kernels[i].name) == 0) k = kernels[i].k;
+    if (!k || T < 1 || hd < 32 || hd > 256 || hd % 32 || nkv < 1 || bs < 1) {
+        fprintf(stderr, "bad arguments\n");
+        return 2;
+    }
+    int kv_dim = nkv * hd, nblocks = (T + bs - 1) / bs;
+    int8_t **kc = malloc(sizeof *kc * nblocks), **vc = malloc(sizeof *vc * nblocks);
+    float *ks = aligned((size_t)nblocks * bs * nkv * 4), *vs = aligned((size_t)nblocks * bs * nkv * 4);
+    float *row = malloc((size_t)bs * kv_dim * 4);
+    for (int b = 0; b < nblocks; b++) {
+        kc[b] = aligned((size_t)bs * kv_dim);
+        vc[b] = aligned((size_t)bs * kv_dim);
+        for (size_t j = 0; j < (size_t)bs * kv_dim; j++) row[j] = rnd();
+        kvq8_quantize_rows(row, bs * nkv, hd, hd, kc[b], hd, ks + (size_t)b * bs * nkv, 1);
+        for (size_t j = 0; j < (size_t)bs * kv_dim; j++) row[j] = rnd();
+        kvq8_quantize_rows(row, bs * nkv, hd, hd, vc[b], hd, vs + (size_t)b * bs * nkv, 1);
+    }
+    float q[256], out[256];
+    for (int i = 0; i < hd; i++) q[i] = rnd();
+    int kh = nkv - 1;
+    if (warm) k(out, q, kc, vc, ks + kh, vs + kh, T, kv_dim, bs, nkv, kh * hd, hd, 0.0883883f);
+    else evict_caches();
+    measured_call(k, out, q, kc, vc, ks + kh, vs + kh, T, kv_dim, bs, nkv, kh * hd, hd);
+    for (int i = 0; i < hd; i++) check += out[i];
+    printf("sum %.6f\n", check);
+    return 0;
+}
