@@ -58,25 +58,40 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
     return out
 
 
-def scores_numpy(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
-    """The kernel's scores s_t in float32, step for step: int32 block dots, times Q's block scale
-    summed block by block, then times K's scale/127 and ``scale``."""
-    codes, qsc = quantize_q(q)
-    k = cache.k_codes(kv_head).astype(np.int32).reshape(cache.seq_len, -1, 32)
-    dots = np.einsum("tbi,bi->tb", k, codes.astype(np.int32).reshape(-1, 32))
+def scores_from_q_codes(codes: np.ndarray, q_scales: np.ndarray, cache: KVCacheQ8, kv_head: int,
+                        scale: float) -> np.ndarray:
+    """The kernel's scores s_t in float32 ``[seq_len]`` for given Q codes and block scales, step
+    for step as segment 2 computes them: int32 block dots with K's codes, ``s += dot32 * qsc[b]``
+    block by block, then times K's scale/127 and ``scale`` (lesson 01 swaps in other codes)."""
+    nblk = cache.head_dim // 32
+    codes = np.asarray(codes).astype(np.int32).reshape(nblk, 32)
+    q_scales = np.asarray(q_scales, np.float32).reshape(nblk)
+    k = cache.k_codes(kv_head).astype(np.int32).reshape(cache.seq_len, nblk, 32)
+    dots = np.einsum("tbi,bi->tb", k, codes)
     s = np.zeros(cache.seq_len, np.float32)
-    for b in range(dots.shape[1]):
-        s += dots[:, b].astype(np.float32) * qsc[b]
+    for b in range(nblk):
+        s += dots[:, b].astype(np.float32) * q_scales[b]
     ks = cache.k_scales(kv_head) * KVQ_INV
     return s * ks * np.float32(scale)
 
 
-def _attend_numpy(q, cache, kv_head, scale) -> np.ndarray:
-    """The kernel's quantized math, all scores at once: the softmax over s with the kernel's
-    start M = -1e9 and its S > 0 guard, weights applied to int8 V times V's scale/127."""
-    s = scores_numpy(q, cache, kv_head, scale).astype(np.float64)
+def scores_numpy(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
+    """The kernel's scores for query q: Q quantized as segment 1 does, then scores_from_q_codes."""
+    return scores_from_q_codes(*quantize_q(q), cache, kv_head, scale)
+
+
+def softmax_weighted_v(s: np.ndarray, cache: KVCacheQ8, kv_head: int) -> np.ndarray:
+    """What segments 3 and 4 compute, all scores at once in float64: the softmax over s with the
+    kernel's start M = -1e9 and its S > 0 guard, weights applied to int8 V times V's scale/127.
+    float64 ``[head_dim]``."""
+    s = np.asarray(s, np.float64)
     w = np.exp(s - max(float(M_START), s.max()))
     total = w.sum()
     vw = w * (cache.v_scales(kv_head).astype(np.float64) / 127.0)
     acc = vw @ cache.v_codes(kv_head).astype(np.float64)
-    return (acc / total if total > 0 else np.zeros_like(acc)).astype(np.float32)
+    return acc / total if total > 0 else np.zeros_like(acc)
+
+
+def _attend_numpy(q, cache, kv_head, scale) -> np.ndarray:
+    """The kernel's quantized math in numpy, all scores at once (backend="numpy")."""
+    return softmax_weighted_v(scores_numpy(q, cache, kv_head, scale), cache, kv_head).astype(np.float32)

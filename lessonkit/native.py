@@ -227,3 +227,10 @@ def backend(debug: bool = False, dotprod: bool | None = None) -> str:
     """The compiled path, as the library itself reports it: "neon+dotprod", "neon", "simde-x86_64"."""
     ffi, lib = load(debug=debug, dotprod=dotprod)
     return ffi.string(lib.fa_backend()).decode()
+
+
+def simd_paths(debug: bool = False) -> dict[str, str]:
+    """The branch each SIMD helper of native/q8_simd.h compiled to, e.g.
+    ``{"dot": "avx2", "vkq": "avx512", "exp": "inline", "addv": "ssse3"}`` (lesson 04)."""
+    ffi, lib = load(debug=debug)
+    return dict(item.split("=") for item in ffi.string(lib.fa_simd_paths()).decode().split())

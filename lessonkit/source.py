@@ -1,6 +1,7 @@
 """The kernel's source as the lessons show it: real line numbers, found through the
-``== segment N: title ==`` / ``== end segment N ==`` comments in the C file, so that no lesson
-or exercise hard-codes a line number (introduced in lesson 04)."""
+``== segment N: title ==`` / ``== end segment N ==`` comments in the C file, a function's
+definition or a line's text, so that no lesson or exercise hard-codes a line number
+(introduced in lesson 00; segments in lesson 04)."""
 from __future__ import annotations
 
 import re
@@ -10,6 +11,7 @@ from pathlib import Path
 from .native import NATIVE_DIR
 
 KERNEL_FILE = NATIVE_DIR / "flash_attn_q8_neon.c"
+SIMD_HEADER = NATIVE_DIR / "q8_simd.h"  # i8x16_dot_s32, vkq_add_i8x16, q_code, KVQ_INV, ...
 _BEGIN = re.compile(r"/\*\s*== segment (\d+): (.*?) ==\s*\*/")
 _END = re.compile(r"/\*\s*== end segment (\d+) ==\s*\*/")
 
@@ -59,3 +61,59 @@ def declaration(name: str, path: Path | str = NATIVE_DIR / "flash_attn_q8.h") ->
         raise ValueError(f"{name} is not declared in {Path(path).name}")
     last = next(i for i in range(first, len(lines)) if lines[i].rstrip().endswith(";"))
     return numbered_lines(first + 1, last + 1, path)
+
+
+def _without_comments(text: str) -> str:
+    """C text with comments blanked out (newlines kept, so line numbers stay the same)."""
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731
+    return re.sub(r"/\*.*?\*/|//[^\n]*", blank, text, flags=re.S)
+
+
+def function_lines(name: str, path: Path | str = KERNEL_FILE) -> tuple[int, int]:
+    """1-based (first, last) lines of the *definition* of C function ``name``: from the line that
+    names it, where the next of ``{`` or ``;`` after the name is a ``{`` (so a prototype or a call
+    is skipped; comments are ignored), to the first later line that is a lone ``}`` at column 0.
+    Raises ValueError if there is no definition (lesson 04)."""
+    raw = Path(path).read_text()
+    text = _without_comments(raw)
+    lines = raw.splitlines()
+    for m in re.finditer(rf"\b{re.escape(name)}\s*\(", text):
+        nxt = re.compile(r"[{;]").search(text, m.end())
+        if nxt is None or nxt.group(0) != "{":
+            continue
+        first = text.count("\n", 0, m.start())  # 0-based line of the name
+        brace = text.count("\n", 0, nxt.start())
+        last = next((k for k in range(brace, len(lines)) if lines[k].rstrip() == "}"), None)
+        if last is None:
+            raise ValueError(f"{name}: no closing '}}' at column 0 in {Path(path).name}")
+        return first + 1, last + 1
+    raise ValueError(f"no definition of {name} in {Path(path).name}")
+
+
+def show_function(name: str, path: Path | str = KERNEL_FILE) -> str:
+    """The definition of C function ``name`` with real line numbers, with the comment lines just
+    above it (lesson 01 shows ``q_code`` from ``SIMD_HEADER`` this way)."""
+    first, last = function_lines(name, path)
+    lines = Path(path).read_text().splitlines()
+    while first > 1 and lines[first - 2].lstrip().startswith(("/*", "*", "//")):
+        first -= 1
+    return numbered_lines(first, last, path)
+
+
+def find_line(text: str, segment: int | None = None, path: Path | str = KERNEL_FILE) -> int:
+    """The 1-based number of the first line that contains ``text``, searched inside segment
+    ``segment`` of the kernel (between its markers) or, with ``segment=None``, the whole file.
+    Raises ValueError when no line there contains it (lesson 03)."""
+    lines = Path(path).read_text().splitlines()
+    if segment is None:
+        first, last = 1, len(lines)
+    else:
+        segs = kernel_segments(path)
+        if segment not in segs:
+            raise ValueError(f"no segment {segment} in {Path(path).name}")
+        first, last = segs[segment].begin, segs[segment].end
+    for n in range(first, last + 1):
+        if text in lines[n - 1]:
+            return n
+    where = "the file" if segment is None else f"segment {segment}"
+    raise ValueError(f"no line of {where} of {Path(path).name} contains {text!r}")

@@ -82,4 +82,7 @@ double fa_read_gbps(const void *buf, size_t bytes, int reps);
 /* Which compiled path this library took: "neon+dotprod", "neon" or "simde-<arch>". */
 const char *fa_backend(void);
 
+/* Which branch of each helper in q8_simd.h was compiled: "dot=... vkq=... exp=... addv=...". */
+const char *fa_simd_paths(void);
+
 #endif

@@ -133,3 +133,39 @@ const char *fa_backend(void)
     return "simde-generic";
 #endif
 }
+
+/* Which branch of each SIMD helper in q8_simd.h this build compiled, e.g.
+ * "dot=avx2 vkq=avx512 exp=inline addv=ssse3": timings and lesson 04 name the path they ran. */
+const char *fa_simd_paths(void)
+{
+    return "dot="
+#if defined(__ARM_FEATURE_DOTPROD)
+        "sdot"
+#elif defined(__aarch64__)
+        "widen"
+#elif defined(__AVX2__)
+        "avx2"
+#else
+        "simde"
+#endif
+        " vkq="
+#if defined(__aarch64__) || !defined(__AVX2__)
+        "neon"
+#elif defined(__AVX512F__)
+        "avx512"
+#else
+        "avx2"
+#endif
+        " exp="
+#if !defined(__aarch64__) && defined(__FMA__) && defined(__SSE4_1__)
+        "inline"
+#else
+        "libm"
+#endif
+        " addv="
+#if !defined(__aarch64__) && defined(__SSSE3__)
+        "ssse3";
+#else
+        "native";
+#endif
+}

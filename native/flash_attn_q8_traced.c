@@ -37,4 +37,5 @@ void fa_trace_set(fa_trace *t) { trace = t; }
 /* the same source, under other names */
 #define flash_attn_single_q_q8_neon flash_attn_single_q_q8_neon_traced
 #define fa_backend fa_backend_traced
+#define fa_simd_paths fa_simd_paths_traced
 #include "flash_attn_q8_neon.c"

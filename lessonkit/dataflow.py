@@ -1,0 +1,278 @@
+"""The kernel's single pass, segment by segment, measured from one traced call (introduced in
+lesson 04): the compile-time branches of a SIMD helper and which one was compiled, the scores of
+segment 2 replayed in float32 from the kernel's own int32 block dots, what each segment read and
+computed (bytes, block dots, expf calls, rescales), and the data-flow figure of the whole pass."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .quant import KVQ_INV
+from .source import SIMD_HEADER
+
+# ----------------------------------------------------------------------------- the source
+
+
+@dataclass(frozen=True)
+class Branch:
+    condition: str  # "#if defined(...)", "#elif ...", "#else"
+    first: int      # 1-based line of the directive
+    last: int       # 1-based last line of code before the next directive
+
+
+def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER) -> list[Branch]:
+    """The ``#if / #elif / #else`` branches of the first conditional between lines first..last
+    (nested conditionals are not split). Each branch runs from its directive to the line before
+    the next directive of the same level."""
+    lines = Path(path).read_text().splitlines()
+    marks: list[tuple[str, int]] = []
+    depth = 0
+    for n in range(first, last + 1):
+        d = lines[n - 1].strip()
+        if re.match(r"#\s*if", d):
+            depth += 1
+            if depth == 1:
+                marks.append((d, n))
+        elif re.match(r"#\s*(elif|else)", d) and depth == 1:
+            marks.append((d, n))
+        elif re.match(r"#\s*endif", d):
+            if depth == 1:
+                marks.append((d, n))
+                break
+            depth -= 1
+    if not marks or not marks[-1][0].lstrip("#").strip().startswith("endif"):
+        raise ValueError(f"no complete #if ... #endif between lines {first} and {last}")
+    return [Branch(c, n, marks[i + 1][1] - 1) for i, (c, n) in enumerate(marks[:-1])]
+
+
+# the macro that selects each branch of i8x16_dot_s32, by lessonkit.native.simd_paths()["dot"]
+DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "avx2": "__AVX2__",
+                      "simde": "#else"}
+
+
+def compiled_branch(branches: list[Branch], dot_path: str) -> int:
+    """Index of the branch of ``i8x16_dot_s32`` that this build compiled, given the library's
+    own report ``lessonkit.native.simd_paths()["dot"]``: "sdot", "widen", "avx2" or "simde"."""
+    if dot_path not in DOT_PATH_CONDITION:
+        raise ValueError(f"unknown dot path {dot_path!r}")
+    want = DOT_PATH_CONDITION[dot_path]
+    for i, b in enumerate(branches):
+        if want in b.condition:
+            return i
+    raise ValueError(f"no branch of the helper is selected by {want}")
+
+
+def marked_lines(first: int, last: int, marked: tuple[int, int], path: Path | str = SIMD_HEADER,
+                 mark: str = ">>") -> str:
+    """Lines first..last with their numbers, and ``mark`` before the lines in ``marked``
+    (an inclusive (first, last) range): e.g. the branch your machine compiled."""
+    lines = Path(path).read_text().splitlines()
+    width = len(str(last))
+    pad = " " * len(mark)
+    return "\n".join(f"{mark if marked[0] <= n <= marked[1] else pad} {n:>{width}}  {lines[n - 1]}"
+                     for n in range(first, min(last, len(lines)) + 1))
+
+
+# ----------------------------------------------------------------------------- segment 2 in numpy
+
+
+def replay_scores(dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarray, scale: float,
+                  fused: bool = False) -> np.ndarray:
+    """Segment 2's float part in numpy float32, from the int32 block dots ``[T, nblk]``:
+    ``s += (float)dot32 * qsc[b]`` block by block, then ``s = s * ks * scale`` with
+    ``ks = kscale * (1/127)``. ``fused=True`` rounds ``s + dot32 * qsc[b]`` once, as a fused
+    multiply-add does (aarch64 GCC emits ``fmadd`` for that line); ``False`` rounds the product
+    and the sum separately."""
+    dots = np.asarray(dots, np.int32)
+    qsc = np.asarray(q_scales, np.float32)
+    s = np.zeros(dots.shape[0], np.float32)
+    for b in range(dots.shape[1]):
+        if fused:  # the product of an int32 (< 2^24 here) and a float32 is exact in float64
+            s = (s.astype(np.float64) + dots[:, b].astype(np.float64) * np.float64(qsc[b])).astype(np.float32)
+        else:
+            s = s + dots[:, b].astype(np.float32) * qsc[b]
+    ks = (np.asarray(k_scales_raw, np.float32) * KVQ_INV).astype(np.float32)
+    return (s * ks * np.float32(scale)).astype(np.float32)
+
+
+def score_magnitude(dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarray,
+                    scale: float) -> np.ndarray:
+    """``sum_b |dot32_b * qsc[b]| * ks * scale`` per token (float64): the size of the terms whose
+    float32 sum is the score, which sets how far two summation orders can drift apart."""
+    terms = np.abs(np.asarray(dots, np.float64) * np.asarray(q_scales, np.float64))
+    return terms.sum(axis=1) * np.asarray(k_scales_raw, np.float64) / 127.0 * float(scale)
+
+
+def score_steps(t: int, dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarray,
+                scale: float, kernel_s: float) -> str:
+    """A text table of token t's score, step by step as segment 2 computes it (unfused float32)."""
+    qsc = np.asarray(q_scales, np.float32)
+    row = np.asarray(dots, np.int32)[t]
+    out = [f"{'block b':>7}  {'dot32 (int32)':>13}  {'qsc[b]':>12}  {'dot32*qsc[b]':>13}  {'running s':>12}"]
+    s = np.float32(0)
+    for b, d in enumerate(row):
+        term = np.float32(d) * qsc[b]
+        s = np.float32(s + term)
+        out.append(f"{b:>7}  {int(d):>13}  {qsc[b]:>12.6f}  {term:>13.6f}  {s:>12.6f}")
+    ks = np.float32(np.float32(k_scales_raw[t]) * KVQ_INV)
+    s_ks = np.float32(s * ks)
+    s_final = np.float32(s_ks * np.float32(scale))
+    out.append(f"  x ks = kscale[t*nkv]/127 = {float(k_scales_raw[t]):.6f}/127 = {ks:.6f}   ->  s = {s_ks:.6f}")
+    out.append(f"  x scale = {np.float32(scale):.6f}                                  ->  s = {s_final:.6f}")
+    out.append(f"  the kernel's trace.s[{t}]                               =  {np.float32(kernel_s):.6f}")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- counts of one call
+
+
+@dataclass
+class PassCounts:
+    """What one traced call read and computed, counted from its trace and cache."""
+    seq_len: int
+    head_dim: int
+    n_blocks_q: int          # 32-value blocks of Q (and of each K row)
+    n_q_quantized: int       # executions of segment 1 (1 per call)
+    q_bytes: int             # fp32 Q read by segment 1
+    k_rows_read: int         # distinct K rows the kernel read (from the trace's addresses)
+    v_rows_read: int
+    k_bytes: int             # int8 K codes read: rows x head_dim
+    v_bytes: int
+    k_scale_bytes: int       # fp32 K scales read, one per token
+    v_scale_bytes: int
+    block_dots: int          # int32 block dots (each = 2 calls of i8x16_dot_s32)
+    expf_calls: int          # expf(M - s) on a new max, expf(s - M) otherwise: one per token
+    rescales: int            # tokens that raised M (S and VKQ multiplied by ms)
+    rescale_multiplies: int  # VKQ elements multiplied in rescales: rescales x head_dim
+    v_fmas: int              # VKQ += V * w: head_dim per token
+    divisions: int           # 1 / S, once
+    out_multiplies: int      # attn_out[i] = VKQ[i] * (1/S): head_dim, once
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes + self.k_scale_bytes + self.v_scale_bytes
+
+
+def pass_counts(trace, cache) -> PassCounts:
+    """Count one call of the traced kernel over ``cache`` (``trace`` from
+    ``lk.attend(..., trace=True)``): bytes from the distinct row addresses it recorded, dots from
+    its dot array, expf calls and rescales from its rescale factors."""
+    T, hd = trace.seq_len, cache.head_dim
+    nblk = hd // 32
+    k_rows = int(np.unique(trace.k_rows).size)
+    v_rows = int(np.unique(trace.v_rows).size)
+    rescales = int(trace.n_rescales)
+    expf_new_max = rescales                  # ms = expf(M - s)
+    expf_otherwise = int((~trace.rescaled).sum())  # vsf = expf(s - M)
+    return PassCounts(
+        seq_len=T, head_dim=hd, n_blocks_q=nblk, n_q_quantized=int(trace.n_q_quantized),
+        q_bytes=4 * hd * int(trace.n_q_quantized),
+        k_rows_read=k_rows, v_rows_read=v_rows, k_bytes=k_rows * hd, v_bytes=v_rows * hd,
+        k_scale_bytes=4 * T, v_scale_bytes=4 * T,
+        block_dots=int(trace.dots.size), expf_calls=expf_new_max + expf_otherwise,
+        rescales=rescales, rescale_multiplies=rescales * hd, v_fmas=v_rows * hd,
+        divisions=1, out_multiplies=hd)
+
+
+def kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB"
+
+
+def cost_table(c: PassCounts, segments: dict) -> str:
+    """A text table: per segment of the kernel, what it read and computed in this call."""
+    s1, s2, s3, s4 = (segments[i] for i in (1, 2, 3, 4))
+    rows = [
+        (f"1 Q -> int8 (lines {s1.begin}-{s1.end})", "once",
+         f"reads Q: {c.q_bytes} B fp32; {c.n_blocks_q} max-abs scales, {c.head_dim} codes; "
+         f"ran {c.n_q_quantized} time(s)"),
+        (f"2 score (lines {s2.begin}-{s2.end})", "per token",
+         f"reads K: {c.k_rows_read} rows x {c.head_dim} B = {kib(c.k_bytes)} + scales {kib(c.k_scale_bytes)}; "
+         f"{c.block_dots} int32 block dots ({2 * c.block_dots} i8x16_dot_s32)"),
+        (f"3 online softmax (lines {s3.begin}-{s3.end})", "per token",
+         f"reads V: {c.v_rows_read} rows x {c.head_dim} B = {kib(c.v_bytes)} + scales {kib(c.v_scale_bytes)}; "
+         f"{c.expf_calls} expf; {c.rescales} rescales ({c.rescale_multiplies} multiplies); {c.v_fmas} FMAs"),
+        (f"4 normalize (lines {s4.begin}-{s4.end})", "once",
+         f"{c.divisions} division (1/S), {c.out_multiplies} multiplies"),
+    ]
+    w0 = max(len(r[0]) for r in rows)
+    head = f"{'segment':<{w0}}  {'runs':<9}  what it read and computed in this call"
+    return "\n".join([head, "-" * len(head)] + [f"{a:<{w0}}  {b:<9}  {d}" for a, b, d in rows])
+
+
+# ----------------------------------------------------------------------------- the figure
+
+SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
+
+
+def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = None,
+                  final_S: float | None = None):
+    """Boxes and arrows of the single pass, annotated with this call's shapes and counts.
+    Returns the matplotlib Axes."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch, Patch
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(13, 6.6))
+    ax.set_xlim(0, 13)
+    ax.set_ylim(0, 6.6)
+    ax.axis("off")
+    hd, T, nblk = c.head_dim, c.seq_len, c.n_blocks_q
+
+    def box(x, y, w, h, text, seg=None, fs=11):
+        color = SEGMENT_COLORS.get(seg, "#f2f2f2")
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=color, ec="0.3", lw=1.2))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fs)
+
+    def arrow(x0, y0, x1, y1, text=None, dx=0.08, dy=0.0):
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
+                    arrowprops=dict(arrowstyle="-|>", lw=1.6, color="0.2"))
+        if text:
+            ax.text((x0 + x1) / 2 + dx, (y0 + y1) / 2 + dy, text, fontsize=9.5, color="0.15")
+
+    # segment 1, once
+    box(0.2, 5.45, 2.3, 0.9, f"q  fp32 [{hd}]\n{c.q_bytes} B")
+    box(3.2, 5.35, 4.1, 1.1, f"segment 1: Q -> int8, once\ncodes int8 [{hd}] + {nblk} block scales qsc\n"
+                             f"(ran {c.n_q_quantized} time in this call)", seg=1)
+    arrow(2.55, 5.9, 3.15, 5.9)
+    # the loop
+    ax.add_patch(FancyBboxPatch((0.1, 1.55), 12.8, 3.3, boxstyle="round,pad=0.05", fc="none",
+                                ec="0.35", lw=1.4, ls="--"))
+    ax.text(12.8, 4.6, f"for t = 0 ... {T - 1}   (seq_len = {T}; each K row and V row read once)",
+            fontsize=11, weight="bold", ha="right")
+    box(0.3, 2.6, 2.4, 1.45, f"K row t\nint8 [{hd}] = {hd} B\n+ kscale 4 B", seg=None)
+    box(3.2, 2.45, 3.0, 1.75, f"segment 2: score\n{nblk} int32 block dots\n"
+                              f"s = sum dot32*qsc[b]\n    * ks * scale", seg=2)
+    box(6.7, 2.45, 2.9, 1.75, f"segment 3: online softmax\nM, S;  new max -> rescale\n"
+                              f"rescaled at {c.rescales} of {T} tokens\n1 expf per token", seg=3)
+    box(10.1, 2.45, 2.7, 1.75, f"VKQ += V row t\n  * (vsf * vs)\nV row int8 [{hd}] = {hd} B\n"
+                               f"+ vscale 4 B", seg=3)
+    arrow(2.75, 3.3, 3.15, 3.3)
+    arrow(4.7, 5.3, 4.7, 4.25)
+    ax.text(4.55, 5.1, "int8 Q codes + qsc,\nkept for the whole loop", ha="right", va="center", fontsize=9.5,
+            color="0.15")
+    arrow(6.25, 3.3, 6.65, 3.3, text="s", dx=-0.08, dy=0.1)
+    arrow(9.65, 3.3, 10.05, 3.3, text="w", dx=-0.1, dy=0.1)
+    ax.text(0.3, 1.98, f"K read: {T} x {hd} B = {kib(c.k_bytes)} (+ {kib(c.k_scale_bytes)} scales);  "
+                       f"{c.block_dots} int32 block dots\n"
+                       f"V read: {T} x {hd} B = {kib(c.v_bytes)} (+ {kib(c.v_scale_bytes)} scales);  "
+                       f"{c.expf_calls} expf, {c.rescales} rescales",
+            fontsize=10.5, color="0.1", va="center")
+    # segment 4, once
+    sval = "" if final_S is None else f"\n(S = {final_S:.4g} here)"
+    box(9.4, 0.1, 3.4, 1.15, f"segment 4: x 1/S, once\n{c.divisions} division + {c.out_multiplies} multiplies"
+                             f"{sval}", seg=4)
+    box(6.4, 0.25, 2.4, 0.9, f"attn_out\nfp32 [{hd}] = {4 * hd} B")
+    arrow(11.1, 2.4, 11.1, 1.3)
+    ax.text(11.2, 1.95, "VKQ after\nthe last token", fontsize=9.5, color="0.15", va="center")
+    arrow(9.35, 0.7, 8.85, 0.7)
+    handles = [Patch(fc=SEGMENT_COLORS[n], ec="0.3",
+                     label=f"segment {n}: lines {segments[n].begin}-{segments[n].end}") for n in (1, 2, 3, 4)]
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 0.0), fontsize=10,
+              title="native/flash_attn_q8_neon.c", title_fontsize=10, frameon=True)
+    kh = "" if kv_head is None else f", kv head {kv_head}"
+    ax.set_title(f"One call of flash_attn_single_q_q8_neon, as traced (head_dim {hd}, seq_len {T}{kh}):"
+                 f" {kib(c.kv_bytes)} of K, V and scales read, once", fontsize=13)
+    return ax

@@ -1,0 +1,257 @@
+"""The q8 KV cache's layout, read and drawn (introduced in lesson 03).
+
+The kernel finds token ``t`` of kv head ``kh`` with the article's arithmetic (8-3's layout, used in
+article 9-2 section 2): block ``t / kv_bs`` of the pointer table, row ``t % kv_bs`` of that block
+(``kv_dim = nkv * hd`` int8 values per row), ``kh_off = kh * hd`` values into the row; its scale is
+``kscale[t * nkv]`` where the caller passed ``kscale = k_scale + kh``.
+
+    where = locate(t, kh, kv_bs, n_kv_heads, head_dim)   # block, row, byte offset, scale index
+    codes, scale = read_token(cache, t, kh)              # through the raw pointer table (cffi)
+    blocks, offsets = kernel_reads(trace.k_rows, cache)  # what the compiled kernel read
+    fig = draw_cache(cache, highlight=(t, kh))           # pointer table, blocks, scales
+    cache, rows = grow_layer(8, 128, 64, [1024, 8192])   # bytes of a real cache as it grows
+    line = kernel_line("kscale[(size_t)t * nkv]", segment=2)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import native
+from . import validate as check
+from .cache import KVCacheQ8
+
+
+# ----------------------------------------------------------------------------- the arithmetic
+
+@dataclass(frozen=True)
+class Where:
+    """Where the kernel finds token t of kv head kh (all counts in int8 values = bytes)."""
+    t: int
+    kv_head: int
+    block: int              # t / kv_bs: which entry of the pointer table
+    row: int                # t % kv_bs: which token row inside that block
+    kh_off: int             # kh * hd: where this head starts inside the row
+    offset: int             # row * kv_dim + kh_off: bytes from the block's start
+    scale_index: int        # t * nkv: the index the kernel uses on kscale = k_scale + kh
+    flat_scale_index: int   # t * nkv + kh: the same float, counted from k_scale itself
+
+
+def locate(t: int, kv_head: int, kv_bs: int, n_kv_heads: int, head_dim: int) -> Where:
+    """The article's arithmetic for token ``t``, kv head ``kv_head`` (lesson 03, section 1)."""
+    t = check.integer("t", t, minimum=0)
+    kv_bs = check.integer("kv_bs", kv_bs, minimum=1)
+    nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)
+    hd = check.integer("head_dim", head_dim, minimum=1)
+    kh = check.integer("kv_head", kv_head, minimum=0, below=nkv)
+    kv_dim = nkv * hd
+    block, row = t // kv_bs, t % kv_bs
+    return Where(t, kh, block, row, kh * hd, row * kv_dim + kh * hd, t * nkv, t * nkv + kh)
+
+
+def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=None):
+    """Token ``t`` of kv head ``kv_head`` read back through the raw pointer table, the way the
+    kernel reads it: ``(codes int8 [head_dim], raw scale float)``. The row comes from
+    ``ffi.cast("int8_t *", pointer_table[t / kv_bs]) + (t % kv_bs) * kv_dim + kh_off``, the scale
+    from the very pointer the kernel is handed (``k_scale + kh``) at index ``t * nkv``."""
+    if which not in ("k", "v"):
+        raise ValueError(f"which must be 'k' or 'v'; got {which!r}")
+    t = check.integer("t", t, minimum=0, below=cache.seq_len)
+    ffi = native.load()[0] if ffi is None else ffi
+    w = locate(t, kv_head, cache.block_size, cache.n_kv_heads, cache.head_dim)
+    base = int(cache.pointer_table(which)[w.block])
+    row = ffi.cast("int8_t *", base) + w.offset
+    codes = np.frombuffer(ffi.unpack(ffi.cast("char *", row), cache.head_dim), np.int8).copy()
+    args = cache.kernel_args(w.kv_head, ffi)
+    scales = args[2] if which == "k" else args[3]   # kscale = k_scale + kh (vscale likewise)
+    return codes, float(scales[w.scale_index])
+
+
+def kernel_reads(addresses, cache: KVCacheQ8, which: str = "k"):
+    """Turn absolute row addresses (``trace.k_rows`` / ``trace.v_rows``) into ``(block, offset)``:
+    the pointer-table entry whose block holds the address (-1 if none does) and the byte offset from
+    that block's start (-1 if none). Relative numbers are the same on every run; addresses are not."""
+    table = cache.pointer_table(which).astype(np.int64)
+    size = cache.block_size * cache.kv_dim
+    a = np.asarray(addresses, np.uint64).astype(np.int64)
+    blocks = np.full(a.shape, -1, np.int64)
+    offsets = np.full(a.shape, -1, np.int64)
+    for b, base in enumerate(table):
+        inside = (a >= base) & (a < base + size)
+        blocks[inside] = b
+        offsets[inside] = a[inside] - base
+    return blocks, offsets
+
+
+# ----------------------------------------------------------------------------- bytes
+
+def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chunk: int = 1024,
+               seed: int = 0):
+    """Grow one layer's real ``KVCacheQ8`` token by token up to each of ``checkpoints`` (increasing
+    sequence lengths) and record its byte counts there. K and V are random normal (the byte counts do
+    not depend on the values); one chunk of ``chunk`` tokens is drawn once and appended repeatedly.
+
+    Returns ``(cache, rows)``: the cache at the last checkpoint and one dict per checkpoint with
+    ``seq_len, n_blocks, nbytes`` (codes + scales of the tokens held), ``block_bytes`` (whole int8
+    blocks of K and V), ``allocated_nbytes`` (blocks + the scale arrays' capacity)."""
+    points = [check.integer("checkpoint", c, minimum=1) for c in checkpoints]
+    if not points or any(b <= a for a, b in zip(points, points[1:])):
+        raise ValueError("checkpoints must be a non-empty increasing list of sequence lengths")
+    chunk = check.integer("chunk", chunk, minimum=1)
+    rng = np.random.default_rng(seed)
+    K = rng.standard_normal((chunk, n_kv_heads, head_dim), dtype=np.float32)
+    V = rng.standard_normal((chunk, n_kv_heads, head_dim), dtype=np.float32)
+    cache = KVCacheQ8(n_kv_heads, head_dim, block_size)
+    rows = []
+    for target in points:
+        while cache.seq_len < target:
+            n = min(chunk, target - cache.seq_len)
+            cache.append(K[:n], V[:n])
+        rows.append(dict(seq_len=cache.seq_len, n_blocks=cache.n_blocks, nbytes=cache.nbytes,
+                         block_bytes=sum(b.nbytes for b in cache.k_blocks + cache.v_blocks),
+                         allocated_nbytes=cache.allocated_nbytes))
+    return cache, rows
+
+
+# ----------------------------------------------------------------------------- the picture
+
+MAX_DRAWN_ROWS = 48
+
+
+def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15, 9)):
+    """Draw a small cache from its own data: the pointer table (entries labelled by block, never by
+    address), the blocks as rows of tokens with the kv heads side by side (colour = int8 code;
+    allocated but unused rows grey), and the scale array ``[token][kv head]`` with the stride nkv
+    the kernel walks. ``highlight=(t, kh)`` frames token t of kv head kh everywhere.
+    Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import ConnectionPatch, Rectangle
+
+    if which not in ("k", "v"):
+        raise ValueError(f"which must be 'k' or 'v'; got {which!r}")
+    if cache.seq_len == 0:
+        raise ValueError("the cache is empty: append at least one token before drawing it")
+    bs, nkv, hd, T = cache.block_size, cache.n_kv_heads, cache.head_dim, cache.seq_len
+    kv_dim, nb = cache.kv_dim, cache.n_blocks
+    if nb * bs > MAX_DRAWN_ROWS:
+        raise ValueError(f"draw_cache draws small caches: at most {MAX_DRAWN_ROWS} allocated rows; "
+                         f"this one has {nb * bs}")
+    t_hi, kh_hi = highlight
+    w = locate(check.integer("t", t_hi, minimum=0, below=T), kh_hi, bs, nkv, hd)
+    name = "k_cache_q8" if which == "k" else "v_cache_q8"
+    sname = "kscale" if which == "k" else "vscale"
+    blocks = cache.k_blocks if which == "k" else cache.v_blocks
+    scales = np.stack([(cache.k_scales if which == "k" else cache.v_scales)(kh) for kh in range(nkv)], 1)
+    red = "#d62728"
+
+    fig = plt.figure(figsize=figsize)
+    gs = fig.add_gridspec(2, 3, width_ratios=[1.25, 6.0, 2.4], height_ratios=[6.0, 1.0], wspace=0.16,
+                          hspace=0.3)
+    ax_p, ax_b, ax_s = (fig.add_subplot(gs[0, i]) for i in range(3))
+    ax_f = fig.add_subplot(gs[1, :])
+    gap = 0.8
+    top = lambda b: b * (bs + gap)  # noqa: E731  y of block b's first row
+    height = top(nb) - gap
+
+    # --- the blocks: rows of tokens, kv heads side by side
+    im = None
+    for b, blk in enumerate(blocks):
+        im = ax_b.imshow(blk, cmap="coolwarm", vmin=-127, vmax=127, aspect="auto", interpolation="nearest",
+                         extent=(0, kv_dim, top(b) + bs, top(b)))
+        for r in range(bs):
+            t = b * bs + r
+            y = top(b) + r + 0.5
+            if t >= T:
+                ax_b.add_patch(Rectangle((0, top(b) + r), kv_dim, 1, facecolor="0.85", edgecolor="0.6",
+                                         hatch="//", lw=0.5))
+                ax_b.text(kv_dim / 2, y, "allocated, unused", ha="center", va="center", fontsize=10,
+                          color="0.3")
+            ax_b.text(kv_dim * 1.01, y, f"row {r}: t={t}" if t < T else f"row {r}: -", ha="left",
+                      va="center", fontsize=10, color=red if t == w.t else "black",
+                      fontweight="bold" if t == w.t else "normal")
+        ax_b.add_patch(Rectangle((0, top(b)), kv_dim, bs, fill=False, edgecolor="black", lw=1.5))
+    for kh in range(1, nkv):
+        ax_b.axvline(kh * hd, color="black", lw=2)
+    for kh in range(nkv):
+        ax_b.text((kh + 0.5) * hd, -0.35, f"kv head {kh}\nkh_off = {kh * hd}", ha="center", va="bottom",
+                  fontsize=11, color=red if kh == w.kv_head else "black")
+    ax_b.add_patch(Rectangle((w.kh_off, top(w.block) + w.row), hd, 1, fill=False, edgecolor=red, lw=3.5))
+    ax_b.set_xlim(0, kv_dim * 1.16)
+    ax_b.set_ylim(height + 0.2, -2.6)
+    ax_b.set_xticks([kh * hd for kh in range(nkv + 1)])
+    ax_b.spines["bottom"].set_bounds(0, kv_dim)
+    ax_b.set_xlabel(f"byte offset inside a row (one int8 code per value, value = code x scale / 127;\n"
+                    f"a row = kv_dim = {nkv} x {hd} = {kv_dim} bytes)", fontsize=11)
+    ax_b.set_yticks([])
+    for s in ("left", "right", "top"):
+        ax_b.spines[s].set_visible(False)
+    ax_b.set_title(f"{name}[{w.t} / {bs} = {w.block}] + ({w.t} % {bs} = {w.row}) * {kv_dim} + {w.kh_off}"
+                   f"  =  block {w.block} + {w.offset} bytes", fontsize=12, color=red, pad=10)
+    cax = ax_p.inset_axes((0.62, 0.0, 0.1, 0.24))
+    cb = fig.colorbar(im, cax=cax, orientation="vertical")
+    cax.yaxis.set_ticks_position("left")
+    cax.yaxis.set_label_position("left")
+    cb.set_label("int8 code", fontsize=10)
+
+    # --- the pointer table: one entry per block, labelled, arrows to the blocks
+    ph = 1.0
+    y0 = max(0.0, height / 2 - nb * ph / 2)
+    for b in range(nb):
+        y = y0 + b * ph
+        hit = b == w.block
+        ax_p.add_patch(Rectangle((0.1, y), 0.8, ph, facecolor="#fde0dd" if hit else "white",
+                                 edgecolor=red if hit else "black", lw=2.5 if hit else 1.2))
+        ax_p.text(0.5, y + ph / 2, f"[{b}]  &block {b}", ha="center", va="center", fontsize=11)
+        fig.add_artist(ConnectionPatch((0.9, y + ph / 2), (0, top(b)), "data", "data", axesA=ax_p, axesB=ax_b,
+                                       arrowstyle="-|>", mutation_scale=14, lw=2 if hit else 1,
+                                       color=red if hit else "0.3"))
+    ax_p.text(0.5, y0 - 0.3, f"{name}\n(pointer table,\none int8_t * per block)", ha="center", va="bottom",
+              fontsize=11)
+    ax_p.set_xlim(0, 1)
+    ax_p.set_ylim(height + 0.2, -2.6)
+    ax_p.axis("off")
+
+    # --- the scale array [token][kv head]: the kernel walks one column with stride nkv
+    ax_s.imshow(scales, cmap="Greens", aspect="auto", interpolation="nearest",
+                vmin=0, vmax=float(scales.max()) * 1.6 or 1.0, extent=(0, nkv, T, 0))
+    for t in range(T):
+        for kh in range(nkv):
+            hit = (t, kh) == (w.t, w.kv_head)
+            ax_s.text(kh + 0.5, t + 0.5, f"[{t * nkv + kh}] {scales[t, kh]:.2f}", ha="center", va="center",
+                      fontsize=9, color=red if hit else "black", fontweight="bold" if hit else "normal")
+    ax_s.add_patch(Rectangle((w.kv_head, 0), 1, T, fill=False, edgecolor=red, lw=1.2, ls="--"))
+    ax_s.add_patch(Rectangle((w.kv_head, w.t), 1, 1, fill=False, edgecolor=red, lw=3.5))
+    ax_s.set_xticks(np.arange(nkv) + 0.5, [f"kh={kh}" for kh in range(nkv)], fontsize=10)
+    ax_s.set_yticks(np.arange(T) + 0.5, [f"t={t}" for t in range(T)], fontsize=9)
+    ax_s.tick_params(axis="y", labelright=True, labelleft=False, right=True, left=False)
+    ax_s.set_xlabel(f"kv head ([flat index] raw max|x|)\none row = nkv = {nkv} floats", fontsize=10)
+    ax_s.set_title(f"{sname} = {'k' if which == 'k' else 'v'}_scale + {w.kv_head}:\n"
+                   f"{sname}[{w.t} * {nkv}] = {'k' if which == 'k' else 'v'}_scale[{w.flat_scale_index}], stride {nkv}",
+                   fontsize=11, color=red)
+    # --- the same scale array as it lies in memory: the kernel hops nkv floats per token
+    n = T * nkv
+    for i in range(n):
+        t, kh = divmod(i, nkv)
+        mine = kh == w.kv_head
+        ax_f.add_patch(Rectangle((i, 0), 1, 1, facecolor="#fde0dd" if mine else "white", edgecolor="0.4", lw=0.8))
+        ax_f.text(i + 0.5, 0.5, f"{t},{kh}", ha="center", va="center", fontsize=8 if n > 40 else 9)
+        if mine and t + 1 < T:
+            ax_f.annotate("", xy=(i + nkv + 0.5, 1.0), xytext=(i + 0.5, 1.0),
+                          arrowprops=dict(arrowstyle="-|>", color=red, lw=1.2, connectionstyle="arc3,rad=-0.45"))
+        if t != (i + 1) // nkv or i + 1 == n:
+            ax_f.axvline(i + 1, ymin=0.0, ymax=0.5, color="black", lw=1.5)
+    ax_f.add_patch(Rectangle((w.flat_scale_index, 0), 1, 1, fill=False, edgecolor=red, lw=3))
+    ax_f.set_xlim(-0.5, n + 0.5)
+    ax_f.set_ylim(-0.1, 2.1)
+    ax_f.set_yticks([])
+    ax_f.set_xticks(np.arange(0, n + 1, nkv))
+    for s in ("left", "right", "top"):
+        ax_f.spines[s].set_visible(False)
+    ax_f.set_xlabel(f"index into {'k' if which == 'k' else 'v'}_scale (floats; cell = token,kv head); "
+                    f"red arcs: the kernel's steps of nkv = {nkv} from {sname} = "
+                    f"{'k' if which == 'k' else 'v'}_scale + {w.kv_head}", fontsize=11)
+
+    fig.suptitle(f"KVCacheQ8 {which.upper()} side: {T} tokens, {nkv} kv heads x head_dim {hd}, kv_bs {bs} "
+                 f"({nb} blocks); token t={w.t}, kv head kh={w.kv_head} framed in red", fontsize=13)
+    return fig

@@ -1,0 +1,116 @@
+"""Rescale events of the online softmax, counted on the compiled kernel (introduced in lesson 02).
+
+A *rescale* happens when token t's score is a new maximum (``s > M`` in segment 3 of the kernel):
+S and the accumulator VKQ are multiplied by ``ms = exp(M_old - s)``. The helpers here build score
+sequences (a synthetic "realistic" one, random orders), run the traced kernel over them and count
+the rescales it recorded; ``lessonkit.softmax.harmonic`` and ``records_variance`` give the
+random-order theory."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import native
+from . import validate as check
+from .attention import attend
+from .cache import KVCacheQ8
+from .synthetic import cache_with_scores
+
+
+def realistic_scores(n: int = 2000, seed: int = 0, sink: float = 7.0, level: float = 1.0,
+                     drift_step: float = 0.05, noise: float = 1.0, recency: float = 6.0,
+                     recency_tokens: float = 40.0, n_spikes: int = 8,
+                     spike_height: tuple[float, float] = (3.0, 8.0)) -> np.ndarray:
+    """A synthetic decode-attention score sequence, float32 ``[n]``, shaped like real ones.
+
+    Made of (all from ``np.random.default_rng(seed)``, in this order):
+    - a slowly drifting level: ``level`` plus a random walk with N(0, drift_step) steps, centred
+      to mean 0;
+    - independent noise N(0, noise) on every token;
+    - a recency rise toward the end: ``recency * exp(-(n - 1 - t) / recency_tokens)``;
+    - ``n_spikes`` sharp spikes at random positions in 1 .. n-2, each raised by
+      U(spike_height) above the rest;
+    - an attention sink: token 0's score is set to ``sink``.
+    It is made up, not recorded from a model: it only imitates the features named above."""
+    n = check.integer("n", n, minimum=2)
+    n_spikes = check.integer("n_spikes", n_spikes, minimum=0, below=n - 1)
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    drift = np.cumsum(rng.normal(0.0, drift_step, n))
+    drift -= drift.mean()
+    s = level + drift + rng.normal(0.0, noise, n)
+    s += recency * np.exp(-(n - 1 - t) / recency_tokens)
+    spikes = rng.choice(np.arange(1, n - 1), n_spikes, replace=False)
+    s[spikes] += rng.uniform(spike_height[0], spike_height[1], n_spikes)
+    s[0] = sink
+    return s.astype(np.float32)
+
+
+def count_rescales(scores, head_dim: int = 32, block_size: int = 64) -> int:
+    """How many times the compiled kernel rescaled (raised M) over ``scores``, read from its
+    trace: ``cache_with_scores`` builds a cache whose kernel scores are ``scores``."""
+    cache, q, scale = cache_with_scores(scores, head_dim=head_dim, block_size=block_size)
+    _, tr = attend(q, cache, 0, scale=scale, trace=True)
+    return tr.n_rescales
+
+
+def random_order_counts(ns, trials: int = 50, seed: int = 0, head_dim: int = 32) -> np.ndarray:
+    """Rescale counts of the compiled kernel for scores in random order: for each n in ``ns``,
+    ``trials`` sequences of n independent standard-normal float32 scores (distinct values in a
+    uniformly random order). Returns int ``[len(ns), trials]``."""
+    trials = check.integer("trials", trials, minimum=1)
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((len(ns), trials), np.int64)
+    for i, n in enumerate(ns):
+        n = check.integer("n", int(n), minimum=1)
+        for j in range(trials):
+            counts[i, j] = count_rescales(rng.standard_normal(n, dtype=np.float32), head_dim)
+    return counts
+
+
+def records_variance(n: int) -> float:
+    """Variance of the number of new maxima (records) among n distinct values in random order.
+    Its mean is H_n (``lessonkit.softmax.harmonic``): value k is a record with probability 1/k,
+    and these events are independent, so Var = sum 1/k (1 - 1/k) = H_n - H_n^(2)."""
+    k = np.arange(1, check.integer("n", n, minimum=1) + 1, dtype=np.float64)
+    return float(np.sum(1.0 / k - 1.0 / k**2))
+
+
+def attend_first(q: np.ndarray, cache: KVCacheQ8, kv_head: int, seq_len: int,
+                 scale: float) -> np.ndarray:
+    """The compiled kernel ``flash_attn_single_q_q8_neon`` over the first ``seq_len`` tokens of
+    ``cache`` only, 0 included (``lessonkit.attend`` refuses an empty cache; here the loop over
+    t simply does not run). Returns float32 ``[head_dim]``."""
+    q = check.float32_array("q", q, (cache.head_dim,))
+    seq_len = check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)
+    scale = check.finite_float("scale", scale)
+    ffi, lib = native.load()
+    k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
+    out = np.full(cache.head_dim, np.nan, np.float32)  # NaN until the kernel writes it
+    lib.flash_attn_single_q_q8_neon(ffi.from_buffer("float[]", out, require_writable=True),
+                                    ffi.from_buffer("float[]", q), k, v, ks, vs, seq_len,
+                                    kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
+    return out
+
+
+def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
+    """Draw a kernel trace on two axes: scores, running max M and the rescale events on ``ax_m``;
+    the running sum S (log scale) with the same events on ``ax_s``."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    t = np.arange(trace.seq_len)
+    ev = np.flatnonzero(trace.rescaled)
+    ax_m.plot(t, trace.s, ".", ms=2.5, color="0.6", label="score $s_t$")
+    ax_m.step(t, trace.M, where="post", color="C0", lw=2, label="running max $M_t$")
+    ax_m.plot(ev, trace.M[ev], "v", color="C3", ms=9, ls="none",
+              label=f"rescale (new max): {ev.size}")
+    ax_m.set_ylabel("score (logit, no unit)")
+    ax_m.set_title(title)
+    ax_m.legend(loc="lower right", fontsize=10)
+    ax_s.plot(t, trace.S, color="C2", lw=1.8, label="running sum $S_t$")
+    ax_s.plot(ev, trace.S[ev], "v", color="C3", ms=9, ls="none", label="rescale")
+    ax_s.set_yscale("log")
+    ax_s.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax_s.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax_s.yaxis.set_minor_formatter(NullFormatter())
+    ax_s.set_xlabel("token t (position in the KV cache)")
+    ax_s.set_ylabel("$S_t$ (sum of weights, no unit)")
+    ax_s.legend(loc="lower right", fontsize=10)
