@@ -21,10 +21,11 @@ else
   A64_RUN := qemu-aarch64 -L /usr/aarch64-linux-gnu
 endif
 
-.PHONY: setup build lab test test-c test-asan test-aarch64 test-py clean help
+.PHONY: setup build lab test test-c test-asan test-aarch64 test-py bench clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab"
 	@echo "make test   set up and run every test"
+	@echo "make bench  time the kernel against its variants and numpy (BENCH_ARGS=--quick)"
 	@echo "make build | test-c | test-asan | test-aarch64 | test-py | clean"
 
 $(STAMP): pyproject.toml
@@ -76,6 +77,10 @@ test-aarch64:
 
 test-py: setup
 	$(PY) -m pytest --nbval-lax tests notebooks
+
+# Speed is measured here, never in tests: ns per token, GB/s and the target ratios.
+bench: build
+	$(PY) -m lessonkit.bench $(BENCH_ARGS)
 
 clean:
 	rm -rf .build

@@ -127,13 +127,13 @@ def _fingerprint(src_dir: Path) -> tuple:
     return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
 
 
-def _build_key(src_dir: Path, cc: str, flags: list[str]) -> str:
+def _build_key(src_dir: Path, cc: str, flags: list[str], more_files: list[Path] = ()) -> str:
     """A hash of everything that changes the binary: sources, headers, flags, compiler version."""
     h = hashlib.sha256()
     version = subprocess.run([*cc.split(), "--version"], capture_output=True, text=True).stdout
     h.update(version.encode())
     h.update("\0".join(flags).encode())
-    for f in sorted([*src_dir.glob("*.c"), *src_dir.glob("*.h")]):
+    for f in [*sorted([*src_dir.glob("*.c"), *src_dir.glob("*.h")]), *more_files]:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
@@ -146,27 +146,41 @@ def build(debug: bool = False, dotprod: bool | None = None, defines: dict | None
     file name carries a hash of the sources and flags, so an unchanged tree is not compiled
     again and an edited one gets a new file that can be loaded beside the old one.
     Raises BuildError with the compiler's messages when the sources do not compile."""
+    flags = compile_flags(debug, dotprod, defines)
+    return _compile(flags, [], f"libflash_attn_q8{'_debug' if debug else ''}", ".so", src_dir, build_dir)
+
+
+def build_program(main_source: Path | str, flags: list[str], stem: str,
+                  src_dir: Path | str | None = None) -> Path:
+    """Compile an executable from ``main_source`` and ``native/*.c`` with exactly ``flags``
+    (e.g. the valgrind driver of lessonkit.traffic, built without AVX-512); cached like build()."""
+    return _compile(["-std=gnu11", *flags], [Path(main_source)], stem, "", src_dir, None)
+
+
+def _compile(flags: list[str], extra_sources: list[Path], stem: str, suffix: str,
+             src_dir: Path | str | None, build_dir: Path | str | None) -> Path:
     src_dir = Path(src_dir or NATIVE_DIR).resolve()
     build_dir = Path(build_dir).resolve() if build_dir else src_dir.parent / ".build"
     if not (src_dir / HEADER).is_file():
         raise BuildError(f"{src_dir} has no {HEADER}: is this the workbook's native/ folder?")
     cc = compiler()
-    flags = compile_flags(debug, dotprod, defines)
-    key = _build_key(src_dir, cc, flags)
-    out = build_dir / f"libflash_attn_q8{'_debug' if debug else ''}_{key}.so"
+    sources = [*extra_sources, *_sources(src_dir)]
+    key = _build_key(src_dir, cc, flags + [str(p) for p in extra_sources],
+                     [p for p in extra_sources if p.parent != src_dir])
+    out = build_dir / f"{stem}_{key}{suffix}"
     if out.is_file():
         return out
     build_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=build_dir, suffix=".so.tmp")
+    fd, tmp = tempfile.mkstemp(dir=build_dir, suffix=suffix + ".tmp")
     os.close(fd)
-    cmd = [*cc.split(), *flags, f"-I{src_dir}", *map(str, _sources(src_dir)), "-o", tmp, "-lm"]
+    cmd = [*cc.split(), *flags, f"-I{src_dir}", *map(str, sources), "-o", tmp, "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         os.unlink(tmp)
         messages = proc.stderr.replace(str(src_dir) + os.sep, "native/")
         raise BuildError("The C sources did not compile; nothing new was loaded, and libraries "
                          "loaded before keep working.\n\n" + _first_errors(messages))
-    os.replace(tmp, out)  # atomic: a concurrent loader sees no half-written library
+    os.replace(tmp, out)  # atomic: a concurrent loader sees no half-written file
     return out
 
 

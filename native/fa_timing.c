@@ -33,6 +33,17 @@ double fa_time_calls(int variant, int number, float *restrict attn_out, const fl
     return (now_ns() - t0) / number;
 }
 
+double fa_time_call_cold(int variant, unsigned char *flush, size_t flush_bytes,
+    float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)
+{
+    for (size_t i = 0; i < flush_bytes; i += 64) flush[i]++; /* evict the cache's data */
+    return fa_time_calls(variant, 1, attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale,
+                         seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale);
+}
+
 double fa_read_gbps(const void *buf, size_t bytes, int reps)
 {
     const uint64_t *p = buf;

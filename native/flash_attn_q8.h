@@ -75,6 +75,14 @@ double fa_time_calls(int variant, int number, float *restrict attn_out, const fl
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
 
+/* One call with cold caches: first write one byte per 64-byte line of `flush` (make it several
+ * times the last-level cache), then time the call alone. Returns ns (-1 for a bad variant). */
+double fa_time_call_cold(int variant, unsigned char *flush, size_t flush_bytes,
+    float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
 /* Single-thread read bandwidth: sum `bytes` of buf (a multiple of 64) `reps` times; returns
  * the best GB/s of the repeats. The benchmark's yardstick for the kernel's GB/s. */
 double fa_read_gbps(const void *buf, size_t bytes, int reps);

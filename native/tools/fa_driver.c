@@ -2,11 +2,14 @@
  * (lessonkit.traffic). Only the call inside measured_call() is simulated
  * (valgrind --tool=callgrind --toggle-collect=measured_call), so building the cache is not counted.
  *
- *   fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold]
+ *   fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold [EVICT_BYTES]]
  *   VARIANT: single | scalar | two_pass_scores | two_pass_recompute   (attention, kv head NKV - 1)
  *            softmax_naive | softmax_safe | softmax_online             (SEQ_LEN floats; HD... ignored)
  * warm: one unmeasured call first, so whatever fits in the caches is there; cold (the default):
- * a 64 MiB buffer is written first, evicting the cache data from every simulated level.
+ * a buffer of EVICT_BYTES (default 64 MiB; give at least twice the simulated last level) is
+ * written first, evicting the cache data from every simulated level. The first block's codes
+ * come from the quantizer, the others are copies of it with a different sign pattern: cheap under
+ * valgrind, and the access pattern, which is all the simulation sees, is the engine's.
  * Rows are 64-byte aligned, as a real engine's blocks are, so a 128-byte row is two cache lines. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +34,11 @@ static void *aligned(size_t bytes)
     return p;
 }
 
+static size_t evict_bytes = 64u << 20;
+
 static void evict_caches(void)
 {
-    size_t n = 64u << 20;
+    size_t n = evict_bytes;
     volatile char *junk = aligned(n);
     for (size_t i = 0; i < n; i += 64) junk[i] = (char)i;
     free((void *)junk);
@@ -58,6 +63,7 @@ int main(int argc, char **argv)
     const char *variant = argv[1];
     int T = atoi(argv[2]), hd = atoi(argv[3]), nkv = atoi(argv[4]), bs = atoi(argv[5]);
     int warm = argc > 6 && strcmp(argv[6], "warm") == 0;
+    if (argc > 7) evict_bytes = (size_t)atoll(argv[7]);
     double check = 0.0;
 
     static const struct { const char *name; void (*f)(const float *, float *, int); } softmaxes[] = {
@@ -88,14 +94,25 @@ int main(int argc, char **argv)
     int kv_dim = nkv * hd, nblocks = (T + bs - 1) / bs;
     int8_t **kc = malloc(sizeof *kc * nblocks), **vc = malloc(sizeof *vc * nblocks);
     float *ks = aligned((size_t)nblocks * bs * nkv * 4), *vs = aligned((size_t)nblocks * bs * nkv * 4);
-    float *row = malloc((size_t)bs * kv_dim * 4);
+    size_t block_bytes = (size_t)bs * kv_dim;
+    float *row = malloc(block_bytes * 4);
     for (int b = 0; b < nblocks; b++) {
-        kc[b] = aligned((size_t)bs * kv_dim);
-        vc[b] = aligned((size_t)bs * kv_dim);
-        for (size_t j = 0; j < (size_t)bs * kv_dim; j++) row[j] = rnd();
-        kvq8_quantize_rows(row, bs * nkv, hd, hd, kc[b], hd, ks + (size_t)b * bs * nkv, 1);
-        for (size_t j = 0; j < (size_t)bs * kv_dim; j++) row[j] = rnd();
-        kvq8_quantize_rows(row, bs * nkv, hd, hd, vc[b], hd, vs + (size_t)b * bs * nkv, 1);
+        kc[b] = aligned(block_bytes);
+        vc[b] = aligned(block_bytes);
+        if (b == 0) {
+            for (size_t j = 0; j < block_bytes; j++) row[j] = rnd();
+            kvq8_quantize_rows(row, bs * nkv, hd, hd, kc[0], hd, ks, 1);
+            for (size_t j = 0; j < block_bytes; j++) row[j] = rnd();
+            kvq8_quantize_rows(row, bs * nkv, hd, hd, vc[0], hd, vs, 1);
+        } else {
+            memcpy(kc[b], kc[0], block_bytes);
+            memcpy(vc[b], vc[0], block_bytes);
+            kc[b][b % block_bytes] = (int8_t)-kc[b][b % block_bytes]; /* not all blocks alike */
+        }
+    }
+    for (size_t j = (size_t)bs * nkv; j < (size_t)nblocks * bs * nkv; j++) {
+        ks[j] = 1.0f + 0.5f * rnd();
+        vs[j] = 1.0f + 0.5f * rnd();
     }
     float q[256], out[256];
     for (int i = 0; i < hd; i++) q[i] = rnd();

@@ -1,0 +1,179 @@
+"""The benchmark: ``make bench`` or ``python -m lessonkit.bench [--quick] [--json PATH]``
+(introduced in lesson 05).
+
+For each sequence length, one kv head of head_dim 128 (by default a cache of one kv head, so
+that each head's rows are contiguous, as the numpy reference's arrays are; ``--n-kv-heads 8``
+gives Qwen3-8B's interleaved layout, where a head's rows are kv_dim bytes apart), it times: the NEON kernel (SIMDe's build on x86), the scalar C kernel, the two two-pass
+variants of article section 3, a vectorized numpy float32 reference over fp32 K/V, and a numpy
+version over the same int8 cache (dequantize, then the same math: what a student writes first).
+It measures this machine's single-thread read bandwidth in the same run and prints the target
+ratios. Everything runs on one thread (numpy's BLAS is limited to one with threadpoolctl).
+Timings are medians of repeats; on x86 they time SIMDe's build, not NEON."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from . import env, native
+from .cache import KVCacheQ8
+from .timing import time_kernel
+
+FULL_LENGTHS = (1024, 8192, 65536, 262144)
+QUICK_LENGTHS = (1024, 8192, 65536)
+HEAD_DIM, N_KV_HEADS, KV_HEAD, BLOCK_SIZE = 128, 1, 0, 64
+KERNELS = ("neon", "scalar", "two_pass_scores", "two_pass_recompute")
+LABELS = {"neon": "flash_attn_single_q_q8_neon", "scalar": "scalar C kernel",
+          "two_pass_scores": "two-pass, stored scores", "two_pass_recompute": "two-pass, K read twice",
+          "numpy_f32": "numpy float32 reference (fp32 K/V)",
+          "numpy_int8": "numpy over the int8 cache (dequantize)"}
+# cited in the issue for this kind of machine: llama.cpp's q8_0 flash attention, one query row,
+# one thread, ns per token in cache and at 256K
+LLAMA_CPP_CITED = {8192: 44.0, 262144: 81.0}
+
+
+def progress(msg: str) -> None:
+    print(f"  .. {msg}", file=sys.stderr, flush=True)
+
+
+def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
+    """A cache of N_KV_HEADS heads (only KV_HEAD random, the others zero: cheap to build) and the
+    fp32 K, V of that head for the numpy reference."""
+    rng = np.random.default_rng(seed)
+    cache = KVCacheQ8(n_kv_heads, HEAD_DIM, BLOCK_SIZE)
+    kv_head = min(KV_HEAD, n_kv_heads - 1)
+    K = rng.standard_normal((seq_len, HEAD_DIM), dtype=np.float32)
+    V = rng.standard_normal((seq_len, HEAD_DIM), dtype=np.float32)
+    chunk = 16384
+    for t0 in range(0, seq_len, chunk):
+        k = np.zeros((min(chunk, seq_len - t0), n_kv_heads, HEAD_DIM), np.float32)
+        v = np.zeros_like(k)
+        k[:, kv_head] = K[t0:t0 + chunk]
+        v[:, kv_head] = V[t0:t0 + chunk]
+        cache.append(k, v)
+    return cache, kv_head, rng.standard_normal(HEAD_DIM, dtype=np.float32), K, V
+
+
+def numpy_f32(q, K, V, scale):
+    s = (K @ q) * np.float32(scale)
+    w = np.exp(s - s.max())
+    return (w @ V) / w.sum()
+
+
+def numpy_int8(q, cache: KVCacheQ8, kv_head: int, scale):
+    """The first thing a student writes: gather the head's rows from the blocks, dequantize to
+    float32, then the same math as numpy_f32."""
+    cols = slice(kv_head * cache.head_dim, (kv_head + 1) * cache.head_dim)
+    T = cache.seq_len
+    K = np.concatenate([b[:, cols] for b in cache.k_blocks])[:T].astype(np.float32)
+    V = np.concatenate([b[:, cols] for b in cache.v_blocks])[:T].astype(np.float32)
+    K *= (cache.k_scales(kv_head) / np.float32(127))[:, None]
+    V *= (cache.v_scales(kv_head) / np.float32(127))[:, None]
+    return numpy_f32(q, K, V, scale)
+
+
+def median_ns(fn, repeats: int) -> float:
+    fn()  # warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - t0)
+    return float(np.median(times))
+
+
+def read_bandwidth_gbps(ffi, lib, nbytes: int = 256 << 20) -> float:
+    buf = np.ones(nbytes, np.uint8)
+    return float(lib.fa_read_gbps(ffi.from_buffer("unsigned char[]", buf), nbytes, 5))
+
+
+def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS) -> dict:
+    ffi, lib = native.load()
+    result = dict(machine=env.machine_label(), simd_paths=native.simd_paths(), head_dim=HEAD_DIM,
+                  n_kv_heads=n_kv_heads, block_size=BLOCK_SIZE, rows={})
+    progress("single-thread read bandwidth (256 MiB)")
+    result["read_gbps"] = read_bandwidth_gbps(ffi, lib)
+    scale = 1 / math.sqrt(HEAD_DIM)
+    for T in lengths:
+        progress(f"seq_len {T}: building the cache")
+        cache, kv_head, q, K, V = make_inputs(T, n_kv_heads)
+        kv_bytes = T * (2 * HEAD_DIM + 2 * 4)  # this head's K and V rows and their scales
+        row = {}
+        for name in KERNELS:
+            progress(f"seq_len {T}: {LABELS[name]}")
+            row[name] = time_kernel(q, cache, kv_head, backend=name, repeats=repeats)
+        with threadpool_limits(1):
+            progress(f"seq_len {T}: numpy float32 reference")
+            row["numpy_f32"] = median_ns(lambda: numpy_f32(q, K, V, scale), repeats)
+            progress(f"seq_len {T}: numpy over the int8 cache")
+            row["numpy_int8"] = median_ns(lambda: numpy_int8(q, cache, kv_head, scale), max(3, repeats // 2))
+        result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns) for name, ns in row.items()}
+        del cache, K, V
+    return result
+
+
+def targets(result: dict) -> list[tuple[str, float, float, bool]]:
+    """(what, measured, target, met) for every target that the measured lengths allow."""
+    rows, out = result["rows"], []
+    for T in (8192, 262144):
+        if T not in rows:
+            continue
+        r = rows[T]
+        kernel = r["neon"]["ns_per_token"]
+        out.append((f"{T // 1024}K: kernel vs numpy float32, x faster", r["numpy_f32"]["ns_per_token"] / kernel, 2.0,
+                    r["numpy_f32"]["ns_per_token"] / kernel >= 2.0))
+        out.append((f"{T // 1024}K: kernel vs numpy int8, x faster", r["numpy_int8"]["ns_per_token"] / kernel, 20.0,
+                    r["numpy_int8"]["ns_per_token"] / kernel >= 20.0))
+        out.append((f"{T // 1024}K: kernel ns/token vs llama.cpp's cited {LLAMA_CPP_CITED[T]:.0f} (lower is better)",
+                    kernel, LLAMA_CPP_CITED[T], kernel < LLAMA_CPP_CITED[T]))
+    if 262144 in rows:
+        share = rows[262144]["neon"]["gbps"] / result["read_gbps"]
+        out.append(("256K: kernel GB/s as a share of read bandwidth", share, 0.6, share >= 0.6))
+    return out
+
+
+def report(result: dict) -> str:
+    lines = [f"machine: {result['machine']}",
+             "simd paths: " + " ".join(f"{k}={v}" for k, v in result["simd_paths"].items()),
+             f"one kv head of head_dim {result['head_dim']} in a cache of {result['n_kv_heads']} kv heads, "
+             f"block size {result['block_size']}; one thread",
+             f"single-thread read bandwidth (this run): {result['read_gbps']:.1f} GB/s", ""]
+    head = f"{'seq_len':>8}  {'variant':<40} {'ns/token':>9} {'GB/s KV':>8} {'of read BW':>10}"
+    lines += [head, "-" * len(head)]
+    for T, row in result["rows"].items():
+        for name, r in row.items():
+            lines.append(f"{T:>8}  {LABELS[name]:<40} {r['ns_per_token']:>9.1f} {r['gbps']:>8.2f} "
+                         f"{r['gbps'] / result['read_gbps']:>10.0%}")
+        lines.append("")
+    lines.append("targets (measured in this run):")
+    for what, got, want, ok in targets(result):
+        lines.append(f"  {'met ' if ok else 'MISS'}  {what}: {got:.2f} (target {want:g})")
+    lines.append("GB/s KV counts the head's K and V rows and scales once, whatever a variant reads.")
+    if result["machine"].endswith(("simde-x86_64", "simde-generic")):
+        lines.append("x86: the 'neon' row is SIMDe's build of the NEON source, not NEON (GUIDE section 5).")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lessonkit.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="1K, 8K and 64K only, fewer repeats (under a minute)")
+    p.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
+    p.add_argument("--n-kv-heads", type=int, default=N_KV_HEADS,
+                   help=f"kv heads in the cache (default {N_KV_HEADS}; Qwen3-8B has 8); one is attended")
+    args = p.parse_args(argv)
+    lengths, repeats = (QUICK_LENGTHS, 3) if args.quick else (FULL_LENGTHS, 7)
+    result = run(lengths, repeats, args.n_kv_heads)
+    print(report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**result, "targets": targets(result)}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Memory traffic of the single pass and its two-pass alternatives (introduced in lesson 05):
+an analytic byte model, and valgrind's cache simulation of the kernel call alone.
+
+The model counts the bytes each variant's loads and stores touch, pass by pass, for one kv head.
+The simulation runs native/tools/fa_driver.c under ``valgrind --tool=callgrind --cache-sim=yes``
+with explicit cache sizes (a preset) and collects only the kernel call (``--toggle-collect``):
+reads, writes, first-level and last-level misses. Last-level misses times the line size is the
+traffic to DRAM. valgrind simulates two levels, a first-level data cache and a last level."""
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import native
+
+VARIANTS = ("single", "scalar", "two_pass_scores", "two_pass_recompute")
+SOFTMAXES = ("softmax_naive", "softmax_safe", "softmax_online")
+DRIVER_SOURCE = native.NATIVE_DIR / "tools" / "fa_driver.c"
+
+
+@dataclass(frozen=True)
+class CacheLevel:
+    size: int   # bytes
+    assoc: int  # ways
+    line: int   # bytes
+
+    def valgrind(self) -> str:
+        return f"{self.size},{self.assoc},{self.line}"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    d1: CacheLevel
+    ll: CacheLevel  # the last level valgrind simulates
+
+
+# Cortex-A76 as in the RK3588 (GUIDE section 2: L1d 64 KB, L2 512 KB per core, shared L3 3 MB).
+# valgrind models one last level: "a76" takes the L3, "a76-l2" the L2. (3 MB is simulated
+# 12-way so that the number of sets is a power of two, as valgrind requires.)
+PRESETS = {
+    "a76": Preset("Cortex-A76 (RK3588): L1d 64 KiB, last level = shared L3 3 MiB",
+                  CacheLevel(64 << 10, 4, 64), CacheLevel(3 << 20, 12, 64)),
+    "a76-l2": Preset("Cortex-A76 (RK3588): L1d 64 KiB, last level = L2 512 KiB",
+                     CacheLevel(64 << 10, 4, 64), CacheLevel(512 << 10, 8, 64)),
+}
+
+
+def host_preset() -> Preset:
+    """This machine's L1d and last-level cache, read from /sys (Linux)."""
+    levels = {}
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            kind = (d / "type").read_text().strip()
+            level = int((d / "level").read_text())
+            size = (d / "size").read_text().strip()
+            ways = int((d / "ways_of_associativity").read_text())
+            line = int((d / "coherency_line_size").read_text())
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        size_b = int(size[:-1]) * {"K": 1 << 10, "M": 1 << 20}[size[-1]] if size[-1] in "KM" else int(size)
+        levels[level] = CacheLevel(size_b, ways, line)
+    if 1 not in levels or len(levels) < 2:
+        raise RuntimeError("could not read this machine's caches from /sys; use the 'a76' preset")
+    last = levels[max(levels)]
+    return Preset(f"this machine: L1d {levels[1].size >> 10} KiB, last level {last.size >> 20} MiB",
+                  levels[1], last)
+
+
+def preset(name: str) -> Preset:
+    if name == "host":
+        return host_preset()
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join([*PRESETS, 'host'])}; got {name!r}")
+    return PRESETS[name]
+
+
+# ----------------------------------------------------------------------------- the model
+
+def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
+                line: int = 64) -> dict[str, int]:
+    """Bytes each part of a variant touches, for one kv head, when nothing is reused from cache.
+
+    K and V rows are ``head_dim`` int8 each. The fp32 scales are read one per token, ``nkv``
+    apart, so every token's scale read brings a cache line shared by ``line / (4 nkv)`` tokens:
+    ``4 * nkv`` bytes per token, at most one line. The score array (two_pass_scores) is
+    4 bytes per token, written in pass 1, read and written in pass 2, read in pass 3."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+    T = seq_len
+    scale_bytes = min(4 * n_kv_heads, line) * T  # per pass over K's or V's scales
+    k_reads = 2 if variant == "two_pass_recompute" else 1
+    parts = dict(k=k_reads * T * head_dim, v=T * head_dim, scales=(k_reads + 1) * scale_bytes,
+                 scores_written=0, scores_read=0)
+    if variant == "two_pass_scores":
+        parts["scores_written"] = 2 * 4 * T
+        parts["scores_read"] = 2 * 4 * T
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def softmax_accesses_per_element(variant: str) -> dict[str, int]:
+    """Loads and stores per element of the three softmaxes (Milakov and Gimelshein 2018, table 1)."""
+    return {"softmax_naive": dict(loads=2, stores=1), "softmax_safe": dict(loads=3, stores=1),
+            "softmax_online": dict(loads=2, stores=1)}[variant]
+
+
+# ----------------------------------------------------------------------------- the simulation
+
+@dataclass
+class Simulated:
+    variant: str
+    seq_len: int
+    preset: str
+    instructions: int
+    reads: int       # data reads (loads), any size
+    writes: int
+    d1_misses: int   # first-level data misses (reads + writes)
+    ll_misses: int   # last-level data misses (reads + writes)
+    line: int
+
+    @property
+    def dram_bytes(self) -> int:
+        """Traffic between the last level and memory: one line per last-level miss."""
+        return self.ll_misses * self.line
+
+    @property
+    def l1_bytes(self) -> int:
+        """Traffic into the first-level data cache: one line per first-level miss."""
+        return self.d1_misses * self.line
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "dram_bytes": self.dram_bytes, "l1_bytes": self.l1_bytes}
+
+
+def valgrind_available() -> bool:
+    return shutil.which("valgrind") is not None
+
+
+def driver() -> Path:
+    """The driver program, compiled for valgrind: -O2 -g, and on x86 AVX2 at most (valgrind 3.19
+    cannot run AVX-512 instructions, which -march=native would emit on some CPUs)."""
+    if native.is_arm64():
+        arch = native.arch_flags()
+    else:
+        arch = [f"-I{native.simde_include_dir()}"] if native.simde_include_dir() else []
+        if platform.machine().lower() in ("x86_64", "amd64") and _host_has("avx2"):
+            arch += ["-mavx2", "-mfma"]
+    return native.build_program(DRIVER_SOURCE, ["-O2", "-g", *arch], "fa_driver")
+
+
+def _host_has(flag: str) -> bool:
+    try:
+        return re.search(rf"\b{flag}\b", Path("/proc/cpuinfo").read_text()) is not None
+    except OSError:
+        return False
+
+
+def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
+             block_size: int = 64, preset_name: str = "a76", warm: bool = False) -> Simulated:
+    """Run one call of ``variant`` (a kernel of VARIANTS or a softmax of SOFTMAXES, over
+    ``seq_len`` floats) under valgrind's cache simulation and return its counts. Cold (the
+    default): nothing of the data is in the simulated caches; warm: after one call of the same."""
+    if variant not in VARIANTS + SOFTMAXES:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS + SOFTMAXES)}; got {variant!r}")
+    if not valgrind_available():
+        raise RuntimeError("valgrind is not installed (Debian/Ubuntu: sudo apt install valgrind; "
+                           "it does not run on macOS): the lesson shows its saved results instead")
+    p = preset(preset_name)
+    measured = "measured_softmax" if variant in SOFTMAXES else "measured_call"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        cmd = ["valgrind", "--tool=callgrind", "--cache-sim=yes", f"--D1={p.d1.valgrind()}",
+               f"--LL={p.ll.valgrind()}", f"--I1={p.d1.valgrind()}", f"--toggle-collect={measured}",
+               f"--callgrind-out-file={out}", str(driver()), variant, str(seq_len), str(head_dim),
+               str(n_kv_heads), str(block_size), "warm" if warm else "cold", str(2 * p.ll.size)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"valgrind failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+        text = out.read_text()
+    events = re.search(r"^events: (.*)$", text, re.M).group(1).split()
+    totals = [int(x) for x in re.search(r"^totals: (.*)$", text, re.M).group(1).split()]
+    c = dict(zip(events, totals + [0] * (len(events) - len(totals))))  # trailing zeros are omitted
+    return Simulated(variant, seq_len, preset_name, c["Ir"], c["Dr"], c["Dw"],
+                     c["D1mr"] + c["D1mw"], c["DLmr"] + c["DLmw"], p.ll.line)

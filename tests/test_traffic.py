@@ -1,0 +1,77 @@
+"""lessonkit.traffic: the byte model by hand, and valgrind's simulation against it."""
+from __future__ import annotations
+
+import pytest
+
+from lessonkit import traffic
+
+needs_valgrind = pytest.mark.skipif(not traffic.valgrind_available(), reason="valgrind is not installed")
+
+
+def test_model_by_hand():
+    T, hd = 1000, 128
+    single = traffic.model_bytes("single", T, hd, n_kv_heads=1)
+    assert single == dict(k=T * hd, v=T * hd, scales=2 * 4 * T, scores_written=0, scores_read=0,
+                          total=2 * T * hd + 8 * T)
+    rec = traffic.model_bytes("two_pass_recompute", T, hd)
+    assert rec["k"] == 2 * T * hd and rec["scales"] == 3 * 4 * T
+    scores = traffic.model_bytes("two_pass_scores", T, hd)
+    assert scores["scores_written"] == scores["scores_read"] == 8 * T
+    # with 8 kv heads each token's scale read costs 32 bytes of its line; 16+ heads: a whole line
+    assert traffic.model_bytes("single", T, hd, n_kv_heads=8)["scales"] == 2 * 32 * T
+    assert traffic.model_bytes("single", T, hd, n_kv_heads=32)["scales"] == 2 * 64 * T
+    with pytest.raises(ValueError, match="variant must be one of"):
+        traffic.model_bytes("three_pass", T)
+
+
+def test_presets():
+    a76 = traffic.preset("a76")
+    assert a76.d1.size == 64 << 10 and a76.ll.size == 3 << 20
+    assert traffic.preset("a76-l2").ll.size == 512 << 10
+    for p in (a76, traffic.preset("a76-l2")):  # valgrind needs a power-of-two number of sets
+        for level in (p.d1, p.ll):
+            sets = level.size // (level.assoc * level.line)
+            assert sets & (sets - 1) == 0
+    with pytest.raises(ValueError, match="preset must be one of"):
+        traffic.preset("m1")
+
+
+@needs_valgrind
+@pytest.mark.parametrize("variant", ["single", "two_pass_recompute"])
+def test_simulation_matches_the_model_at_long_context(variant):
+    """At 64K tokens (16 MiB of K and V, far above the simulated 3 MiB last level) every byte of
+    the model comes from DRAM exactly once per read: the simulation agrees within 10%."""
+    sim = traffic.simulate(variant, 65536, preset_name="a76")
+    model = traffic.model_bytes(variant, 65536)["total"]
+    assert abs(sim.dram_bytes / model - 1) < 0.10, (sim.dram_bytes, model)
+
+
+@needs_valgrind
+def test_recompute_reads_k_twice():
+    T = 65536
+    single = traffic.simulate("single", T)
+    rec = traffic.simulate("two_pass_recompute", T)
+    k_once = traffic.model_bytes("single", T)["k"] + 4 * T  # K rows and K scales
+    assert abs((rec.dram_bytes - single.dram_bytes) / k_once - 1) < 0.10
+
+
+@needs_valgrind
+def test_warm_small_cache_reads_nothing_from_dram():
+    """1K tokens (264 KB) fit in the simulated 3 MiB last level: after a first call, none of it
+    comes from DRAM again."""
+    assert traffic.simulate("single", 1024, warm=True).dram_bytes == 0
+    assert traffic.simulate("single", 1024).dram_bytes >= traffic.model_bytes("single", 1024)["total"]
+
+
+@needs_valgrind
+@pytest.mark.parametrize("variant,accesses", [("softmax_naive", 3), ("softmax_safe", 4),
+                                              ("softmax_online", 3)])
+def test_softmax_memory_accesses_per_element(variant, accesses):
+    """Milakov and Gimelshein's table: naive 3, safe 4, online 3 accesses per element. Over 1M
+    floats (4 MiB, above the last level) each access is one element of DRAM traffic."""
+    n = 1 << 20
+    sim = traffic.simulate(variant, n)
+    per_element = sim.dram_bytes / (4 * n)
+    assert abs(per_element - accesses) < 0.1, per_element
+    model = traffic.softmax_accesses_per_element(variant)
+    assert model["loads"] + model["stores"] == accesses
