@@ -113,7 +113,6 @@ def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS) -> dict:
             progress(f"seq_len {T}: numpy over the int8 cache")
             row["numpy_int8"] = median_ns(lambda: numpy_int8(q, cache, kv_head, scale), max(3, repeats // 2))
         result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns) for name, ns in row.items()}
-        del cache, K, V
     return result
 
 
