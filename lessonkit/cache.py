@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import native
 from . import validate as check
 from .quant import dequantize, quantize_kv_rows_into
 
@@ -71,6 +72,7 @@ class KVCacheQ8:
         if n == 0:
             return
         self._reserve(self.seq_len + n)
+        ffi, lib = native.load()
         t = self.seq_len
         while t < self.seq_len + n:
             blk, row = divmod(t, self.block_size)
@@ -80,20 +82,23 @@ class KVCacheQ8:
                                       (v, self._v_blocks, self._v_scale)):
                 quantize_kv_rows_into(x[src].reshape(-1, self.head_dim),
                                       blocks[blk][row:row + m].reshape(-1, self.head_dim),
-                                      scales[t:t + m].reshape(-1))
+                                      scales[t:t + m].reshape(-1), ffi, lib)
             t += m
         self.seq_len += n
 
     def _reserve(self, n_tokens: int) -> None:
         """Add blocks (and grow the scale arrays and pointer tables) to hold n_tokens."""
+        first_new = self.n_blocks
         while self.n_blocks * self.block_size < n_tokens:
             for blocks in (self._k_blocks, self._v_blocks):
                 blocks.append(np.zeros((self.block_size, self.kv_dim), np.int8))
         if self._k_ptrs.shape[0] < self.n_blocks:
             size = max(self.n_blocks, 2 * self._k_ptrs.shape[0])
-            self._k_ptrs = np.zeros(size, np.uintp)
-            self._v_ptrs = np.zeros(size, np.uintp)
-        for i in range(self.n_blocks):
+            for name in ("_k_ptrs", "_v_ptrs"):
+                grown = np.zeros(size, np.uintp)
+                grown[:first_new] = getattr(self, name)[:first_new]
+                setattr(self, name, grown)
+        for i in range(first_new, self.n_blocks):  # blocks never move: only new ones need an entry
             self._k_ptrs[i] = self._k_blocks[i].ctypes.data
             self._v_ptrs[i] = self._v_blocks[i].ctypes.data
         if self._k_scale.shape[0] < n_tokens:

@@ -122,9 +122,11 @@ def _sources(src_dir: Path) -> list[Path]:
 
 
 def _fingerprint(src_dir: Path) -> tuple:
-    """Cheap change detection: name, size and mtime of each source and header."""
-    files = sorted([*src_dir.glob("*.c"), *src_dir.glob("*.h")])
-    return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    """Cheap change detection: name, size and mtime of each source and header (one directory
+    scan, no path globbing: load() runs it before every kernel call)."""
+    with os.scandir(src_dir) as entries:
+        files = [(e.name, e.stat()) for e in entries if e.name.endswith((".c", ".h")) and e.is_file()]
+    return tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in files))
 
 
 def _build_key(src_dir: Path, cc: str, flags: list[str], more_files: list[Path] = ()) -> str:

@@ -41,10 +41,12 @@ def quantize_kv_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes, scales
 
 
-def quantize_kv_rows_into(x: np.ndarray, codes: np.ndarray, scales: np.ndarray) -> None:
+def quantize_kv_rows_into(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, ffi=None, lib=None) -> None:
     """Write the codes of x [n, hd] into the contiguous int8 view ``codes`` [n, hd] and the raw
-    maxima into ``scales`` [n]; the caller has checked shapes and values."""
-    ffi, lib = native.load()
+    maxima into ``scales`` [n]; the caller has checked shapes and values (and may pass the
+    loaded ``ffi, lib`` when it quantizes many chunks)."""
+    if lib is None:
+        ffi, lib = native.load()
     n, hd = x.shape
     lib.kvq8_quantize_rows(ffi.from_buffer("float[]", x), n, hd, hd,
                            ffi.from_buffer("int8_t[]", codes, require_writable=True), hd,

@@ -42,7 +42,7 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
             k, v, ks, vs, T, kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
 
     if cold:
-        flush = np.zeros(max(64 << 20, 4 * _last_level_bytes()), np.uint8)
+        flush = _flush_buffer()
         fbuf = ffi.from_buffer("unsigned char[]", flush, require_writable=True)
         return float(np.median([lib.fa_time_call_cold(VARIANTS[backend], fbuf, flush.nbytes, *args)
                                 for _ in range(repeats)]))
@@ -64,3 +64,14 @@ def _last_level_bytes() -> int:
         return host_preset().ll.size
     except Exception:  # no /sys (macOS): assume a large last level
         return 64 << 20
+
+
+_flush: list[np.ndarray] = []
+
+
+def _flush_buffer() -> np.ndarray:
+    """The buffer written before a cold call: 4 x the last-level cache, at least 64 MiB,
+    allocated once per process."""
+    if not _flush:
+        _flush.append(np.zeros(max(64 << 20, 4 * _last_level_bytes()), np.uint8))
+    return _flush[0]

@@ -40,7 +40,8 @@ class Preset:
     ll: CacheLevel  # the last level valgrind simulates
 
 
-# Cortex-A76 as in the RK3588 (GUIDE section 2: L1d 64 KB, L2 512 KB per core, shared L3 3 MB).
+# Cortex-A76 as in the RK3588: L1d 64 KB (Arm's Cortex-A76 manual), L2 512 KB per core and a
+# shared L3 of 3 MB (GUIDE section 2).
 # valgrind models one last level: "a76" takes the L3, "a76-l2" the L2. (3 MB is simulated
 # 12-way so that the number of sets is a power of two, as valgrind requires.)
 PRESETS = {

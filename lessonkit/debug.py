@@ -1,0 +1,663 @@
+"""The article's debugging tasks with a real debugger, and "break it, rebuild, see" (introduced in
+lesson 06; article 9-2, sections 3 and 4).
+
+Tier A (A 档) asks: put a breakpoint in the kernel of a debug build, run one generation, and observe
+``seq_len`` at entry, whether the token loop runs exactly ``seq_len`` times, and whether ``M`` never
+decreases. Here that runs on any machine with gdb:
+
+    obs = observe_generation(16)   # lessonkit.toy.generate(16, debug=True) under gdb, batch mode
+    obs.records[0]                 # one CallRecord per kernel call: seq_len, iterations, M after each token
+    obs.summary()                  # the three observations, computed from the records
+    print(by_hand_commands(16))    # the same in a terminal, typed by hand
+    observe_aarch64()              # the real aarch64 build (sdot) under qemu-aarch64 + gdb-multiarch
+
+Where gdb is missing, ``observe_generation`` says so and makes the same records from the traced
+build of the kernel instead (``source == "trace"``).
+
+Break it (article section 3): ``copy_native()`` copies native/ into a temporary folder,
+``edit_line`` changes one line of the copy, ``lessonkit.native.load(src_dir=copy)`` builds and
+loads it; ``BREAKS`` holds the two edits of lesson 06 (no online rescale; truncation instead of
+rounding) and ``break_kernel(kind)`` does all three steps. The student's own native/ is never touched.
+"""
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import native, source
+from .attention import attend
+from .cache import KVCacheQ8
+from .synthetic import cache_with_scores
+from .trace import Trace, run_traced
+from .toy import ToyConfig, generate
+
+KERNEL = "flash_attn_single_q_q8_neon"
+# Where the gdb breakpoints go, found by text (never by a typed line number):
+TOKEN_TEXT = "v_cache_q8[t / kv_bs]"   # segment 3, after this token's update of M and S
+LEAVE_TEXT = "float inv"               # segment 4's first statement: the token loop is over
+MARK = "@@"                            # prefix of the lines our gdb commands print
+
+
+# ============================================================================ gdb: tier A
+
+@dataclass(frozen=True)
+class Breakpoints:
+    """The three places the gdb run stops, with the line numbers of the current source."""
+    file: str        # the kernel file's name, as gdb's linespec wants it
+    token_line: int  # segment 3: once per token, M and S already updated for token t
+    leave_line: int  # segment 4: the call's last stop
+    function: str = KERNEL
+
+
+def breakpoints(path: Path | str = source.KERNEL_FILE) -> Breakpoints:
+    """Find the breakpoint lines in the kernel source by their text, inside their segments.
+
+    Why not the ``TRACE_TOKEN(`` line: in the fast and debug builds that macro is empty, so the
+    line has no machine code of its own and a breakpoint there would land in the traced copy of
+    the kernel only. The line that finds token t's V row runs once per token, right after
+    ``S += vsf``, so M and S there are the values after token t."""
+    return Breakpoints(Path(path).name, source.find_line(TOKEN_TEXT, segment=3, path=path),
+                       source.find_line(LEAVE_TEXT, segment=4, path=path))
+
+
+def gdb_commands(bp: Breakpoints | None = None) -> str:
+    """The gdb command file of the batch run (without the final ``run``): a breakpoint at the
+    kernel's entry, one in segment 3, one in segment 4, each printing one parseable line."""
+    bp = bp or breakpoints()
+    return "\n".join([
+        "set pagination off",
+        "set confirm off",
+        "set breakpoint pending on",       # the library is not loaded yet: cffi dlopens it later
+        "set print thread-events off",
+        f"break {bp.function}",
+        "commands", "silent",
+        f'printf "{MARK}enter seq_len=%d kh_off=%d hd=%d\\n", seq_len, kh_off, hd',
+        "continue", "end",
+        f"break {bp.file}:{bp.token_line}",
+        "commands", "silent",
+        f'printf "{MARK}token t=%d s=%.9g M=%.9g S=%.9g\\n", t, s, M, S',
+        "continue", "end",
+        f"break {bp.file}:{bp.leave_line}",
+        "commands", "silent",
+        f'printf "{MARK}leave S=%.9g\\n", S',
+        "continue", "end",
+    ]) + "\n"
+
+
+def gdb_path() -> str | None:
+    return shutil.which("gdb")
+
+
+def line_functions(line: int, library: Path | str | None = None,
+                   file: str = source.KERNEL_FILE.name) -> list[str]:
+    """The functions of the debug library that have machine code for ``file:line``, as gdb's
+    ``info line`` reports them ([] without gdb). An empty hook macro such as ``TRACE_TOKEN`` has
+    code only in the traced copy of the kernel."""
+    gdb = gdb_path()
+    if gdb is None:
+        return []
+    lib = library or native.library_path(debug=True)
+    out = subprocess.run([gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off",
+                          "-ex", f"info line {file}:{line}", str(lib)],
+                         capture_output=True, text=True, timeout=60).stdout
+    return sorted(set(re.findall(r"starts at address 0x[0-9a-f]+ <([A-Za-z_]\w*)", out)))
+
+
+@dataclass
+class CallRecord:
+    """What the debugger saw in one kernel call."""
+    call: int            # index of the call in the run
+    seq_len: int         # the argument, at entry
+    kv_head: int         # kh_off / hd
+    t: list[int]         # the token index at each stop in segment 3, in order
+    s: list[float]       # the token's score there
+    M: list[float]       # M after that token
+    S: list[float]       # S after that token
+    final_S: float | None = None  # S at segment 4
+    step: int | None = None       # the generation step (from the toy's call order)
+    q_head: int | None = None
+
+    @property
+    def iterations(self) -> int:
+        """How many times the token loop ran (stops in segment 3)."""
+        return len(self.t)
+
+    @property
+    def loop_runs_seq_len(self) -> bool:
+        """Exactly seq_len iterations, for t = 0, 1, ..., seq_len - 1 in order."""
+        return self.t == list(range(self.seq_len))
+
+    @property
+    def M_non_decreasing(self) -> bool:
+        return all(b >= a for a, b in zip(self.M, self.M[1:]))
+
+
+def parse_gdb_output(text: str) -> list[CallRecord]:
+    """Turn the lines printed by ``gdb_commands`` into one CallRecord per kernel entry. Lines
+    without the marker (gdb's own messages, the program's output) are ignored; the marker may
+    follow other text on the same line. Raises ValueError on a stop outside a call."""
+    records: list[CallRecord] = []
+    pat = re.compile(re.escape(MARK) + r"(enter|token|leave) (.*)")
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = pat.search(line)
+        if not m:
+            continue
+        kind, rest = m.groups()
+        try:
+            vals = dict(kv.split("=", 1) for kv in rest.split())
+            if kind == "enter":
+                hd = int(vals["hd"])
+                records.append(CallRecord(len(records), int(vals["seq_len"]),
+                                          int(vals["kh_off"]) // hd if hd else -1, [], [], [], []))
+                continue
+            if not records or records[-1].final_S is not None:
+                raise ValueError(f"a {kind} stop outside a kernel call")
+            r = records[-1]
+            if kind == "token":
+                r.t.append(int(vals["t"]))
+                r.s.append(float(vals["s"]))
+                r.M.append(float(vals["M"]))
+                r.S.append(float(vals["S"]))
+            else:
+                r.final_S = float(vals["S"])
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"line {n} of the gdb output: {line.strip()!r}: {e}") from None
+    return records
+
+
+@dataclass
+class Observation:
+    """The records of one observed generation, and how they were obtained."""
+    records: list[CallRecord]
+    source: str                    # "gdb" or "trace"
+    n_tokens: int
+    config: ToyConfig
+    tokens: list[int] = field(default_factory=list)  # the generated ids, as the program printed them
+    commands: str = ""             # the gdb command file used ("" for the trace)
+    message: str = ""              # why the trace was used, if it was
+
+    @property
+    def calls_per_step(self) -> int:
+        return self.config.n_q_heads
+
+    def summary(self) -> dict:
+        """The three observations of tier A, computed from the records."""
+        rs = self.records
+        seq = [r.seq_len for r in rs]
+        per_head = {}
+        for r in rs:
+            per_head.setdefault(r.q_head, []).append(r.seq_len)
+        steps = [seq[i:i + self.calls_per_step] for i in range(0, len(seq), self.calls_per_step)]
+        return {
+            "kernel calls": len(rs),
+            "calls per step": self.calls_per_step,
+            "seq_len at first call": seq[0] if seq else None,
+            "seq_len at last call": seq[-1] if seq else None,
+            "same seq_len for all calls of a step": all(len(set(s)) == 1 for s in steps),
+            "seq_len grows by one per step": all(b[0] - a[0] == 1 for a, b in zip(steps, steps[1:])),
+            "seq_len grows by one per call of each query head":
+                all(all(b - a == 1 for a, b in zip(v, v[1:])) for v in per_head.values()),
+            "token loop ran exactly seq_len times in every call": all(r.loop_runs_seq_len for r in rs),
+            "M never decreased within a call": all(r.M_non_decreasing for r in rs),
+            "token-loop iterations in all": sum(r.iterations for r in rs),
+        }
+
+    def table(self, calls=None) -> str:
+        """A text table of some calls (default: the first and last step's)."""
+        rs = self.records
+        if calls is None:
+            k = self.calls_per_step
+            calls = [*range(min(k, len(rs))), *range(max(k, len(rs) - k), len(rs))]
+        out = [f"{'call':>4} {'step':>4} {'q head':>6} {'kv head':>7} {'seq_len':>7} {'loop ran':>8}  "
+               f"{'t in order':>10}  {'M non-decr.':>11}  M after the last token"]
+        for i in calls:
+            r = rs[i]
+            out.append(f"{r.call:>4} {r.step:>4} {r.q_head:>6} {r.kv_head:>7} {r.seq_len:>7} {r.iterations:>8}  "
+                       f"{str(r.loop_runs_seq_len):>10}  {str(r.M_non_decreasing):>11}  {r.M[-1]:.4f}")
+        return "\n".join(out)
+
+
+def _annotate(records: list[CallRecord], calls) -> None:
+    """Give each record the step and query head of the toy's call with the same index."""
+    for r, c in zip(records, calls):
+        r.step, r.q_head = c.step, c.q_head
+
+
+def _child_code(n_tokens: int, config: ToyConfig) -> str:
+    conf = "" if config == ToyConfig() else f"config=toy.{config!r}, "
+    return f"from lessonkit import toy; toy.generate({n_tokens}, {conf}debug=True)"
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(native.REPO_DIR), env.get("PYTHONPATH")]))
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"   # no thread pools: fewer threads for gdb to follow, a shorter run
+    return env
+
+
+def records_from_trace(n_tokens: int, config: ToyConfig | None = None) -> tuple[list[CallRecord], list[int]]:
+    """The same records without a debugger: the toy generation on the traced build of the kernel.
+    The iterations are the tokens whose V row the kernel recorded (``trace.v_rows`` starts at 0
+    and each pass through segment 3 writes a nonzero address)."""
+    config = config or ToyConfig()
+    gen = generate(n_tokens, config=config, trace=True, verbose=False)
+    records = []
+    for i, (c, tr) in enumerate(zip(gen.calls, gen.traces)):
+        done = np.flatnonzero(tr.v_rows != 0).tolist()
+        records.append(CallRecord(i, c.seq_len, c.kv_head, done, tr.s[done].tolist(),
+                                  tr.M[done].tolist(), tr.S[done].tolist(), float(tr.S[-1])))
+    _annotate(records, gen.calls)
+    return records, gen.tokens
+
+
+def _run_bounded(argv: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+    """Run a command in its own process group; on timeout kill the whole group (gdb and the
+    program it debugs), then raise subprocess.TimeoutExpired."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def run_under_gdb(n_tokens: int = 16, config: ToyConfig | None = None, timeout: float = 120.0):
+    """The batch run itself: (gdb's stdout, stderr, the command file). gdb must be installed."""
+    config = config or ToyConfig()
+    native.build(debug=True)   # build in this process, so the child finds it ready
+    commands = gdb_commands()
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd_file = Path(tmp) / "tier_a.gdb"
+        cmd_file.write_text(commands + "run\n")
+        argv = [gdb_path(), "-batch", "-nx", "-iex", "set debuginfod enabled off",
+                "-iex", "set auto-load python-scripts off", "-x", str(cmd_file),
+                "--args", sys.executable, "-c", _child_code(n_tokens, config)]
+        proc = _run_bounded(argv, timeout, cwd=native.REPO_DIR, env=_child_env())
+    return proc.stdout, proc.stderr, commands
+
+
+def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_gdb: bool | None = None,
+                       timeout: float = 120.0) -> Observation:
+    """Run ``lessonkit.toy.generate(n_tokens, debug=True)`` in a child Python under gdb (batch mode,
+    breakpoints pending until cffi loads the -O0 -g library) and return one CallRecord per kernel
+    call. The child loads the debug library itself, through ``lessonkit.native.load(debug=True)``,
+    so the breakpoints stop in the very code a student would step through.
+
+    ``use_gdb``: None (default) uses gdb where it is installed and works; without gdb, or when it
+    cannot run the program (e.g. a system that forbids ptrace), the records come from the traced
+    build instead and ``message`` says why. True requires gdb (raises RuntimeError otherwise);
+    False always uses the trace."""
+    config = config or ToyConfig()
+    gdb = gdb_path()
+    expected = generate(n_tokens, config=config, verbose=False).calls   # the call order, fast build
+
+    def from_trace(why: str) -> Observation:
+        records, tokens = records_from_trace(n_tokens, config)
+        return Observation(records, "trace", n_tokens, config, tokens,
+                           message=why + "; the records come from the traced build of the kernel instead")
+
+    if use_gdb is False:
+        return from_trace("gdb not requested")
+    if gdb is None:
+        why = ("gdb is not installed (Debian/Ubuntu: sudo apt install gdb; macOS: brew install gdb, "
+               "or do tier A by hand with lldb)")
+        if use_gdb:
+            raise RuntimeError(why)
+        return from_trace(why)
+    try:
+        out, err, commands = run_under_gdb(n_tokens, config, timeout)
+        records = parse_gdb_output(out)
+        if len(records) != len(expected):
+            tail = "\n".join((out + err).strip().splitlines()[-15:])
+            raise RuntimeError(f"gdb saw {len(records)} kernel calls, expected {len(expected)}; "
+                               f"the end of its output:\n{tail}")
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        if use_gdb:
+            raise RuntimeError(f"the gdb run failed: {e}") from e
+        return from_trace(f"gdb could not run the generation ({str(e).splitlines()[0]})")
+    _annotate(records, expected)
+    m = re.search(r"generated token ids: \[([\d, ]*)\]", out)
+    tokens = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
+    return Observation(records, "gdb", n_tokens, config, tokens, commands=commands)
+
+
+def by_hand_commands(n_tokens: int = 16, config: ToyConfig | None = None) -> str:
+    """The session to type in a terminal, from the workbook's folder, for tier A by hand."""
+    bp = breakpoints()
+    config = config or ToyConfig()
+    last = n_tokens  # seq_len in the last step, with the default one-token prompt
+    steps = [
+        ("# in a terminal, in the workbook's folder (the one with Makefile and native/):", ""),
+        (".venv/bin/python -m lessonkit build --debug", "the -O0 -g library, once"),
+        (f"gdb --args .venv/bin/python -c \"{_child_code(n_tokens, config)}\"", ""),
+        ("(gdb) set breakpoint pending on", "the library is loaded later, by cffi"),
+        (f"(gdb) break {bp.function}", "breakpoint 1: the entry"),
+        (f"(gdb) break {bp.file}:{bp.token_line}", "breakpoint 2: segment 3, once per token"),
+        ("(gdb) run", ""),
+        ("(gdb) print seq_len", "at the entry"),
+        ("(gdb) continue", "now in segment 3, token 0"),
+        ("(gdb) print t", ""),
+        ("(gdb) print M", ""),
+        ("(gdb) info locals", "s, vsf, ... of this token"),
+        ("(gdb) next", "vt is set now"),
+        ("(gdb) p/d *vt@16", "V's int8 codes as numbers ('p vt' prints a string)"),
+        (f"(gdb) condition 1 seq_len == {last}", "entry stops only in the last step"),
+        ("(gdb) disable 2", "no segment-3 stops until 'enable 2'"),
+        ("(gdb) continue", f"runs on to the first call with seq_len {last}"),
+        ("(gdb) enable 2", ""),
+        ("(gdb) info breakpoints", "'breakpoint already hit N times'"),
+        ("(gdb) continue", ""),
+        ("(gdb) quit", ""),
+    ]
+    width = max(len(cmd) for cmd, note in steps if note) + 2
+    lines = [f"{cmd:<{width}}# {note}" if note else cmd for cmd, note in steps]
+    lines.append(f"# line {bp.token_line} is the line of segment 3 that contains '{TOKEN_TEXT}'; "
+                 "lessonkit.debug.breakpoints() finds it again after you edit the file")
+    return "\n".join(lines)
+
+
+# ============================================================================ aarch64 under qemu
+
+A64_TOOLS = ("aarch64-linux-gnu-gcc", "qemu-aarch64", "gdb-multiarch")
+A64_SYSROOT = "/usr/aarch64-linux-gnu"
+A64_FLAGS = ["-std=gnu11", "-O0", "-g", "-march=armv8.2-a+dotprod"]
+DRIVER = native.NATIVE_DIR / "tools" / "fa_driver.c"
+
+
+def aarch64_tools() -> dict[str, str | None]:
+    """Where each tool of the aarch64 recipe is (None: missing)."""
+    return {t: shutil.which(t) for t in A64_TOOLS}
+
+
+def aarch64_recipe(seq_len: int = 20, head_dim: int = 64, n_kv_heads: int = 2, block_size: int = 8,
+                   port: int = 1234) -> str:
+    """The commands of the aarch64 recipe, to run by hand from the workbook's folder."""
+    bp = breakpoints()
+    return "\n".join([
+        "# Debian/Ubuntu: sudo apt install gcc-aarch64-linux-gnu qemu-user gdb-multiarch",
+        "# 1. cross-compile the driver (it builds a q8 cache and calls the kernel once) with the kernel, -O0 -g:",
+        f"aarch64-linux-gnu-gcc {' '.join(A64_FLAGS)} -Inative native/tools/fa_driver.c native/*.c -lm -o fa_driver_a64",
+        f"# 2. run it under qemu, stopped until a debugger connects on port {port}:",
+        f"qemu-aarch64 -L {A64_SYSROOT} -g {port} ./fa_driver_a64 single {seq_len} {head_dim} {n_kv_heads} {block_size} cold 4096 &",
+        "# 3. connect gdb-multiarch and stop in the kernel:",
+        f"gdb-multiarch -ex 'set sysroot {A64_SYSROOT}' -ex 'file fa_driver_a64' -ex 'target remote :{port}'",
+        f"(gdb) break {bp.function}",
+        f"(gdb) break {bp.file}:{bp.token_line}",
+        "(gdb) continue",
+        f"(gdb) print seq_len                  # {seq_len}",
+        "(gdb) disassemble i8x16_dot_s32      # the sdot instruction of the dot-product extension",
+        "(gdb) continue                       # segment 3, token 0: print t, print M",
+        "# on the board itself (RK3588), no qemu: the x86 session above works as it is, with gdb.",
+    ])
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class A64Observation:
+    record: CallRecord
+    sdot: bool              # the disassembly of i8x16_dot_s32 holds an sdot instruction
+    disassembly: list[str]  # its instruction lines
+    commands: str
+
+
+def observe_aarch64(seq_len: int = 20, head_dim: int = 64, n_kv_heads: int = 2, block_size: int = 8,
+                    timeout: float = 60.0, workdir: Path | str | None = None) -> A64Observation:
+    """The aarch64 recipe, run: cross-compile ``native/tools/fa_driver.c`` with the kernel
+    (``-O0 -g -march=armv8.2-a+dotprod``), start it under ``qemu-aarch64 -g PORT`` (a free local
+    port), connect ``gdb-multiarch`` with ``target remote``, and record the one kernel call as
+    observe_generation does (seq_len at entry, the token loop, M), plus whether the dot helper
+    was compiled to ``sdot``. Raises RuntimeError when a tool is missing; every wait is bounded."""
+    missing = [t for t, p in aarch64_tools().items() if p is None]
+    if missing:
+        raise RuntimeError(f"missing: {', '.join(missing)} (Debian/Ubuntu: sudo apt install "
+                           "gcc-aarch64-linux-gnu qemu-user gdb-multiarch)")
+    own_tmp = workdir is None
+    work = Path(tempfile.mkdtemp(prefix="fa_a64_") if own_tmp else workdir)
+    qemu = None
+    try:
+        exe = work / "fa_driver_a64"
+        cc = subprocess.run(["aarch64-linux-gnu-gcc", *A64_FLAGS, f"-I{native.NATIVE_DIR}", str(DRIVER),
+                             *map(str, sorted(native.NATIVE_DIR.glob("*.c"))), "-lm", "-o", str(exe)],
+                            capture_output=True, text=True, timeout=timeout)
+        if cc.returncode != 0:
+            raise RuntimeError("cross-compilation failed:\n" + cc.stderr[-2000:])
+        port = _free_port()
+        qemu = subprocess.Popen(["qemu-aarch64", "-L", A64_SYSROOT, "-g", str(port), str(exe), "single",
+                                 str(seq_len), str(head_dim), str(n_kv_heads), str(block_size), "cold", "4096"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        commands = "\n".join([f"set sysroot {A64_SYSROOT}", f"file {exe}",
+                              "set tcp connect-timeout 20", f"target remote :{port}", gdb_commands(),
+                              f"echo {MARK}disassembly\\n", "disassemble i8x16_dot_s32",
+                              f"echo {MARK}end disassembly\\n", "continue"]) + "\n"
+        cmd_file = work / "a64.gdb"
+        cmd_file.write_text(commands)
+        gdb = _run_bounded(["gdb-multiarch", "-batch", "-nx", "-iex", "set debuginfod enabled off",
+                            "-x", str(cmd_file)], timeout)
+        qemu.wait(timeout=timeout)
+        records = parse_gdb_output(gdb.stdout)
+        if len(records) != 1:
+            raise RuntimeError(f"gdb-multiarch saw {len(records)} kernel calls, expected 1:\n"
+                               + (gdb.stdout + gdb.stderr)[-2000:])
+        dis = gdb.stdout.split(f"{MARK}disassembly", 1)[-1].split(f"{MARK}end disassembly", 1)[0]
+        lines = [l.strip() for l in dis.splitlines() if re.match(r"\s*0x[0-9a-f]+", l)]
+        return A64Observation(records[0], any(re.search(r"\bsdot\b", l) for l in lines), lines,
+                              commands.replace(str(work) + os.sep, ""))
+    finally:
+        if qemu is not None and qemu.poll() is None:
+            qemu.kill()
+            qemu.wait(timeout=10)
+        if own_tmp:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+# ============================================================================ break it, rebuild, see
+
+def copy_native(parent: Path | str | None = None) -> Path:
+    """Copy native/ (without its tests/) into a new temporary folder; return the copy's path.
+    Builds of the copy go to ``<copy>/../.build``, inside the same temporary folder."""
+    parent = Path(tempfile.mkdtemp(prefix="native_copy_") if parent is None else parent)
+    dest = parent / "native"
+    shutil.copytree(native.NATIVE_DIR, dest, ignore=shutil.ignore_patterns("tests"))
+    return dest
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the one line of ``file`` (inside kernel segment ``segment``, if given) that
+    contains ``text`` by ``new`` (with the old line's indentation); ``new=None`` comments it out."""
+    file: str
+    text: str
+    new: str | None = None
+    segment: int | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    file: str
+    line: int
+    old: str
+    new: str
+
+
+def edit_line(copy: Path | str, edit: Edit) -> Change:
+    """Apply one Edit to a copy of native/ (never to native/ itself) and return what changed."""
+    copy = Path(copy).resolve()
+    if copy == native.NATIVE_DIR.resolve():
+        raise ValueError("edit a copy (lessonkit.debug.copy_native()), not the workbook's native/")
+    path = copy / edit.file
+    n = source.find_line(edit.text, segment=edit.segment, path=path)
+    lines = path.read_text().splitlines(keepends=True)
+    old = lines[n - 1].rstrip("\n")
+    indent = old[:len(old) - len(old.lstrip())]
+    new = indent + (edit.new if edit.new is not None else f"// removed in lesson 06: {old.strip()}")
+    lines[n - 1] = new + "\n"
+    path.write_text("".join(lines))
+    return Change(edit.file, n, old, new)
+
+
+KERNEL_C = source.KERNEL_FILE.name
+SIMD_H = source.SIMD_HEADER.name
+BREAKS = {
+    # article section 3: no online rescale. On a new max, S and VKQ keep their old scale.
+    "no_rescale": (Edit(KERNEL_C, "S *= ms;", segment=3),
+                   Edit(KERNEL_C, "vmulq_f32(vld1q_f32(VKQ + i), msv)", segment=3)),
+    # q_code: truncation toward zero instead of rounding half away from zero
+    "truncate": (Edit(SIMD_H, "int r = (int)(v + (v >= 0.0f ? 0.5f : -0.5f));", "int r = (int)v;"),),
+}
+
+
+@dataclass
+class BrokenKernel:
+    kind: str
+    copy: Path
+    changes: list[Change]
+    ffi: object
+    lib: object
+
+    def restore(self) -> None:
+        """Delete the copy (the library already loaded stays usable until the process ends)."""
+        shutil.rmtree(self.copy.parent, ignore_errors=True)
+        _broken.pop(self.kind, None)
+
+
+_broken: dict[str, BrokenKernel] = {}
+
+
+@atexit.register
+def _remove_copies() -> None:
+    """Copies made by break_kernel go away with the process that made them."""
+    for b in list(_broken.values()):
+        b.restore()
+
+
+def break_kernel(kind: str) -> BrokenKernel:
+    """Copy native/, apply ``BREAKS[kind]``, build and load the copy (cached per kind for this
+    process, so that a notebook and the exercise checks share one build)."""
+    if kind not in BREAKS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, BREAKS))}; got {kind!r}")
+    if kind not in _broken or not _broken[kind].copy.is_dir():
+        copy = copy_native()
+        changes = [edit_line(copy, e) for e in BREAKS[kind]]
+        ffi, lib = native.load(src_dir=copy)
+        _broken[kind] = BrokenKernel(kind, copy, changes, ffi, lib)
+    return _broken[kind]
+
+
+def call_kernel(ffi, lib, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
+    """One call of ``flash_attn_single_q_q8_neon`` from a given library (e.g. an edited copy)."""
+    out = np.empty(cache.head_dim, np.float32)
+    lib.flash_attn_single_q_q8_neon(ffi.from_buffer("float[]", out, require_writable=True),
+                                    ffi.from_buffer("float[]", np.ascontiguousarray(q, np.float32)),
+                                    *cache.kernel_args(kv_head, ffi), cache.head_dim, float(scale))
+    return out
+
+
+def trace_with(ffi, lib, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> Trace:
+    """The traced build of a given library (an edited copy compiles its own traced kernel from
+    the edited source)."""
+    out = np.empty(cache.head_dim, np.float32)
+    return run_traced(out, np.ascontiguousarray(q, np.float32), cache, kv_head, float(scale), ffi, lib)
+
+
+def weights_case(scores, seed: int = 0):
+    """A cache whose kernel scores are ``scores`` and whose V rows are one-hot (V[t] = e_t), so
+    that output element t of a kernel call IS the softmax weight the kernel gave token t.
+    Returns (cache, q, scale). At most 256 tokens (head_dim grows to hold one column per token)."""
+    s = np.asarray(scores, np.float32)
+    n = s.shape[0]
+    if not 1 <= n <= 256:
+        raise ValueError("weights_case takes 1 to 256 scores")
+    hd = 32 * math.ceil(n / 32)
+    return cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(n, hd, dtype=np.float32), seed=seed)
+
+
+def kernel_weights(ffi, lib, scores) -> np.ndarray:
+    """The weights a library's kernel gives to ``scores`` (float32 [n]), read from its output."""
+    cache, q, scale = weights_case(scores)
+    return call_kernel(ffi, lib, q, cache, 0, scale)[:len(scores)]
+
+
+def softmax_weights(scores) -> np.ndarray:
+    """The right weights, float64: exp(s - max) / sum."""
+    s = np.asarray(scores, np.float64)
+    w = np.exp(s - s.max())
+    return w / w.sum()
+
+
+def weights_without_rescale(scores) -> np.ndarray:
+    """What a kernel without the online rescale computes, in float64: every token keeps the
+    weight exp(s_t - M_t) relative to the running max M_t *of its own time*, never brought
+    down to the final max; then the division by their sum."""
+    s = np.asarray(scores, np.float64)
+    w = np.exp(s - np.maximum.accumulate(s))
+    return w / w.sum()
+
+
+@dataclass
+class CaseResult:
+    name: str
+    rel_error: float   # max |kernel - reference| / max |reference|
+    passed: bool
+
+
+@dataclass
+class KernelCheck:
+    cases: list[CaseResult]
+    tol: float
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.cases)
+
+    def __str__(self) -> str:
+        lines = [f"{'PASS' if c.passed else 'FAIL'}  {c.name:<44} max|kernel - reference| / max|reference| "
+                 f"= {c.rel_error:.1e}  (tolerance {self.tol:.0e})" for c in self.cases]
+        return "\n".join(lines + [f"kernel check: {'PASSED' if self.passed else 'FAILED'}"])
+
+
+def check_kernel(ffi=None, lib=None, tol: float = 1e-4) -> KernelCheck:
+    """Check a library's kernel (default: the workbook's own) against the engine's quantized math
+    recomputed in numpy (``lk.attend(..., backend="numpy")``: same int8 codes, softmax in float64)
+    on two cases: random Gaussian K, V, q (200 tokens, 2 kv heads, kv head 1) and 64 rising scores
+    with one-hot V (every token raises the max). The intact kernel agrees to float32 rounding."""
+    if lib is None:
+        ffi, lib = native.load()
+    rng = np.random.default_rng(0)
+    T, nkv, hd = 200, 2, 64
+    cache = KVCacheQ8(nkv, hd, 16)
+    cache.append(rng.standard_normal((T, nkv, hd), dtype=np.float32),
+                 rng.standard_normal((T, nkv, hd), dtype=np.float32))
+    q = rng.standard_normal(hd).astype(np.float32)
+    rising = weights_case(np.linspace(0.0, 8.0, 64))
+    results = []
+    for name, (c, qq, kh, sc) in (("random K, V, q (200 tokens, kv head 1)", (cache, q, 1, 1 / math.sqrt(hd))),
+                                   ("64 rising scores, one-hot V", (rising[0], rising[1], 0, rising[2]))):
+        ref = attend(qq, c, kh, scale=sc, backend="numpy")
+        out = call_kernel(ffi, lib, qq, c, kh, sc)
+        err = float(np.abs(out - ref).max() / np.abs(ref).max())
+        results.append(CaseResult(name, err, bool(err <= tol)))
+    return KernelCheck(results, tol)

@@ -1,0 +1,261 @@
+"""Streaming the single pass, and lesson 05's saved cache simulations (introduced in lesson 05).
+
+**Partial states and their merge.** After any run of tokens the online softmax holds an
+unnormalized state: M (the largest score seen), S (the sum of exp(s - M)) and acc (the sum of
+exp(s - M) * v). Two states of disjoint runs of tokens merge into the state of both runs, as
+Flash-Decoding (2023) merges its split-KV partial results:
+
+    M = max(M1, M2),  S = S1 e^(M1 - M) + S2 e^(M2 - M),  acc = acc1 e^(M1 - M) + acc2 e^(M2 - M),
+    out = acc / S.
+
+The compiled kernel returns only ``out``; its traced build (``lk.attend(..., trace=True)``) records
+M, S and the accumulator after every token, so a cache holding one chunk of tokens gives that
+chunk's state (``partial_state``).
+
+**The streaming experiment** (``run_stream``): a producer thread writes K and V chunk by chunk
+into a memory-mapped file, announcing each chunk when it is written; the consumer either folds
+each chunk into a running state as it arrives (the streamed single pass) or, like the two-pass
+variants, can only run once the last chunk is there. Both quantize each chunk into a q8 cache as
+it arrives, so the latency after the last chunk differs only by the attention work left to do.
+
+**Saved simulations** (``simulations``): valgrind's cache simulation where valgrind runs, the
+results saved next to the notebook where it does not (macOS)."""
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import platform
+import queue
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, fields
+from functools import reduce
+from pathlib import Path
+
+import numpy as np
+
+from . import traffic
+from . import validate as check
+from .attention import attend
+from .cache import KVCacheQ8
+
+
+# ----------------------------------------------------------------------------- partial states
+
+@dataclass(frozen=True)
+class Partial:
+    """The unnormalized online-softmax state of a run of tokens."""
+    M: float          # the largest score of the run (-inf for no token)
+    S: float          # sum over the run of exp(s - M)
+    acc: np.ndarray   # float64 [head_dim]: sum over the run of exp(s - M) * v
+    n_tokens: int
+
+
+def empty(head_dim: int) -> Partial:
+    """The state of no token: merging it changes nothing."""
+    return Partial(-math.inf, 0.0, np.zeros(head_dim), 0)
+
+
+def partial_state(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: float | None = None) -> Partial:
+    """The state (M, S, acc) of all tokens of ``cache``, read from the compiled kernel's trace
+    after its last token: ``tr.M[-1]``, ``tr.S[-1]``, ``tr.vkq[-1]``."""
+    _, tr = attend(q, cache, kv_head, scale=scale, trace=True)
+    return Partial(float(tr.M[-1]), float(tr.S[-1]), tr.vkq[-1].astype(np.float64), tr.seq_len)
+
+
+def merge(a: Partial, b: Partial) -> Partial:
+    """The state of the tokens of ``a`` and of ``b`` together (Flash-Decoding's merge), in float64.
+    Order does not matter: merge(a, b) == merge(b, a)."""
+    if a.acc.shape != b.acc.shape:
+        raise ValueError(f"states of different head_dim: {a.acc.shape} and {b.acc.shape}")
+    M = max(a.M, b.M)
+    if M == -math.inf:  # both empty
+        return Partial(M, 0.0, np.zeros_like(a.acc), a.n_tokens + b.n_tokens)
+    wa, wb = math.exp(a.M - M), math.exp(b.M - M)
+    return Partial(M, a.S * wa + b.S * wb, a.acc * wa + b.acc * wb, a.n_tokens + b.n_tokens)
+
+
+def merge_all(parts) -> Partial:
+    """Merge a sequence of states, left to right."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError("no state to merge")
+    return reduce(merge, parts)
+
+
+def finish(state: Partial) -> np.ndarray:
+    """The attention output acc / S as float32 (zeros where S is 0, like the kernel's guard)."""
+    out = state.acc / state.S if state.S > 0 else np.zeros_like(state.acc)
+    return out.astype(np.float32)
+
+
+def cache_of(K: np.ndarray, V: np.ndarray, block_size: int = 64) -> KVCacheQ8:
+    """A one-kv-head cache holding K, V float32 ``[n, head_dim]``."""
+    K = check.float32_array("K", K, (None, None))
+    V = check.float32_array("V", V, K.shape)
+    cache = KVCacheQ8(1, K.shape[1], block_size)
+    cache.append(K[:, None, :], V[:, None, :])
+    return cache
+
+
+def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_size: int = 64,
+                     scale: float | None = None) -> tuple[np.ndarray, list[Partial]]:
+    """Split K, V ``[n, head_dim]`` before each index in ``bounds`` (0 < b < n), compute each
+    chunk's state with the traced kernel on a cache of that chunk alone, merge them in order.
+    Returns (output float32, the chunks' states)."""
+    n = K.shape[0]
+    cuts = [0, *sorted(set(int(b) for b in bounds)), n]
+    if cuts[1] <= 0 or cuts[-2] >= n:
+        raise ValueError(f"split points must lie strictly between 0 and {n}; got {sorted(bounds)}")
+    parts = [partial_state(q, cache_of(K[a:b], V[a:b], block_size), 0, scale)
+             for a, b in zip(cuts[:-1], cuts[1:])]
+    return finish(merge_all(parts)), parts
+
+
+# ----------------------------------------------------------------------------- the streaming experiment
+
+MODES = ("streaming", "neon", "two_pass_scores", "two_pass_recompute")
+
+
+@dataclass
+class StreamRun:
+    mode: str          # "streaming": fold each chunk in as it arrives; else the backend run at the end
+    seq_len: int
+    chunk: int         # tokens per chunk
+    latency_s: float   # from the announcement of the last chunk to the output
+    ingest_s: float    # of which: reading the last chunk from the file and quantizing it
+    kept_up: bool      # the consumer had finished every earlier chunk when the last one came
+    out: np.ndarray
+
+    @property
+    def work_s(self) -> float:
+        """The attention work left after the last chunk was read and quantized: latency - ingest."""
+        return self.latency_s - self.ingest_s
+
+
+def _producer(kv: np.memmap, K: np.ndarray, V: np.ndarray, chunk: int, interval_s: float,
+              announce: queue.Queue) -> None:
+    """Write chunk after chunk of K and V into the writer's mapping ``kv`` [2, seq_len, head_dim]
+    of the file (all K rows, then all V rows), one every interval_s, and announce each as
+    (chunk index, time it was written). The caller unmaps the file once the consumer is done:
+    unmapping a large mapping here would stall the consumer's page faults in the same process."""
+    for i, a in enumerate(range(0, K.shape[0], chunk)):
+        time.sleep(interval_s)
+        b = min(a + chunk, K.shape[0])
+        kv[0, a:b] = K[a:b]
+        kv[1, a:b] = V[a:b]
+        announce.put((i, time.perf_counter()))
+
+
+def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024,
+               interval_s: float = 0.003, scale: float | None = None, directory: str | None = None,
+               block_size: int = 4096) -> StreamRun:
+    """One run of the streaming experiment over K, V float32 ``[seq_len, head_dim]``.
+
+    A producer thread writes the chunks into a memory-mapped file (np.memmap) in a temporary
+    directory; the consumer (this thread) opens its own mapping of the file and, per chunk as it is
+    announced, reads it and quantizes it into a q8 cache. Mode "streaming" gives each chunk a
+    cache of its own (one block) and merges the chunk's state, from the traced kernel, into a
+    running state; the other modes append the chunk to one cache of all tokens (blocks of
+    ``block_size`` tokens: KVCacheQ8.append touches every block's pointer, so few blocks keep
+    that cost small) and run that backend over all of it once the last chunk has come. Python's garbage collector is paused during the run
+    (as ``timeit`` does), so that a collection does not land in one run's latency. The file is
+    removed afterwards."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    K = check.float32_array("K", K, (None, None))
+    V = check.float32_array("V", V, K.shape)
+    chunk = check.integer("chunk", chunk, minimum=1)
+    T, hd = K.shape
+    n_chunks = -(-T // chunk)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        path = Path(tmp) / "kv.f32"
+        writer = np.memmap(path, dtype=np.float32, mode="w+", shape=(2, T, hd))  # the file, full size
+        kv = np.memmap(path, dtype=np.float32, mode="r", shape=(2, T, hd))  # the consumer's mapping
+        announce: queue.Queue = queue.Queue()
+        producer = threading.Thread(target=_producer, args=(writer, K, V, chunk, interval_s, announce))
+        state, full, done_prev, kept_up = empty(hd), KVCacheQ8(1, hd, block_size), 0.0, True
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        producer.start()
+        try:
+            for i in range(n_chunks):
+                j, t_arrived = announce.get(timeout=60)
+                if i == n_chunks - 1:
+                    kept_up = done_prev <= t_arrived
+                t0 = time.perf_counter()
+                a, b = j * chunk, min((j + 1) * chunk, T)
+                k = np.array(kv[0, a:b]).reshape(b - a, 1, hd)  # read the chunk from the mapped file
+                v = np.array(kv[1, a:b]).reshape(b - a, 1, hd)
+                if mode == "streaming":
+                    part_cache = KVCacheQ8(1, hd, chunk)
+                    part_cache.append(k, v)
+                    ingest = time.perf_counter() - t0
+                    state = merge(state, partial_state(q, part_cache, 0, scale))
+                    if i == n_chunks - 1:
+                        out = finish(state)
+                else:
+                    full.append(k, v)
+                    ingest = time.perf_counter() - t0
+                    if i == n_chunks - 1:
+                        out = attend(q, full, 0, scale=scale, backend=mode)
+                done_prev = time.perf_counter()
+        finally:
+            producer.join()
+            if gc_was_enabled:
+                gc.enable()
+            del kv, writer
+    return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, kept_up, out)
+
+
+# ----------------------------------------------------------------------------- saved simulations
+
+SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
+
+
+def _valgrind_version() -> str:
+    try:
+        return subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def simulations(configs, saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
+    """valgrind cache simulations of ``configs``, a list of (variant, seq_len, preset_name), each
+    cold, one kv head of head_dim 128 (``traffic.simulate``'s defaults).
+
+    Where valgrind is installed, simulate every configuration; then, if ``save`` (default: the
+    environment variable LESSONKIT_SAVE_RESULTS is "1"), write the results to ``saved`` as JSON.
+    Where it is not (macOS), load the results saved in ``saved``. Returns ({(variant, seq_len,
+    preset): traffic.Simulated}, a note saying where the results came from)."""
+    configs = [(v, int(n), p) for v, n, p in configs]
+    saved = Path(saved)
+    if traffic.valgrind_available():
+        results = {c: traffic.simulate(c[0], c[1], preset_name=c[2]) for c in configs}
+        note = f"simulated now with {_valgrind_version()} (callgrind --cache-sim=yes)"
+        if save if save is not None else os.environ.get(SAVE_ENV) == "1":
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            data = dict(generated_by="lessonkit.streaming.simulations", valgrind=_valgrind_version(),
+                        machine=platform.machine(), results=[r.as_dict() for r in results.values()])
+            saved.write_text(json.dumps(data, indent=1) + "\n")
+            note += f"; saved to {saved.name}"
+        return results, note
+    if not saved.is_file():
+        raise RuntimeError(f"valgrind is not installed and there are no saved results in {saved}")
+    data = json.loads(saved.read_text())
+    names = {f.name for f in fields(traffic.Simulated)}
+    have = {}
+    for r in data["results"]:
+        sim = traffic.Simulated(**{k: v for k, v in r.items() if k in names})
+        have[(sim.variant, sim.seq_len, sim.preset)] = sim
+    missing = [c for c in configs if c not in have]
+    if missing:
+        raise RuntimeError(f"{saved.name} has no saved results for {missing}; run the notebook where "
+                           f"valgrind is installed with {SAVE_ENV}=1 to save them")
+    note = (f"valgrind is not installed here: these are the results saved in {saved.name} "
+            f"({data.get('valgrind', 'valgrind')} on {data.get('machine', 'another machine')})")
+    return {c: have[c] for c in configs}, note

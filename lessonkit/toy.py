@@ -1,0 +1,179 @@
+"""A toy generation, so that "run one generation" means something (introduced in lesson 06).
+
+``generate(n_tokens)`` runs a tiny deterministic decoder: one attention layer with small random
+weights (fixed seed), a few query heads sharing kv heads as under GQA (grouped-query attention),
+greedy decoding. Each step feeds one token: its K and V rows are appended to a ``KVCacheQ8``, then
+the compiled kernel ``flash_attn_single_q_q8_neon`` runs once per query head over the whole cache,
+so the sequence the kernel sees grows by one token per step. It prints the generated token ids.
+
+    gen = generate(16)                  # the fast (-O3) kernel
+    gen = generate(16, debug=True)      # the -O0 -g build: what lesson 06 runs under gdb
+    gen = generate(16, src_dir=copy)    # a copy of native/ that a student edited
+    gen = generate(16, trace=True)      # the traced build; gen.traces[i] belongs to gen.calls[i]
+
+The model is not trained: its tokens mean nothing. What matters is the call pattern of a real
+decoder: per step, one kernel call per query head, each over every token so far.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import native
+from . import validate as check
+from .attention import attend
+from .cache import KVCacheQ8
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    """The toy model's shape. Defaults: 2 kv heads x 2 query heads each = 4 kernel calls per step."""
+    vocab: int = 48
+    d_model: int = 64
+    n_kv_heads: int = 2
+    group: int = 2          # query heads per kv head (GQA group)
+    head_dim: int = 32
+    block_size: int = 4     # small, so that a short generation already spans several cache blocks
+    seed: int = 0
+
+    @property
+    def n_q_heads(self) -> int:
+        return self.n_kv_heads * self.group
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One call of the kernel during a generation."""
+    step: int      # generation step (0-based): the token fed at this step sits at position `step`
+    q_head: int
+    kv_head: int   # q_head // group: the kv head this query head shares
+    seq_len: int   # tokens in the cache at this call = the kernel's seq_len argument
+
+
+@dataclass
+class Generation:
+    """What ``generate`` did: the token ids, and every kernel call in the order it was made."""
+    prompt: list[int]
+    tokens: list[int]                      # the generated ids, len == n_tokens
+    calls: list[KernelCall]
+    config: ToyConfig
+    traces: list | None = None             # lessonkit.trace.Trace per call, with trace=True
+    kernel: str = "fast"                   # "fast", "debug", "traced" or "copy"
+    outputs: list[np.ndarray] = field(default_factory=list, repr=False)  # kernel output per call
+    cache: KVCacheQ8 | None = field(default=None, repr=False)           # the cache after the last step
+
+
+class ToyModel:
+    """Random weights from ``config.seed``; float32 throughout."""
+
+    def __init__(self, config: ToyConfig = ToyConfig()):
+        c = self.config = config
+        check.head_dim(c.head_dim)
+        rng = np.random.default_rng(c.seed)
+        f32 = np.float32
+
+        def w(rows, cols):
+            return (rng.standard_normal((rows, cols)) / math.sqrt(rows)).astype(f32)
+
+        self.embedding = rng.standard_normal((c.vocab, c.d_model)).astype(f32)
+        self.wq = w(c.d_model, c.n_q_heads * c.head_dim)
+        self.wk = w(c.d_model, c.n_kv_heads * c.head_dim)
+        self.wv = w(c.d_model, c.n_kv_heads * c.head_dim)
+        self.wo = w(c.n_q_heads * c.head_dim, c.d_model)
+        self.unembedding = w(c.d_model, c.vocab)   # untied: a tied one would mostly repeat the input
+        self.scale = 1.0 / math.sqrt(c.head_dim)
+
+    def position(self, pos: int) -> np.ndarray:
+        """Sinusoidal position code, so that the same token at two positions differs."""
+        d = self.config.d_model
+        freq = 1.0 / (100.0 ** (np.arange(0, d, 2) / d))
+        p = np.zeros(d, np.float32)
+        p[0::2], p[1::2] = np.sin(pos * freq), np.cos(pos * freq)
+        return p
+
+    def new_cache(self) -> KVCacheQ8:
+        c = self.config
+        return KVCacheQ8(c.n_kv_heads, c.head_dim, c.block_size)
+
+    def step(self, token: int, pos: int, cache: KVCacheQ8, kernel) -> tuple[int, list[np.ndarray]]:
+        """Feed one token: append its K, V to the cache, attend every query head through
+        ``kernel(q, cache, kv_head, scale)``, return (greedy next token, the heads' outputs)."""
+        c = self.config
+        x = (self.embedding[token] + self.position(pos)).astype(np.float32)
+        q = (x @ self.wq).reshape(c.n_q_heads, c.head_dim)
+        k = (x @ self.wk).reshape(c.n_kv_heads, c.head_dim)
+        v = (x @ self.wv).reshape(c.n_kv_heads, c.head_dim)
+        cache.append(np.ascontiguousarray(k), np.ascontiguousarray(v))
+        heads = [kernel(np.ascontiguousarray(q[h]), cache, h // c.group, self.scale)
+                 for h in range(c.n_q_heads)]
+        y = x + np.concatenate(heads).astype(np.float32) @ self.wo
+        logits = np.tanh(y) @ self.unembedding
+        return int(np.argmax(logits)), heads
+
+
+def _direct_kernel(ffi, lib):
+    """A kernel function that calls ``lib.flash_attn_single_q_q8_neon`` straight through cffi."""
+    def kernel(q, cache, kv_head, scale):
+        out = np.empty(cache.head_dim, np.float32)
+        lib.flash_attn_single_q_q8_neon(
+            ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
+            *cache.kernel_args(kv_head, ffi), cache.head_dim, scale)
+        return out
+    return kernel
+
+
+def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug: bool = False,
+             src_dir: Path | str | None = None, trace: bool = False, verbose: bool = True) -> Generation:
+    """Generate ``n_tokens`` token ids greedily, one kernel call per query head per step.
+
+    Step ``i`` feeds token ``i`` of (prompt + generated) at position ``i``, so the kernel's
+    ``seq_len`` is ``i + 1`` in every call of step ``i``; there are
+    ``len(prompt) + n_tokens - 1`` steps and ``n_q_heads`` calls per step.
+
+    Which compiled kernel runs: the fast build (default); ``debug=True`` the ``-O0 -g`` build
+    (``lessonkit.native.load(debug=True)``, called directly through cffi, so that a debugger
+    attached to this process stops in exactly that library); ``src_dir`` a copy of native/
+    (with ``debug`` as given); ``trace=True`` the traced build, keeping one Trace per call."""
+    n_tokens = check.integer("n_tokens", n_tokens, minimum=1)
+    prompt = [int(t) for t in prompt]
+    config = config or ToyConfig()
+    if not prompt or not all(0 <= t < config.vocab for t in prompt):
+        raise ValueError(f"prompt must be a non-empty list of ids in [0, {config.vocab})")
+    if trace and (debug or src_dir is not None):
+        raise ValueError("trace=True runs the traced build of native/; leave debug and src_dir unset")
+    model = ToyModel(config)
+    traces = [] if trace else None
+    if trace:
+        def kernel(q, cache, kv_head, scale):
+            out, tr = attend(q, cache, kv_head, scale=scale, trace=True)
+            traces.append(tr)
+            return out
+        kind = "traced"
+    elif debug or src_dir is not None:
+        kernel = _direct_kernel(*native.load(debug=debug, src_dir=src_dir))
+        kind = "copy" if src_dir is not None else "debug"
+    else:
+        def kernel(q, cache, kv_head, scale):
+            return attend(q, cache, kv_head, scale=scale)
+        kind = "fast"
+
+    cache = model.new_cache()
+    seq = list(prompt)
+    calls: list[KernelCall] = []
+    outputs: list[np.ndarray] = []
+    generated: list[int] = []
+    step = 0
+    while len(generated) < n_tokens:
+        nxt, heads = model.step(seq[step], step, cache, kernel)
+        calls += [KernelCall(step, h, h // config.group, cache.seq_len) for h in range(config.n_q_heads)]
+        outputs += heads
+        if step + 1 >= len(prompt):   # past the prompt: the prediction is the next token
+            generated.append(nxt)
+            seq.append(nxt)
+        step += 1
+    if verbose:
+        print(f"generated token ids: {generated}", flush=True)
+    return Generation(prompt, generated, calls, config, traces, kind, outputs, cache)

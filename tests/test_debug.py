@@ -1,0 +1,222 @@
+"""lessonkit.debug: parsing of the gdb run, tier A under gdb (and without it), the aarch64 recipe
+under qemu + gdb-multiarch, and the "break it" copies. The workbook's native/ is never modified."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import lessonkit as lk
+from lessonkit import debug, native, qquant, source, toy
+
+GDB_OUTPUT = """\
+Breakpoint 1 (flash_attn_single_q_q8_neon) pending.
+[Thread debugging using libthread_db enabled]
+@@enter seq_len=2 kh_off=0 hd=32
+@@token t=0 s=0.5 M=0.5 S=1
+@@token t=1 s=1.25 M=1.25 S=1.47236657
+@@leave S=1.47236657
+generated token ids: [3, 4]@@enter seq_len=3 kh_off=32 hd=32
+@@token t=0 s=-1 M=-1 S=1
+@@token t=1 s=-2 M=-1 S=1.36787939
+@@token t=2 s=0 M=0 S=1.50321472
+@@leave S=1.50321472
+[Inferior 1 (process 42) exited normally]
+"""
+
+
+def native_digest() -> str:
+    h = hashlib.sha256()
+    for f in sorted(native.NATIVE_DIR.rglob("*")):
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def test_parse_gdb_output():
+    recs = debug.parse_gdb_output(GDB_OUTPUT)
+    assert len(recs) == 2
+    a, b = recs
+    assert (a.seq_len, a.kv_head, a.t, a.M, a.final_S) == (2, 0, [0, 1], [0.5, 1.25], 1.47236657)
+    assert (b.seq_len, b.kv_head, b.iterations, b.s) == (3, 1, 3, [-1.0, -2.0, 0.0])
+    assert a.loop_runs_seq_len and b.loop_runs_seq_len
+    assert a.M_non_decreasing and b.M_non_decreasing
+
+
+def test_record_properties_can_fail():
+    r = debug.CallRecord(0, 3, 0, [0, 2], [0, 0], [1.0, 0.5], [1, 2])
+    assert not r.loop_runs_seq_len      # one token skipped
+    assert not r.M_non_decreasing       # M went down
+    r2 = debug.CallRecord(0, 2, 0, [0, 1, 2], [0, 0, 0], [0, 1, 1], [1, 2, 3])
+    assert not r2.loop_runs_seq_len     # one iteration too many
+
+
+@pytest.mark.parametrize("text,words", [
+    ("@@token t=0 s=1 M=1 S=1\n", "outside a kernel call"),
+    ("@@enter seq_len=1 kh_off=0 hd=32\n@@leave S=1\n@@token t=0 s=1 M=1 S=1\n", "outside a kernel call"),
+    ("@@enter seq_len=one kh_off=0 hd=32\n", "line 1"),
+    ("@@enter seq_len=1 hd=32\n", "kh_off"),
+])
+def test_parse_errors(text, words):
+    with pytest.raises(ValueError, match=words):
+        debug.parse_gdb_output(text)
+
+
+def test_breakpoint_lines_follow_the_source(tmp_path):
+    bp = debug.breakpoints()
+    lines = source.KERNEL_FILE.read_text().splitlines()
+    segs = source.kernel_segments()
+    assert segs[3].begin < bp.token_line < segs[3].end and debug.TOKEN_TEXT in lines[bp.token_line - 1]
+    assert segs[4].begin < bp.leave_line < segs[4].end
+    assert "S" in lines[bp.leave_line - 1]
+    shifted = tmp_path / source.KERNEL_FILE.name
+    shifted.write_text("\n\n\n" + source.KERNEL_FILE.read_text())
+    bp2 = debug.breakpoints(shifted)
+    assert (bp2.token_line, bp2.leave_line) == (bp.token_line + 3, bp.leave_line + 3)
+    cmds = debug.gdb_commands(bp)
+    assert cmds.index("set breakpoint pending on") < cmds.index("break ")
+    assert f"break {bp.file}:{bp.token_line}" in cmds and f"break {debug.KERNEL}" in cmds
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+def test_empty_hook_lines_have_no_code_in_the_kernel():
+    """Why the breakpoint is not on the TRACE_TOKEN line: in the debug build that line has
+    machine code only in the traced copy of the kernel; the chosen line is in both."""
+    hook = source.find_line("TRACE_TOKEN(", segment=3)
+    assert debug.line_functions(hook) == [debug.KERNEL + "_traced"]
+    assert debug.line_functions(debug.breakpoints().token_line) == [debug.KERNEL, debug.KERNEL + "_traced"]
+
+
+def test_trace_records_show_the_three_observations():
+    recs, tokens = debug.records_from_trace(16)
+    assert tokens == toy.generate(16, verbose=False).tokens
+    assert len(recs) == 64
+    assert [r.seq_len for r in recs] == [i // 4 + 1 for i in range(64)]
+    assert all(r.loop_runs_seq_len and r.M_non_decreasing for r in recs)
+    # M after each token is the running max of the scores, computed here independently
+    for r in recs:
+        np.testing.assert_array_equal(np.array(r.M, np.float32),
+                                      np.maximum.accumulate(np.array(r.s, np.float32)))
+
+
+def test_without_gdb_the_trace_is_used(monkeypatch):
+    monkeypatch.setattr(debug, "gdb_path", lambda: None)
+    obs = debug.observe_generation(16)
+    assert obs.source == "trace" and "gdb is not installed" in obs.message
+    s = obs.summary()
+    assert s["kernel calls"] == 64 and s["token loop ran exactly seq_len times in every call"]
+    with pytest.raises(RuntimeError, match="not installed"):
+        debug.observe_generation(4, use_gdb=True)
+
+
+def test_a_failing_gdb_run_falls_back_with_the_reason(monkeypatch):
+    """gdb present but unable to run the program (e.g. ptrace forbidden): the trace, and why."""
+    monkeypatch.setattr(debug, "gdb_path", lambda: "/bin/true")
+    monkeypatch.setattr(debug, "run_under_gdb", lambda *a, **k: ("warning: ptrace: Operation not permitted\n", "", ""))
+    obs = debug.observe_generation(8)
+    assert obs.source == "trace" and "gdb saw 0 kernel calls, expected 32" in obs.message
+    with pytest.raises(RuntimeError, match="ptrace"):
+        debug.observe_generation(8, use_gdb=True)
+
+
+def test_a_hung_run_is_killed():
+    with pytest.raises(subprocess.TimeoutExpired):
+        debug._run_bounded(["sleep", "30"], timeout=0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+def test_observe_generation_under_gdb():
+    obs = debug.observe_generation(16, use_gdb=True)
+    assert obs.source == "gdb"
+    s = obs.summary()
+    assert s["kernel calls"] == 64 and s["calls per step"] == 4
+    assert (s["seq_len at first call"], s["seq_len at last call"]) == (1, 16)
+    assert s["seq_len grows by one per step"] and s["same seq_len for all calls of a step"]
+    assert s["seq_len grows by one per call of each query head"]
+    assert s["token loop ran exactly seq_len times in every call"]
+    assert s["M never decreased within a call"]
+    assert s["token-loop iterations in all"] == 4 * sum(range(1, 17))
+    assert obs.tokens == toy.generate(16, verbose=False).tokens
+    # what gdb printed is what the traced build records, to the printed precision
+    recs, _ = debug.records_from_trace(16)
+    for g, t in zip(obs.records, recs):
+        assert (g.seq_len, g.kv_head, g.t) == (t.seq_len, t.kv_head, t.t)
+        np.testing.assert_allclose(g.M, t.M, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(g.S, t.S, rtol=1e-5)
+    assert "pending" in obs.commands and debug.by_hand_commands().count("(gdb)") > 5
+
+
+@pytest.mark.slow
+def test_observe_aarch64_under_qemu():
+    missing = [t for t, p in debug.aarch64_tools().items() if p is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(debug.A64_TOOLS)}; missing: {', '.join(missing)} "
+                    "(Debian: apt install gcc-aarch64-linux-gnu qemu-user gdb-multiarch)")
+    a = debug.observe_aarch64(seq_len=20, head_dim=64, n_kv_heads=2, block_size=8)
+    r = a.record
+    assert (r.seq_len, r.kv_head, r.iterations) == (20, 1, 20)    # fa_driver attends kv head NKV - 1
+    assert r.loop_runs_seq_len and r.M_non_decreasing and r.final_S >= 1.0
+    assert a.sdot, "the -march=armv8.2-a+dotprod build should use sdot"
+    assert "target remote" in a.commands and "fa_driver_a64" in debug.aarch64_recipe()
+
+
+def test_edits_go_to_a_copy_only(tmp_path):
+    before = native_digest()
+    with pytest.raises(ValueError, match="copy"):
+        debug.edit_line(native.NATIVE_DIR, debug.BREAKS["truncate"][0])
+    copy = debug.copy_native(tmp_path)
+    assert not (copy / "tests").exists() and (copy / "flash_attn_q8.h").is_file()
+    ch = debug.edit_line(copy, debug.BREAKS["truncate"][0])
+    text = (copy / ch.file).read_text().splitlines()
+    assert text[ch.line - 1].strip() == "int r = (int)v;" and "0.5f" in ch.old
+    with pytest.raises(ValueError, match="no line"):
+        debug.edit_line(copy, debug.BREAKS["truncate"][0])    # already edited: the text is gone
+    assert native_digest() == before
+
+
+def test_intact_kernel_passes_the_check():
+    chk = debug.check_kernel()
+    assert chk.passed and all(c.rel_error < 1e-5 for c in chk.cases)
+    ffi, lib = native.load()
+    s = np.linspace(-2, 5, 40)
+    np.testing.assert_allclose(debug.kernel_weights(ffi, lib, s), debug.softmax_weights(s), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_no_rescale_break():
+    before = native_digest()
+    b = debug.break_kernel("no_rescale")
+    assert [c.file for c in b.changes] == ["flash_attn_q8_neon.c"] * 2
+    chk = debug.check_kernel(b.ffi, b.lib)
+    assert not chk.passed and all(not c.passed for c in chk.cases)
+    # the broken weights are exactly what "every token keeps the max of its own time" predicts
+    s = np.linspace(0.0, 8.0, 64)
+    wrong = debug.kernel_weights(b.ffi, b.lib, s)
+    np.testing.assert_allclose(wrong, np.full(64, 1 / 64), rtol=1e-5)   # every score is a new max
+    s2 = np.array([3.0, 0.0, 1.0, 4.0, 2.0, 5.0, -1.0])
+    np.testing.assert_allclose(debug.kernel_weights(b.ffi, b.lib, s2), debug.weights_without_rescale(s2), rtol=1e-5)
+    # an edited copy drives the toy generation too
+    assert toy.generate(4, src_dir=b.copy, verbose=False).kernel == "copy"
+    copy = b.copy
+    b.restore()
+    assert not copy.exists() and native_digest() == before
+
+
+@pytest.mark.slow
+def test_truncation_break():
+    b = debug.break_kernel("truncate")
+    chk = debug.check_kernel(b.ffi, b.lib)
+    assert not chk.cases[0].passed          # random q: codes change
+    assert chk.cases[1].passed              # q all ones: every code is exactly +-127, nothing to round
+    q = np.random.default_rng(7).standard_normal(64).astype(np.float32)
+    cache = lk.KVCacheQ8(1, 64, 16)
+    cache.append(np.ones((3, 1, 64), np.float32), np.ones((3, 1, 64), np.float32))
+    tr = debug.trace_with(b.ffi, b.lib, q, cache, 0, 0.125)
+    v, _ = qquant.q_block_scaled(q)
+    np.testing.assert_array_equal(tr.q_codes, qquant.round_codes(v, "trunc"))   # numpy's own truncation
+    assert tr.n_q_quantized == 1
+    b.restore()

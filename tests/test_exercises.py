@@ -1,0 +1,241 @@
+"""Every exercise check of lessons 00-04 and 06 is fed one right and one wrong answer, and must
+say "correct" to the first and "incorrect" (with its reason) to the second. Right answers are
+worked out here independently of the checks where that is possible (formulas, numpy).
+
+Run one exercise's tests by its marker, e.g. ``pytest -m ex06_tier_a tests/test_exercises.py``."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lessonkit as lk
+from lessonkit import debug, exercises as E, qquant, source
+from lessonkit.quant import quantize_q
+
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
+# ----------------------------------------------------------------------------- right answers
+
+def right_ex00_backends():
+    K, V, q, kh = E.lesson00_data()
+    cache = lk.KVCacheQ8(8, 128, 64)
+    cache.append(K, V)
+    outs = {b: lk.attend(q, cache, kh, backend=b) for b in ("neon", "scalar", "numpy")}
+    names = list(outs)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    exact = [p for p in pairs if np.array_equal(outs[p[0]], outs[p[1]])]
+    largest = max(float(np.abs(outs[a] - outs[b]).max()) for a, b in pairs)
+    return {"exact_pairs": exact, "largest_difference": largest}
+
+
+def right_ex01_outlier():
+    q, q_out = E.l01_outlier_q()
+    distinct = lambda v: len(np.unique(np.delete(quantize_q(v)[0][:32], 5)))  # noqa: E731 (numpy segment 1)
+    return {"distinct_with_outlier": distinct(q_out), "distinct_without": distinct(q)}
+
+
+def first_float32_exp_zero(step=5.0):
+    t = 0
+    while np.exp(np.float32(-step * t)) != 0:
+        t += 1
+    return t
+
+
+def invariant_loop(s, M, V):
+    """The invariant, written as plain loops (independent of lessonkit's vectorized one)."""
+    T = len(s)
+    S, VKQ = np.zeros(T), np.zeros((T, V.shape[1]))
+    for t in range(T):
+        for j in range(t + 1):
+            w = math.exp(float(s[j]) - float(M[t]))
+            S[t] += w
+            VKQ[t] += w * V[j]
+    return S, VKQ
+
+
+def invariant_final_max(s, M, V):
+    """Wrong: every exponent relative to the final max instead of the max after token t."""
+    s, V = np.asarray(s, float), np.asarray(V, float)
+    w = np.exp(s - float(M[-1]))
+    return np.cumsum(w), np.cumsum(w[:, None] * V, axis=0)
+
+
+def right_ex03_per_head():
+    K = E.l03_loud_head_K()
+    T, nkv, hd = K.shape
+    x = K.astype(np.float64)
+
+    def q8(rows):  # the engine's rule in numpy: raw max scale, floor(x * 127 / max + 0.5)
+        m = np.abs(rows).max(axis=-1, keepdims=True)
+        return np.floor(rows * 127 / m + 0.5) * m / 127
+
+    quiet = [h for h in range(nkv) if h != 3]
+    per_head = q8(x)[:, quiet] - x[:, quiet]
+    single = q8(x.reshape(T, -1)).reshape(T, nkv, hd)[:, quiet] - x[:, quiet]
+    ratio = np.sqrt(np.mean(single ** 2)) / np.sqrt(np.mean(per_head ** 2))
+    lines = [source.find_line("ks = kscale", segment=2), source.find_line("vs = vscale", segment=3)]
+    return {"bytes_saved_per_token": 2 * 4 * nkv - 2 * 4, "quiet_error_ratio": ratio, "lines": lines}
+
+
+def right_ex04_outside():
+    first, last = source.function_lines("flash_attn_single_q_q8_neon")
+    lines = source.KERNEL_FILE.read_text().splitlines()
+    segs = source.kernel_segments().values()
+    return {"lines": [n for n in range(first, last + 1)
+                      if lines[n - 1].strip() and not any(s.begin <= n <= s.end for s in segs)]}
+
+
+def right_ex06_segments(path=source.KERNEL_FILE):
+    text = Path(path).read_text().splitlines()
+    begin = {int(m.group(1)): i + 1 for i, l in enumerate(text) if (m := re.search(r"== segment (\d):", l))}
+    end = {int(m.group(1)): i + 1 for i, l in enumerate(text) if (m := re.search(r"== end segment (\d) ==", l))}
+    return {n: (begin[n], end[n]) for n in begin}
+
+
+def right_ex06_rounding():
+    v, _ = qquant.q_block_scaled(E.l06_rounding_q())
+    frac = float(np.mean(np.trunc(v) != np.trunc(v + np.where(v >= 0, 0.5, -0.5).astype(np.float32))))
+    return {"codes_changed_fraction": frac, "direction": "a"}
+
+
+# (exercise, right answer or a function making it, wrong answer, words the wrong verdict must contain)
+CASES = [
+    (E.lesson00.ex1, {"bit_identical": True, "changed": ["kv_bs", "k_cache_q8", "v_cache_q8"]},
+     {"bit_identical": True, "changed": ["kv_bs", "kscale"]}, "did not change"),
+    (E.lesson00.ex2, right_ex00_backends,
+     {"exact_pairs": [("neon", "scalar"), ("neon", "numpy"), ("scalar", "numpy")], "largest_difference": 0.0},
+     "differ on this machine"),
+    (E.lesson00.ex3, {"qsc0": 1 / 127, "without_guard": "a"}, {"qsc0": 1 / 127, "without_guard": "c"},
+     "does not trap"),
+    (E.lesson01.ex1, {"qsc": 1.27 / 127, "codes": [127, -64, 1, 1], "ties_even_changes": [2]},
+     {"qsc": 1.27 / 127, "codes": [127, -63, 0, 1], "ties_even_changes": [2]}, "code 1"),
+    (E.lesson01.ex2, right_ex01_outlier, {"distinct_with_outlier": 29, "distinct_without": 12}, "with the outlier"),
+    (E.lesson01.ex3, {"multiplies_saved_per_token": 128 // 32 - 1, "larger_q_error": "per128"},
+     {"multiplies_saved_per_token": 3, "larger_q_error": "per32"}, "larger with per128"),
+    (E.lesson02.ex1, {"order": "increasing", "extra_multiplies": 128 + 1, "extra_expf": 0},
+     {"order": "random", "extra_multiplies": 129, "extra_expf": 0}, "random scores rescale"),
+    (E.lesson02.ex2, lambda: {"rescales": 1, "first_zero_weight_token": first_float32_exp_zero(), "output_correct": True},
+     {"rescales": 1, "first_zero_weight_token": first_float32_exp_zero() - 1, "output_correct": True}, "too early"),
+    (E.lesson02.ex3, {"invariant": invariant_loop}, {"invariant": invariant_final_max}, "relative to M_t"),
+    (E.lesson03.ex1, {"block": 37 // 16, "offset": (37 % 16) * 8 * 128 + 5 * 128, "kscale_index": 37 * 8,
+                      "k_scale_index": 37 * 8 + 5},
+     {"block": 2, "offset": (37 % 16) * 8 * 128, "kscale_index": 296, "k_scale_index": 301}, "offset = 5120 is too small"),
+    (E.lesson03.ex2, right_ex03_per_head,
+     {"bytes_saved_per_token": 64, "quiet_error_ratio": 10.0, "lines": [73, 109]}, "would store 8"),
+    (E.lesson03.ex3, {"avg_waste_bytes": {bs: (bs - 1) / 2 * 2 * 8 * 128 for bs in (16, 64, 256, 4096)},
+                      "pointer_entries_kv_bs1": 32768, "output_changes": False},
+     {"avg_waste_bytes": {bs: bs * 8 * 128 for bs in (16, 64, 256, 4096)},
+      "pointer_entries_kv_bs1": 32768, "output_changes": False}, "kv_bs = 16"),
+    (E.lesson04.ex1, right_ex04_outside, {"lines": [(37, 43), 122]}, "missing"),
+    (E.lesson04.ex2, {"distinct_k_scales": 1000, "distinct_q_scales": 128 // 32, "q_code_calls_if_per_token": 1000 * 128},
+     {"distinct_k_scales": 4, "distinct_q_scales": 4, "q_code_calls_if_per_token": 128000}, "more than 4"),
+    pytest.param(E.lesson04.ex3, {"multiplies_saved_per_token": 1, "scores_change_only_in_last_bits": True},
+                 {"multiplies_saved_per_token": 4, "scores_change_only_in_last_bits": True}, "not 4",
+                 marks=pytest.mark.slow, id="ex04_fold_scale"),
+    (E.lesson06.ex2, right_ex06_segments, {1: (45, 58), 2: (65, 88), 3: (90, 114), 4: (117, 121)}, "segment 2"),
+    (E.lesson06.ex3, {"choice": "a"}, {"choice": "b"}, "cannot be taken out"),
+    pytest.param(E.lesson06.ex4, {"too_heavy": "a", "factor_token0": sum(math.exp(k) for k in range(4)) / 4},
+                 {"too_heavy": "a", "factor_token0": 1.0}, "token 0", marks=pytest.mark.slow, id="ex06_break_rescale"),
+    pytest.param(E.lesson06.ex5, right_ex06_rounding, {"codes_changed_fraction": 0.5, "direction": "b"},
+                 "|code| never grows", marks=pytest.mark.slow, id="ex06_break_rounding"),
+]
+
+
+def _with_marker(case):
+    """Give each case its exercise's marker (pytest -m ex03_address) and id."""
+    if hasattr(case, "values"):
+        ex = case.values[0]
+        return pytest.param(*case.values, marks=[*case.marks, getattr(pytest.mark, ex.marker)], id=ex.marker)
+    return pytest.param(*case, marks=getattr(pytest.mark, case[0].marker), id=case[0].marker)
+
+
+@pytest.mark.parametrize("ex,right,wrong,words", [_with_marker(c) for c in CASES])
+def test_right_and_wrong_answer(ex, right, wrong, words, capsys):
+    right = right() if callable(right) else right
+    ok = ex.check(right)
+    assert ok.status == E.CORRECT, ok.message
+    assert bool(ok) and capsys.readouterr().out.startswith("Correct: ")
+    bad = ex.check(wrong)
+    assert bad.status == E.INCORRECT and not bad, bad
+    assert words in bad.message, bad.message
+    assert capsys.readouterr().out.startswith("Incorrect: ")
+
+
+@pytest.fixture(scope="module")
+def trace_observation():
+    return debug.observe_generation(16, use_gdb=False)
+
+
+@pytest.mark.ex06_tier_a
+def test_tier_a(trace_observation):
+    ex = E.lesson06.tier_a
+    right = {"seq_len_first": 1, "seq_len_last": 16, "calls_per_step": 2 * 2, "grows_by_per_step": 1,
+             "loop_runs_seq_len": True, "M_non_decreasing": True}
+    assert ex.check(right, observation=trace_observation)
+    bad = ex.check({**right, "loop_runs_seq_len": False}, observation=trace_observation)
+    assert bad.status == E.INCORRECT and "iterations" in bad.message
+    bad = ex.check({**right, "calls_per_step": 1}, observation=trace_observation)
+    assert bad.status == E.INCORRECT and "calls_per_step" in bad.message
+
+
+@pytest.mark.ex06_tier_b_segments
+def test_tier_b_follows_the_file(tmp_path):
+    """The check reads the markers of the current file: after lines are added above the kernel,
+    yesterday's right answer is wrong, in the right direction, and the shifted one is right."""
+    ex = E.lesson06.tier_b_segments
+    shifted = tmp_path / "flash_attn_q8_neon.c"
+    shifted.write_text("/* two more lines */\n\n" + source.KERNEL_FILE.read_text())
+    old = right_ex06_segments()
+    bad = ex.check(old, path=shifted)
+    assert bad.status == E.INCORRECT and "2 line(s) too early" in bad.message and "segment 1" in bad.message
+    assert ex.check(right_ex06_segments(shifted), path=shifted)
+    inner = {n: (b + 1, e - 1) for n, (b, e) in old.items()}   # the lines between the markers count too
+    assert ex.check(inner)
+    late = {**old, 4: (old[4][0], old[4][1] + 3)}
+    v = ex.check(late)
+    assert v.status == E.INCORRECT and "segment 4" in v.message and "3 line(s) too late" in v.message
+
+
+@pytest.mark.parametrize("ex", [pytest.param(ex, marks=getattr(pytest.mark, ex.marker), id=ex.marker)
+                                for ex in E.ALL])
+def test_not_attempted_hint_and_solution(ex, capsys):
+    assert ex.check().status == E.NOT_ATTEMPTED
+    assert ex.check(ex.template).status == E.NOT_ATTEMPTED
+    assert capsys.readouterr().out.startswith("Not attempted: ")
+    ex.hint()
+    ex.question()
+    out = capsys.readouterr().out
+    assert out.startswith("Hint: ") and ex.marker in out
+
+
+def test_partial_and_malformed_answers():
+    ex = E.lesson03.ex1
+    assert ex.check({"block": 2, "offset": ..., "kscale_index": 296, "k_scale_index": 301}).status == E.NOT_ATTEMPTED
+    v = ex.check({"block": 2})
+    assert v.status == E.INCORRECT and "no 'offset'" in v.message
+    v = ex.check([2, 5760])
+    assert v.status == E.INCORRECT and "dict" in v.message
+    v = ex.check({"block": "two", "offset": 5760, "kscale_index": 296, "k_scale_index": 301})
+    assert v.status == E.INCORRECT and "cannot be read" in v.message
+
+
+def test_solutions_print_a_right_answer(capsys):
+    ex = E.lesson03.ex1
+    ex.solution()
+    assert "5760" in capsys.readouterr().out
+    assert ex.check(ex.answer())
+
+
+def test_every_exercise_has_a_registered_marker():
+    text = PYPROJECT.read_text()
+    markers = re.search(r"markers = \[(.*?)\]", text, re.S).group(1)
+    for ex in E.ALL:
+        assert f'"{ex.marker}:' in markers, f"register {ex.marker} in pyproject.toml"
+    assert len({ex.marker for ex in E.ALL}) == len(E.ALL) == 20
+    assert {c.values[0].marker if hasattr(c, "values") else c[0].marker for c in CASES} | {"ex06_tier_a"} \
+        == {ex.marker for ex in E.ALL}

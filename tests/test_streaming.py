@@ -1,0 +1,144 @@
+"""lessonkit.streaming: the merge of partial online-softmax states against the single pass and
+against softmax computed by hand, the streaming experiment, and the saved simulations."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import lessonkit as lk
+from lessonkit import streaming, traffic
+from lessonkit.attention import scores_numpy
+
+HD = 64
+
+
+def _kv(seed: int, n: int, hd: int = HD):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, hd), dtype=np.float32), rng.standard_normal((n, hd), dtype=np.float32),
+            rng.standard_normal(hd, dtype=np.float32))
+
+
+def _close(a, b, rtol=1e-5):
+    return np.abs(a - b).max() <= rtol * np.abs(b).max()
+
+
+def _state_by_hand(s: np.ndarray, V: np.ndarray) -> streaming.Partial:
+    """(M, S, acc) of scores s and value rows V, in float64, straight from the definition."""
+    s = np.asarray(s, np.float64)
+    M = s.max()
+    w = np.exp(s - M)
+    return streaming.Partial(float(M), float(w.sum()), w @ np.asarray(V, np.float64), len(s))
+
+
+def test_merge_equals_softmax_by_hand():
+    """The merge formula alone, on states computed by hand: the softmax of the concatenation."""
+    rng = np.random.default_rng(0)
+    s = rng.normal(0, 3, 200)
+    s[150] = 40.0  # the max in the second part: the first part's weights must shrink
+    V = rng.standard_normal((200, 8))
+    merged = streaming.merge(_state_by_hand(s[:120], V[:120]), _state_by_hand(s[120:], V[120:]))
+    p = np.exp(s - s.max())
+    want = p @ V / p.sum()
+    assert merged.M == 40.0 and merged.n_tokens == 200
+    assert math.isclose(merged.S, p.sum(), rel_tol=1e-12)
+    np.testing.assert_allclose(streaming.finish(merged), want.astype(np.float32), rtol=1e-6, atol=1e-7)
+
+
+def test_merge_order_and_empty_state():
+    rng = np.random.default_rng(1)
+    V = rng.standard_normal((30, 4))
+    a, b = _state_by_hand(rng.normal(size=10), V[:10]), _state_by_hand(rng.normal(size=20) + 5, V[10:])
+    ab, ba = streaming.merge(a, b), streaming.merge(b, a)
+    assert ab.M == ba.M and math.isclose(ab.S, ba.S, rel_tol=1e-14)
+    np.testing.assert_allclose(ab.acc, ba.acc, rtol=1e-14)
+    e = streaming.empty(4)
+    for got in (streaming.merge(e, a), streaming.merge(a, e)):
+        assert got.M == a.M and got.S == a.S and np.array_equal(got.acc, a.acc)
+    both_empty = streaming.merge(e, e)
+    assert both_empty.S == 0 and not np.isnan(both_empty.acc).any()
+    assert np.array_equal(streaming.finish(both_empty), np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="head_dim"):
+        streaming.merge(a, streaming.empty(8))
+
+
+def test_partial_state_is_the_kernels_unnormalized_state():
+    """M is the largest score, S the sum of exp(s - M), acc the weighted int8 V: computed in numpy."""
+    K, V, q = _kv(2, 300)
+    cache = streaming.cache_of(K, V, block_size=16)
+    part = streaming.partial_state(q, cache)
+    s = scores_numpy(q, cache, 0, 1 / math.sqrt(HD)).astype(np.float64)
+    w = np.exp(s - s.max())
+    acc = (w * cache.v_scales(0) / 127.0) @ cache.v_codes(0).astype(np.float64)
+    assert part.n_tokens == 300
+    assert math.isclose(part.M, s.max(), rel_tol=1e-6)
+    assert math.isclose(part.S, w.sum(), rel_tol=1e-5)
+    assert _close(part.acc, acc, 1e-5)
+
+
+@pytest.mark.parametrize("bounds", [[1], [999], [500], [7, 8, 9, 640], [100, 333, 334, 900, 998],
+                                    list(range(64, 1000, 64))])
+def test_merged_chunks_equal_the_single_pass(bounds):
+    K, V, q = _kv(3, 1000)
+    ref = lk.attend(q, streaming.cache_of(K, V), 0)
+    out, parts = streaming.attend_in_chunks(q, K, V, bounds)
+    assert len(parts) == len(set(bounds)) + 1 and sum(p.n_tokens for p in parts) == 1000
+    assert _close(out, ref), np.abs(out - ref).max()
+
+
+def test_one_token_chunks():
+    K, V, q = _kv(4, 40)
+    ref = lk.attend(q, streaming.cache_of(K, V), 0)
+    out, parts = streaming.attend_in_chunks(q, K, V, range(1, 40))
+    assert len(parts) == 40 and all(p.n_tokens == 1 and p.S == 1.0 for p in parts)
+    assert _close(out, ref)
+
+
+def test_bad_split_points():
+    K, V, q = _kv(5, 10)
+    for bad in ([0], [10], [3, 12]):
+        with pytest.raises(ValueError, match="split points"):
+            streaming.attend_in_chunks(q, K, V, bad)
+
+
+@pytest.mark.parametrize("mode", streaming.MODES)
+def test_run_stream(mode, tmp_path):
+    K, V, q = _kv(6, 1000, 128)
+    ref = lk.attend(q, streaming.cache_of(K, V), 0)
+    run = streaming.run_stream(q, K, V, mode, chunk=256, interval_s=0.001, directory=str(tmp_path))
+    assert run.mode == mode and run.seq_len == 1000 and run.chunk == 256
+    assert 0 < run.ingest_s <= run.latency_s
+    assert _close(run.out, ref)
+    assert list(tmp_path.iterdir()) == []  # the memory-mapped file is gone
+    with pytest.raises(ValueError, match="mode must be one of"):
+        streaming.run_stream(q, K, V, "three_pass")
+
+
+def _fake(variant, seq_len, preset):
+    return traffic.Simulated(variant, seq_len, preset, instructions=10, reads=7, writes=3,
+                             d1_misses=5, ll_misses=4, line=64)
+
+
+def test_saved_simulations_are_loaded_without_valgrind(tmp_path, monkeypatch):
+    saved = tmp_path / "data" / "sim.json"
+    configs = [("single", 1024, "a76"), ("softmax_safe", 2048, "a76-l2")]
+    monkeypatch.setattr(traffic, "valgrind_available", lambda: True)
+    monkeypatch.setattr(traffic, "simulate", lambda v, n, preset_name: _fake(v, n, preset_name))
+    monkeypatch.delenv(streaming.SAVE_ENV, raising=False)
+    got, note = streaming.simulations(configs, saved)
+    assert not saved.exists() and "simulated now" in note  # not saved unless asked
+    monkeypatch.setenv(streaming.SAVE_ENV, "1")
+    got, note = streaming.simulations(configs, saved)
+    assert saved.is_file() and "saved" in note
+    assert json.loads(saved.read_text())["results"][0]["dram_bytes"] == 4 * 64
+
+    monkeypatch.setattr(traffic, "valgrind_available", lambda: False)
+    loaded, note = streaming.simulations(configs[::-1], saved)
+    assert "not installed" in note and list(loaded) == configs[::-1]
+    assert loaded == got and loaded[configs[0]].dram_bytes == 256
+    with pytest.raises(RuntimeError, match="no saved results"):
+        streaming.simulations([("single", 4096, "a76")], saved)
+    with pytest.raises(RuntimeError, match="not installed"):
+        streaming.simulations(configs, tmp_path / "missing.json")
