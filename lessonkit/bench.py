@@ -7,7 +7,14 @@ gives Qwen3-8B's interleaved layout, where a head's rows are kv_dim bytes apart)
 variants of article section 3, a vectorized numpy float32 reference over fp32 K/V, and a numpy
 version over the same int8 cache (dequantize, then the same math: what a student writes first).
 It measures this machine's single-thread read bandwidth in the same run and prints the target
-ratios. Everything runs on one thread (numpy's BLAS is limited to one with threadpoolctl).
+ratios. Everything runs on one thread (numpy's BLAS is limited to one with threadpoolctl), except
+the split-KV row with 2 threads.
+
+Lesson 08's rows, at 8K, 64K and 256K: GQA, four query heads of one kv head in one grouped call
+(flash_attn_group_q8_neon) against four per-head calls of the kernel (the engine's way); and
+split-KV, the tokens cut in two chunks (flash_attn_partial_q8_neon, merged in Python), run on 1 and
+on 2 threads (lessonkit.attend_split, timed from Python: chunks, threads and merge). Their ns per
+token are for all four heads (GQA) or for the one head (split).
 Timings are medians of repeats; on x86 they time SIMDe's build, not NEON."""
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from . import env, native
+from . import beyond, env, native
 from .cache import KVCacheQ8
 from .timing import time_kernel
 
@@ -28,7 +35,12 @@ FULL_LENGTHS = (1024, 8192, 65536, 262144)
 QUICK_LENGTHS = (1024, 8192, 65536)
 HEAD_DIM, N_KV_HEADS, KV_HEAD, BLOCK_SIZE = 128, 1, 0, 64
 KERNELS = ("neon", "scalar", "two_pass_scores", "two_pass_recompute")
-LABELS = {"neon": "flash_attn_single_q_q8_neon", "scalar": "scalar C kernel",
+BEYOND_LENGTHS = (8192, 65536, 262144)  # lesson 08's rows, where the cache is long
+GQA_G, SPLIT_CHUNKS = 4, 2              # Qwen3-8B's group size; chunks of the split rows
+BEYOND = ("group4", "per_head4", "split_1t", "split_2t")
+LABELS = {"group4": "GQA: 4 query heads, 1 grouped call", "per_head4": "GQA: 4 query heads, 4 per-head calls",
+          "split_1t": "split-KV, 2 chunks, 1 thread", "split_2t": "split-KV, 2 chunks, 2 threads",
+          "neon": "flash_attn_single_q_q8_neon", "scalar": "scalar C kernel",
           "two_pass_scores": "two-pass, stored scores", "two_pass_recompute": "two-pass, K read twice",
           "numpy_f32": "numpy float32 reference (fp32 K/V)",
           "numpy_int8": "numpy over the int8 cache (dequantize)"}
@@ -87,17 +99,49 @@ def median_ns(fn, repeats: int) -> float:
     return float(np.median(times))
 
 
+def group_queries(seed: int = 1) -> np.ndarray:
+    """The GQA rows' four query heads, float32 [GQA_G, HEAD_DIM]."""
+    return np.random.default_rng(seed).standard_normal((GQA_G, HEAD_DIM), dtype=np.float32)
+
+
+def time_beyond(cache: KVCacheQ8, kv_head: int, q: np.ndarray, repeats: int) -> dict[str, float]:
+    """ns per call of lesson 08's four rows. The two split rows are timed in alternation (one call
+    of each per round, after a warm-up), so that a busy moment of the machine hits both alike."""
+    qs = group_queries()
+    ns = {name: beyond.time_group(qs, cache, kv_head, variant=name[:-1], repeats=repeats)
+          for name in ("group4", "per_head4")}
+    number = max(1, 65536 // cache.seq_len)  # calls per sample: at least 64K tokens' worth
+    runs: dict[str, list[float]] = {"split_1t": [], "split_2t": []}
+    for threads in (1, 2):
+        beyond.attend_split(q, cache, kv_head, SPLIT_CHUNKS, threads)  # warm-up
+    for _ in range(repeats):
+        for threads in (1, 2):
+            t0 = time.perf_counter_ns()
+            for _ in range(number):
+                beyond.attend_split(q, cache, kv_head, SPLIT_CHUNKS, threads)
+            runs[f"split_{threads}t"].append((time.perf_counter_ns() - t0) / number)
+    ns.update({name: float(np.median(r)) for name, r in runs.items()})
+    return ns
+
+
 def read_bandwidth_gbps(ffi, lib, nbytes: int = 256 << 20) -> float:
     buf = np.ones(nbytes, np.uint8)
     return float(lib.fa_read_gbps(ffi.from_buffer("unsigned char[]", buf), nbytes, 5))
 
 
-def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS) -> dict:
+def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None) -> dict:
+    """Every row at every length; lesson 08's rows at ``beyond_lengths`` (default: those of
+    ``lengths`` in BEYOND_LENGTHS)."""
+    beyond_lengths = [T for T in lengths if T in BEYOND_LENGTHS] if beyond_lengths is None else beyond_lengths
     ffi, lib = native.load()
     result = dict(machine=env.machine_label(), simd_paths=native.simd_paths(), head_dim=HEAD_DIM,
                   n_kv_heads=n_kv_heads, block_size=BLOCK_SIZE, rows={})
     progress("single-thread read bandwidth (256 MiB)")
     result["read_gbps"] = read_bandwidth_gbps(ffi, lib)
+    if beyond_lengths:
+        progress("parallel capacity: the kernel on 2 threads against 1, on a 4K cache")
+        cache4, kh4, q4 = make_inputs(4096)[:3]
+        result["parallel_capacity"] = beyond.parallel_capacity(q4, cache4, kh4, 2, number=200)
     scale = 1 / math.sqrt(HEAD_DIM)
     for T in lengths:
         progress(f"seq_len {T}: building the cache")
@@ -112,6 +156,9 @@ def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS) -> dict:
             row["numpy_f32"] = median_ns(lambda: numpy_f32(q, K, V, scale), repeats)
             progress(f"seq_len {T}: numpy over the int8 cache")
             row["numpy_int8"] = median_ns(lambda: numpy_int8(q, cache, kv_head, scale), max(3, repeats // 2))
+        if T in beyond_lengths:
+            progress(f"seq_len {T}: GQA grouped and per-head, split-KV on 1 and 2 threads")
+            row.update(time_beyond(cache, kv_head, q, repeats))
         result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns) for name, ns in row.items()}
     return result
 
@@ -133,7 +180,18 @@ def targets(result: dict) -> list[tuple[str, float, float, bool]]:
     if 262144 in rows:
         share = rows[262144]["neon"]["gbps"] / result["read_gbps"]
         out.append(("256K: kernel GB/s as a share of read bandwidth", share, 0.6, share >= 0.6))
+    r = rows.get(262144, {})
+    if "group4" in r:
+        g = beyond_ratios(r)
+        out.append(("256K: GQA, 1 grouped call vs 4 per-head calls, x faster", g["group"], 2.0, g["group"] >= 2.0))
+        out.append(("256K: split-KV, 2 threads vs 1 thread, x faster", g["split"], 1.6, g["split"] >= 1.6))
     return out
+
+
+def beyond_ratios(row: dict) -> dict[str, float]:
+    """Lesson 08's two ratios at one length: per-head time / grouped time, 1 thread / 2 threads."""
+    return dict(group=row["per_head4"]["ns_per_token"] / row["group4"]["ns_per_token"],
+                split=row["split_1t"]["ns_per_token"] / row["split_2t"]["ns_per_token"])
 
 
 def report(result: dict) -> str:
@@ -141,7 +199,11 @@ def report(result: dict) -> str:
              "simd paths: " + " ".join(f"{k}={v}" for k, v in result["simd_paths"].items()),
              f"one kv head of head_dim {result['head_dim']} in a cache of {result['n_kv_heads']} kv heads, "
              f"block size {result['block_size']}; one thread",
-             f"single-thread read bandwidth (this run): {result['read_gbps']:.1f} GB/s", ""]
+             f"single-thread read bandwidth (this run): {result['read_gbps']:.1f} GB/s"]
+    if "parallel_capacity" in result:
+        lines.append(f"parallel capacity (this run): the kernel on 2 threads runs {result['parallel_capacity']:.2f}x "
+                     "as many calls per second as on 1 (4K cache, C loops): what this machine offered for the split-KV rows")
+    lines.append("")
     head = f"{'seq_len':>8}  {'variant':<40} {'ns/token':>9} {'GB/s KV':>8} {'of read BW':>10}"
     lines += [head, "-" * len(head)]
     for T, row in result["rows"].items():
@@ -149,10 +211,16 @@ def report(result: dict) -> str:
             lines.append(f"{T:>8}  {LABELS[name]:<40} {r['ns_per_token']:>9.1f} {r['gbps']:>8.2f} "
                          f"{r['gbps'] / result['read_gbps']:>10.0%}")
         lines.append("")
+    for T, row in result["rows"].items():
+        if "group4" in row:
+            g = beyond_ratios(row)
+            lines.append(f"lesson 08 at {T // 1024}K: grouped {g['group']:.2f}x faster than 4 per-head calls; "
+                         f"split-KV on 2 threads {g['split']:.2f}x faster than on 1")
     lines.append("targets (measured in this run):")
     for what, got, want, ok in targets(result):
         lines.append(f"  {'met ' if ok else 'MISS'}  {what}: {got:.2f} (target {want:g})")
     lines.append("GB/s KV counts the head's K and V rows and scales once, whatever a variant reads.")
+    lines.append("GQA rows: ns per token for all 4 query heads; split rows: timed from Python, with the merge.")
     if result["machine"].endswith(("simde-x86_64", "simde-generic")):
         lines.append("x86: the 'neon' row is SIMDe's build of the NEON source, not NEON (GUIDE section 5).")
     return "\n".join(lines)

@@ -19,6 +19,9 @@ from pathlib import Path
 from . import native
 
 VARIANTS = ("single", "scalar", "two_pass_scores", "two_pass_recompute")
+# lesson 08: G query heads of one kv head (GQA), in one grouped call ("group4") or in G calls of the
+# single-pass kernel, one per query head ("per_head4"); G from 1 to 8
+GQA_VARIANTS = tuple(f"{kind}{g}" for kind in ("group", "per_head") for g in range(1, 9))
 SOFTMAXES = ("softmax_naive", "softmax_safe", "softmax_online")
 DRIVER_SOURCE = native.NATIVE_DIR / "tools" / "fa_driver.c"
 
@@ -92,7 +95,14 @@ def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int
     K and V rows are ``head_dim`` int8 each. The fp32 scales are read one per token, ``nkv``
     apart, so every token's scale read brings a cache line shared by ``line / (4 nkv)`` tokens:
     ``4 * nkv`` bytes per token, at most one line. The score array (two_pass_scores) is
-    4 bytes per token, written in pass 1, read and written in pass 2, read in pass 3."""
+    4 bytes per token, written in pass 1, read and written in pass 2, read in pass 3.
+
+    Lesson 08's GQA variants: ``group<G>`` reads the kv head's K, V and scales once for its G query
+    heads (the single pass's bytes); ``per_head<G>`` makes G single-pass calls, G times the bytes."""
+    if variant in GQA_VARIANTS:
+        G = int(variant[-1])  # one digit, 1 to 8
+        one = model_bytes("single", seq_len, head_dim, n_kv_heads, line)
+        return one if variant.startswith("group") else {k: G * b for k, b in one.items()}
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
     T = seq_len
@@ -166,16 +176,19 @@ def _host_has(flag: str) -> bool:
 
 def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
              block_size: int = 64, preset_name: str = "a76", warm: bool = False) -> Simulated:
-    """Run one call of ``variant`` (a kernel of VARIANTS or a softmax of SOFTMAXES, over
-    ``seq_len`` floats) under valgrind's cache simulation and return its counts. Cold (the
+    """Run one call of ``variant`` (a kernel of VARIANTS, a softmax of SOFTMAXES over ``seq_len``
+    floats, or lesson 08's ``group<G>`` / ``per_head<G>``: G query heads in one grouped call or in
+    G single-pass calls, all measured) under valgrind's cache simulation and return its counts. Cold (the
     default): nothing of the data is in the simulated caches; warm: after one call of the same."""
-    if variant not in VARIANTS + SOFTMAXES:
-        raise ValueError(f"variant must be one of {', '.join(VARIANTS + SOFTMAXES)}; got {variant!r}")
+    if variant not in VARIANTS + SOFTMAXES + GQA_VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS + SOFTMAXES)}, group1..group8 or "
+                         f"per_head1..per_head8; got {variant!r}")
     if not valgrind_available():
         raise RuntimeError("valgrind is not installed (Debian/Ubuntu: sudo apt install valgrind; "
                            "it does not run on macOS): the lesson shows its saved results instead")
     p = preset(preset_name)
-    measured = "measured_softmax" if variant in SOFTMAXES else "measured_call"
+    measured = ("measured_softmax" if variant in SOFTMAXES
+                else "measured_group" if variant in GQA_VARIANTS else "measured_call")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         cmd = ["valgrind", "--tool=callgrind", "--cache-sim=yes", f"--D1={p.d1.valgrind()}",

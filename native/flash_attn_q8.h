@@ -30,6 +30,22 @@ void flash_attn_two_pass_recompute_q8(float *restrict attn_out, const float *res
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
 
+/* Beyond the article (lesson 08, flash_attn_q8_group.c): GQA in one scan. The G query heads that
+ * share one kv head, q [G][hd] -> attn_out [G][hd], with each K and V row read once for all G;
+ * 1 <= G <= 8. Otherwise the kernel's arguments; equal to G calls of flash_attn_single_q_q8_neon. */
+void flash_attn_group_q8_neon(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale, int G);
+
+/* Beyond the article (lesson 08, flash_attn_q8_partial.c): split-KV. The single pass over tokens
+ * [t_begin, t_end) of one query head, without the division: writes the unnormalized state
+ * M (*m_out), S (*s_out) and VKQ (vkq_out [hd]). States of disjoint ranges merge (Flash-Decoding). */
+void flash_attn_partial_q8_neon(float *restrict vkq_out, float *restrict m_out, float *restrict s_out,
+    const float *restrict q, int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int t_begin, int t_end, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
 /* The naive, safe and online softmax of Milakov and Gimelshein (2018) over n floats
  * (softmax_variants.c): lesson 05 counts their memory accesses per element. */
 void softmax_naive(const float *x, float *y, int n);
@@ -74,6 +90,15 @@ double fa_time_calls(int variant, int number, float *restrict attn_out, const fl
     int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
+/* Time GQA over one kv head, G query heads q [G][hd] -> attn_out [G][hd]: variant 0 one call of
+ * flash_attn_group_q8_neon, variant 1 G calls of flash_attn_single_q_q8_neon (one per query head,
+ * as the engine runs them). Returns the mean ns per group of G heads (-1 for a bad variant,
+ * number or G). */
+double fa_time_group_calls(int variant, int number, float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale, int G);
 
 /* One call with cold caches: first write one byte per 64-byte line of `flush` (make it several
  * times the last-level cache), then time the call alone. Returns ns (-1 for a bad variant). */

@@ -58,8 +58,10 @@ def test_recompute_reads_k_twice():
 @needs_valgrind
 def test_warm_small_cache_reads_nothing_from_dram():
     """1K tokens (264 KB) fit in the simulated 3 MiB last level: after a first call, none of it
-    comes from DRAM again."""
-    assert traffic.simulate("single", 1024, warm=True).dram_bytes == 0
+    comes from DRAM again. (A stray line or two of stack, whose place depends on the build, may
+    still miss: the bound is 1% of the cold traffic, i.e. under 45 of its 4200 lines.)"""
+    cold = traffic.model_bytes("single", 1024)["total"]
+    assert traffic.simulate("single", 1024, warm=True).dram_bytes <= 0.01 * cold
     assert traffic.simulate("single", 1024).dram_bytes >= traffic.model_bytes("single", 1024)["total"]
 
 

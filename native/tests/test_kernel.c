@@ -1,5 +1,8 @@
 /* test_kernel.c: checks flash_attn_single_q_q8_neon against flash_attn_single_q_q8_scalar on
- * fixed inputs, and kvq8_quantize_rows against its documented contract. Self-contained C99/C11:
+ * fixed inputs, and kvq8_quantize_rows against its documented contract. Lesson 08's kernels too: the
+ * grouped kernel (flash_attn_group_q8_neon, G query heads in one call) per query head, and the
+ * partial kernel (flash_attn_partial_q8_neon) over chunks whose states are merged, against the same
+ * scalar reference. Self-contained C99/C11:
  * its own main, no test framework, inputs from a small LCG below (no rand(), no clock).
  *
  * `make test-c`, `make test-asan` and `make test-aarch64` run it; by hand, from the repository
@@ -143,8 +146,11 @@ typedef void (*Kernel)(float *restrict, const float *restrict, int8_t *const *, 
     const float *restrict, const float *restrict, int, int, int, int, int, int, float);
 static const Kernel KERNELS[] = {flash_attn_single_q_q8_neon, flash_attn_two_pass_scores_q8,
     flash_attn_two_pass_recompute_q8};
-static const char *const KERNEL_NAME[] = {"neon", "two_pass_scores", "two_pass_recompute"};
+static const char *const KERNEL_NAME[] = {"neon", "two_pass_scores", "two_pass_recompute",
+    "group", "partial+merge"};
 #define N_KERNELS (int)(sizeof KERNELS / sizeof KERNELS[0])
+#define K_GROUP N_KERNELS       /* lesson 08: flash_attn_group_q8_neon, query head g against the scalar kernel */
+#define K_SPLIT (N_KERNELS + 1) /* lesson 08: flash_attn_partial_q8_neon over chunks, merged, divided */
 
 typedef struct { int kernel, kh, i; float neon, scalar; } Mismatch;
 
@@ -221,6 +227,70 @@ static void fill_nan(float *x, int n) /* so that an output value never written s
     for (int i = 0; i < n; i++) x[i] = NAN;
 }
 
+/* ---------- lesson 08: GQA in one scan, and split-KV ---------- */
+
+enum { G_MAX = 8 };
+
+/* The group's query heads: head 0 is the case's q, head g a copy shrunk by 1 - 0.1 g with its sign
+ * flipped for odd g, so the heads' softmaxes differ (flatter) while a zero Q block stays zero, keys
+ * aligned with q stay aligned, and no score grows past the case's own (|s| <= 80 for large scores:
+ * beyond that, float rounding of s is amplified by exp past the tolerance, in any kernel). */
+static void group_queries(const float *q, int hd, int G, float *qs)
+{
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < hd; i++) qs[g * hd + i] = q[i] * (g % 2 ? -1.0f : 1.0f) * (1.0f - 0.1f * g);
+}
+
+/* The merge of two partial states (Flash-Decoding), in double: the test's own reference, written
+ * from the formula, not from lessonkit. An empty state has S == 0 and is skipped. */
+static void merge_state(double *M, double *S, double *acc, float m2, float s2, const float *acc2, int hd)
+{
+    if (s2 == 0.0f) return;
+    if (*S == 0.0) {
+        *M = m2;
+        *S = s2;
+        for (int i = 0; i < hd; i++) acc[i] = acc2[i];
+        return;
+    }
+    double M_new = *M > m2 ? *M : m2, w1 = exp(*M - M_new), w2 = exp(m2 - M_new);
+    *S = *S * w1 + s2 * w2;
+    for (int i = 0; i < hd; i++) acc[i] = acc[i] * w1 + acc2[i] * w2;
+    *M = M_new;
+}
+
+/* flash_attn_partial_q8_neon over the chunks between cuts (cut[0] = 0 ... cut[n] = seq_len; a chunk
+ * may be empty), the states merged in order, then one division: the output of the whole range. */
+static void split_attention(float *out, const float *q, const Cache *cache, const Case *c, int kh, float scale,
+    const int *cut, int n)
+{
+    const int hd = c->hd, nkv = c->nkv;
+    float *vkq = xmalloc((size_t)hd * sizeof *vkq);
+    double *acc = xmalloc((size_t)hd * sizeof *acc), M = 0.0, S = 0.0;
+    for (int j = 0; j < n; j++) {
+        float m = NAN, s = NAN;
+        fill_nan(vkq, hd);
+        flash_attn_partial_q8_neon(vkq, &m, &s, q, cache->k, cache->v, cache->kscale + kh, cache->vscale + kh,
+            cut[j], cut[j + 1], nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
+        merge_state(&M, &S, acc, m, s, vkq, hd);
+    }
+    for (int i = 0; i < hd; i++) out[i] = S > 0.0 ? (float)(acc[i] / S) : 0.0f;
+    free(vkq);
+    free(acc);
+}
+
+/* Split points that fall inside blocks, around a chunk of one token, with an empty chunk when
+ * seq_len is small; returns the number of chunks. */
+static int make_cuts(int seq_len, int kv_bs, int *cut)
+{
+    int n = 0, a = seq_len / 3, b = a + 1 < seq_len ? a + 1 : seq_len, d = kv_bs + kv_bs / 2;
+    cut[n++] = 0;
+    cut[n++] = a;                                       /* a chunk of seq_len / 3 tokens */
+    cut[n++] = b;                                       /* then one of (at most) one token */
+    cut[n++] = b + d < seq_len ? b + d : seq_len;       /* then 1.5 blocks: ends inside a block */
+    cut[n++] = seq_len;
+    return n - 1;
+}
+
 static Result run_heads(const Case *c, const Cache *cache, const float *q, float scale)
 {
     const int hd = c->hd, nkv = c->nkv;
@@ -236,6 +306,30 @@ static Result run_heads(const Case *c, const Cache *cache, const float *q, float
                 c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
             compare(&r, k, kh, neon, scalar, hd, c->seq_len == 0);
         }
+
+        /* lesson 08, split-KV: chunk states merged == the scalar single pass */
+        int cut[5], nchunks = make_cuts(c->seq_len, c->kv_bs, cut);
+        fill_nan(neon, hd);
+        split_attention(neon, q, cache, c, kh, scale, cut, nchunks);
+        compare(&r, K_SPLIT, kh, neon, scalar, hd, c->seq_len == 0);
+
+        /* lesson 08, GQA: G query heads in one call == the scalar kernel per query head.
+         * G cycles through 1, 2, 3, 4, 8 with the case and the kv head. */
+        static const int GS[] = {1, 2, 3, 4, 8};
+        const int G = GS[(c->seq_len + c->kv_bs + kh) % 5];
+        float *qs = xmalloc((size_t)G_MAX * hd * sizeof *qs), *outs = xmalloc((size_t)G_MAX * hd * sizeof *outs);
+        group_queries(q, hd, G, qs);
+        fill_nan(outs, G * hd);
+        flash_attn_group_q8_neon(outs, qs, cache->k, cache->v, cache->kscale + kh, cache->vscale + kh,
+            c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale, G);
+        for (int g = 0; g < G; g++) {
+            fill_nan(scalar, hd);
+            flash_attn_single_q_q8_scalar(scalar, qs + g * hd, cache->k, cache->v, cache->kscale + kh,
+                cache->vscale + kh, c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
+            compare(&r, K_GROUP, kh, outs + g * hd, scalar, hd, c->seq_len == 0);
+        }
+        free(qs);
+        free(outs);
     }
     free(neon);
     free(scalar);
@@ -474,7 +568,7 @@ int main(int argc, char **argv)
         else failed++;
     }
 
-    printf("worst |kernel - scalar| / max(1, max|scalar|) over neon and both two-pass kernels: %.3g (tolerance %.0e)\n", (double)g_worst,
+    printf("worst |kernel - scalar| / max(1, max|scalar|) over neon, both two-pass kernels, group and partial+merge: %.3g (tolerance %.0e)\n", (double)g_worst,
         (double)REL_TOL);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

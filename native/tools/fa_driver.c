@@ -4,6 +4,9 @@
  *
  *   fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold [EVICT_BYTES]]
  *   VARIANT: single | scalar | two_pass_scores | two_pass_recompute   (attention, kv head NKV - 1)
+ *            group<G> | per_head<G>, G = 1..8  (lesson 08: G query heads on kv head NKV - 1, in one
+ *                                                call of flash_attn_group_q8_neon, or in G calls of
+ *                                                the single-pass kernel; measured_group)
  *            softmax_naive | softmax_safe | softmax_online             (SEQ_LEN floats; HD... ignored)
  * warm: one unmeasured call first, so whatever fits in the caches is there; cold (the default):
  * a buffer of EVICT_BYTES (default 64 MiB; give at least twice the simulated last level) is
@@ -57,6 +60,19 @@ __attribute__((noinline)) void measured_softmax(void (*f)(const float *, float *
     f(x, y, n);
 }
 
+/* G query heads of one kv head: one grouped call, or G calls of the single-pass kernel, one per head */
+__attribute__((noinline)) void measured_group(int per_head, int G, float *out, const float *q, int8_t **kc,
+    int8_t **vc, const float *ks, const float *vs, int T, int kv_dim, int bs, int nkv, int kh_off, int hd)
+{
+    if (!per_head) {
+        flash_attn_group_q8_neon(out, q, kc, vc, ks, vs, T, kv_dim, bs, nkv, kh_off, hd, 0.0883883f, G);
+        return;
+    }
+    for (int g = 0; g < G; g++)
+        flash_attn_single_q_q8_neon(out + g * hd, q + g * hd, kc, vc, ks, vs, T, kv_dim, bs, nkv, kh_off, hd,
+                                    0.0883883f);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 6) { fprintf(stderr, "usage: fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold]\n"); return 2; }
@@ -87,7 +103,11 @@ int main(int argc, char **argv)
     Kernel k = NULL;
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
         if (strcmp(variant, kernels[i].name) == 0) k = kernels[i].k;
-    if (!k || T < 1 || hd < 32 || hd > 256 || hd % 32 || nkv < 1 || bs < 1) {
+    int G = 0, per_head = 0; /* lesson 08's variants: group<G>, per_head<G> */
+    if (strncmp(variant, "group", 5) == 0) G = atoi(variant + 5);
+    if (strncmp(variant, "per_head", 8) == 0) G = atoi(variant + 8), per_head = 1;
+    if (G != 0 && (G < 1 || G > 8)) G = 0;
+    if ((!k && !G) || T < 1 || hd < 32 || hd > 256 || hd % 32 || nkv < 1 || bs < 1) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
@@ -117,6 +137,16 @@ int main(int argc, char **argv)
     float q[256], out[256];
     for (int i = 0; i < hd; i++) q[i] = rnd();
     int kh = nkv - 1;
+    if (G) { /* G query heads: q and out [G][hd] on the heap, head 0 the q above */
+        float *qg = aligned((size_t)G * hd * 4), *outg = aligned((size_t)G * hd * 4);
+        for (int i = 0; i < G * hd; i++) qg[i] = i < hd ? q[i] : rnd();
+        if (warm) measured_group(per_head, G, outg, qg, kc, vc, ks + kh, vs + kh, T, kv_dim, bs, nkv, kh * hd, hd);
+        else evict_caches();
+        measured_group(per_head, G, outg, qg, kc, vc, ks + kh, vs + kh, T, kv_dim, bs, nkv, kh * hd, hd);
+        for (int i = 0; i < G * hd; i++) check += outg[i];
+        printf("sum %.6f\n", check);
+        return 0;
+    }
     if (warm) k(out, q, kc, vc, ks + kh, vs + kh, T, kv_dim, bs, nkv, kh * hd, hd, 0.0883883f);
     else evict_caches();
     measured_call(k, out, q, kc, vc, ks + kh, vs + kh, T, kv_dim, bs, nkv, kh * hd, hd);

@@ -1,0 +1,245 @@
+"""lessonkit.beyond (lesson 08): the grouped kernel against G calls of the per-head kernel, the
+partial kernel's chunks merged against the single pass, and every bad argument rejected before C.
+
+Tolerances, and why:
+- grouped vs per-head: every query head goes through the per-head kernel's arithmetic in the same
+  order; only a multiply-add fused by the compiler in one build and not in the other could differ.
+  1e-5 relative to the largest output (the C tests' NEON-vs-scalar bound).
+- split and merged vs single pass: the per-token work is the kernel's; what differs is the order
+  of the float32 sums (each chunk starts its own M, S and VKQ) and the merge, in float64.
+  2e-5 relative to the largest output.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import lessonkit as lk
+from lessonkit import beyond, streaming
+
+from conftest import make_case
+
+GROUP_RTOL = 1e-5
+SPLIT_RTOL = 2e-5
+
+
+def close(got, want, rtol, what):
+    np.testing.assert_allclose(got, want, rtol=0, atol=rtol * float(np.abs(want).max()), err_msg=what)
+
+
+def queries(G, head_dim, seed):
+    return np.random.default_rng(seed).standard_normal((G, head_dim), dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------- GQA in one scan
+
+@pytest.mark.parametrize("G", [1, 2, 4, 8])
+@pytest.mark.parametrize("head_dim,block_size,seq_len,n_kv_heads", [
+    (128, 16, 1001, 2),   # odd seq_len, blocks of 16 do not divide it
+    (32, 7, 33, 3),       # smallest head_dim, block size 7
+    (256, 64, 257, 1),    # largest head_dim
+    (96, 1, 5, 8),        # one token per block, Qwen3-8B's 8 kv heads
+    (64, 5, 1, 2),        # a single token
+])
+def test_group_equals_per_head_calls(G, head_dim, block_size, seq_len, n_kv_heads):
+    cache, _, _, _ = make_case(G + seq_len, seq_len, n_kv_heads, head_dim, block_size)
+    qs = queries(G, head_dim, seed=seq_len)
+    for kv_head in range(n_kv_heads):          # kv_head != 0 too
+        got = lk.attend_group(qs, cache, kv_head)
+        assert got.shape == (G, head_dim) and got.dtype == np.float32
+        for g in range(G):
+            close(got[g], lk.attend(qs[g], cache, kv_head), GROUP_RTOL, f"query head {g}, kv head {kv_head}")
+
+
+def test_group_against_independent_numpy():
+    """Against the quantized math written in numpy (not the C kernel), and against float64 on
+    dequantized K and V: the group's heads must not be mixed up."""
+    cache, q, K, V = make_case(11, 300, 2, 64, 16)
+    qs = queries(4, 64, seed=12)
+    qs[2] *= 0.0  # a zero query head: uniform weights over the tokens
+    got = lk.attend_group(qs, cache, 1)
+    for g in range(4):
+        close(got[g], lk.attend(qs[g], cache, 1, backend="numpy"), 2e-5, f"head {g} vs numpy")
+    Kd, Vd = cache.dequantized(1)
+    np.testing.assert_allclose(got[2], Vd.mean(axis=0), atol=1e-5)
+    assert not np.allclose(got[0], got[1])
+
+
+def test_group_scale_argument():
+    cache, _, _, _ = make_case(3, 100, 1, 128, 16)
+    qs = queries(4, 128, seed=4)
+    got = lk.attend_group(qs, cache, 0, scale=0.3)
+    for g in range(4):
+        close(got[g], lk.attend(qs[g], cache, 0, scale=0.3), GROUP_RTOL, f"head {g}")
+
+
+# ----------------------------------------------------------------------------- split-KV
+
+@pytest.mark.parametrize("head_dim,block_size,seq_len,n_kv_heads,kv_head", [
+    (128, 16, 1001, 2, 1),
+    (32, 7, 50, 1, 0),
+    (256, 64, 300, 3, 2),
+])
+@pytest.mark.parametrize("n_chunks,n_threads", [(1, 1), (1, 4), (2, 1), (2, 2), (2, 3), (3, 2), (7, 3)])
+def test_split_equals_single_pass(head_dim, block_size, seq_len, n_kv_heads, kv_head, n_chunks, n_threads):
+    cache, q, _, _ = make_case(seq_len + n_chunks, seq_len, n_kv_heads, head_dim, block_size)
+    got = lk.attend_split(q, cache, kv_head, n_chunks, n_threads)
+    assert got.shape == (head_dim,) and got.dtype == np.float32
+    close(got, lk.attend(q, cache, kv_head), SPLIT_RTOL, f"{n_chunks} chunks on {n_threads} threads")
+
+
+def test_split_one_chunk_per_token():
+    cache, q, _, _ = make_case(5, 97, 2, 64, 16)
+    close(lk.attend_split(q, cache, 1, 97, 2), lk.attend(q, cache, 1), SPLIT_RTOL, "n_chunks == seq_len")
+
+
+@pytest.mark.parametrize("bounds", [
+    [5],                 # inside the first block of 16
+    [1],                 # a chunk of one token first
+    [999],               # ... and last (seq_len 1000)
+    [16, 17, 500],       # a one-token chunk on a block boundary
+    [7, 8, 9, 31, 33],   # several small chunks across blocks
+])
+def test_awkward_split_points(bounds):
+    cache, q, _, _ = make_case(8, 1000, 2, 128, 16)
+    got, parts = beyond.attend_chunks(q, cache, 1, bounds, n_threads=2)
+    close(got, lk.attend(q, cache, 1), SPLIT_RTOL, f"split at {bounds}")
+    assert [p.n_tokens for p in parts] == list(np.diff([0, *bounds, 1000]))
+
+
+def test_partial_states_equal_traced_kernel_states():
+    """Each chunk's (M, S, acc) from the C partial kernel equals the traced kernel's state after the
+    same tokens, run on a cache that holds that chunk alone (lesson 05's way)."""
+    rng = np.random.default_rng(9)
+    K = rng.standard_normal((200, 64), dtype=np.float32)
+    V = rng.standard_normal((200, 64), dtype=np.float32)
+    q = rng.standard_normal(64, dtype=np.float32)
+    cache = streaming.cache_of(K, V, block_size=16)
+    for a, b in [(0, 1), (0, 37), (37, 38), (38, 200)]:
+        mine = beyond.partial(q, cache, 0, a, b)
+        ref = streaming.partial_state(q, streaming.cache_of(K[a:b], V[a:b], 16), 0)
+        assert mine.n_tokens == ref.n_tokens == b - a
+        assert math.isclose(mine.M, ref.M, rel_tol=1e-6, abs_tol=1e-6)
+        assert math.isclose(mine.S, ref.S, rel_tol=1e-5)
+        np.testing.assert_allclose(mine.acc, ref.acc, rtol=0, atol=1e-5 * np.abs(ref.acc).max())
+
+
+def test_partial_state_by_hand():
+    """The state of a range from its definition: M = max s, S = sum exp(s - M), acc = sum exp(s - M) v,
+    with the kernel's scores recomputed in numpy (lessonkit.attention.scores_numpy)."""
+    from lessonkit.attention import scores_numpy
+    cache, q, _, _ = make_case(2, 120, 2, 64, 8)
+    s = scores_numpy(q, cache, 1, 1 / 8).astype(np.float64)[30:90]
+    v = cache.v_codes(1)[30:90].astype(np.float64) * (cache.v_scales(1)[30:90, None] / 127.0)
+    st = beyond.partial(q, cache, 1, 30, 90)
+    w = np.exp(s - s.max())
+    assert math.isclose(st.M, s.max(), rel_tol=1e-6)
+    assert math.isclose(st.S, w.sum(), rel_tol=1e-5)
+    np.testing.assert_allclose(st.acc, w @ v, rtol=0, atol=2e-5 * np.abs(w @ v).max())
+
+
+def test_split_points():
+    assert beyond.split_points(10, 3) == [0, 3, 6, 10]
+    assert beyond.split_points(5, 5) == [0, 1, 2, 3, 4, 5]
+    assert beyond.split_points(7, 1) == [0, 7]
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+@pytest.fixture
+def case():
+    return make_case(1, 40, 2, 64, 16)
+
+
+def test_empty_chunks_rejected(case):
+    cache, q, _, _ = case
+    with pytest.raises(ValueError, match="some chunk would be empty"):
+        lk.attend_split(q, cache, 0, 41, 1)
+    for bounds in ([0], [40], [5, 5], [9, 3], [-1], [41]):
+        with pytest.raises(ValueError, match="would be empty"):
+            beyond.attend_chunks(q, cache, 0, bounds)
+    with pytest.raises(ValueError, match="holds no token"):
+        beyond.partial(q, cache, 0, 7, 7)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(n_chunks=0), ValueError, "n_chunks must be at least 1"),
+    (dict(n_chunks=2.0), TypeError, "n_chunks must be an int"),
+    (dict(n_threads=0), ValueError, "n_threads must be at least 1"),
+    (dict(n_threads="2"), TypeError, "n_threads must be an int"),
+    (dict(kv_head=2), ValueError, "kv_head must be below 2"),
+    (dict(kv_head=-1), ValueError, "kv_head must be at least 0"),
+    (dict(scale=float("nan")), ValueError, "scale must be finite"),
+])
+def test_split_bad_arguments(case, kwargs, error, match):
+    cache, q, _, _ = case
+    args = dict(kv_head=0, n_chunks=2, n_threads=2) | kwargs
+    with pytest.raises(error, match=match):
+        lk.attend_split(q, cache, **args)
+
+
+@pytest.mark.parametrize("bad_q,error,match", [
+    (np.zeros(64, np.float64), TypeError, "dtype float32"),
+    (np.zeros(63, np.float32), ValueError, "shape"),
+    (np.zeros((2, 64), np.float32), ValueError, "shape"),
+    (np.zeros(128, np.float32)[::2], ValueError, "C-contiguous"),
+    (np.full(64, np.inf, np.float32), ValueError, "NaN or Inf"),
+    ([0.0] * 64, TypeError, "numpy array"),
+])
+def test_split_bad_q(case, bad_q, error, match):
+    cache, _, _, _ = case
+    with pytest.raises(error, match=match):
+        lk.attend_split(bad_q, cache, 0, 2, 2)
+
+
+@pytest.mark.parametrize("bad_qs,error,match", [
+    (np.zeros((4, 64), np.float64), TypeError, "dtype float32"),
+    (np.zeros((0, 64), np.float32), ValueError, "between 1 and 8"),
+    (np.zeros((9, 64), np.float32), ValueError, "between 1 and 8"),
+    (np.zeros((4, 32), np.float32), ValueError, "shape"),
+    (np.zeros(64, np.float32), ValueError, r"shape \[G, 64\]"),
+    (np.zeros((4, 128), np.float32)[:, ::2], ValueError, "C-contiguous"),
+    (np.full((2, 64), np.nan, np.float32), ValueError, "NaN or Inf"),
+])
+def test_group_bad_qs(case, bad_qs, error, match):
+    cache, _, _, _ = case
+    with pytest.raises(error, match=match):
+        lk.attend_group(bad_qs, cache, 0)
+
+
+def test_bad_cache_and_empty_cache():
+    q, qs = np.zeros(64, np.float32), np.zeros((4, 64), np.float32)
+    with pytest.raises(TypeError, match="KVCacheQ8"):
+        lk.attend_group(qs, "cache", 0)
+    with pytest.raises(TypeError, match="KVCacheQ8"):
+        lk.attend_split(q, None, 0, 1, 1)
+    empty = lk.KVCacheQ8(1, 64, 16)
+    with pytest.raises(ValueError, match="empty"):
+        lk.attend_group(qs, empty, 0)
+    with pytest.raises(ValueError, match="empty"):
+        lk.attend_split(q, empty, 0, 1, 1)
+    cache, _, _, _ = make_case(1, 10, 1, 64, 16)
+    with pytest.raises(ValueError, match="kv_head must be below 1"):
+        lk.attend_group(qs, cache, 1)
+
+
+def test_bad_timing_arguments(case):
+    cache, q, _, _ = case
+    with pytest.raises(ValueError, match="variant must be one of"):
+        beyond.time_group(np.zeros((4, 64), np.float32), cache, 0, variant="fast")
+    with pytest.raises(ValueError, match="some chunk would be empty"):
+        beyond.time_split(q, cache, 0, n_chunks=100)
+
+
+def test_parallel_capacity_runs_and_checks(case):
+    """Speed is not asserted (it depends on the machine's load): only that it measures something."""
+    cache, q, _, _ = case
+    for n in (1, 2):
+        c = beyond.parallel_capacity(q, cache, 0, n, number=3)
+        assert math.isfinite(c) and c > 0
+    with pytest.raises(ValueError, match="n_threads must be at least 1"):
+        beyond.parallel_capacity(q, cache, 0, 0)
+    with pytest.raises(ValueError, match="kv_head must be below 2"):
+        beyond.parallel_capacity(q, cache, 2)
