@@ -30,6 +30,7 @@ from . import native
 from . import validate as check
 from .cache import KVCacheQ8
 from .streaming import Partial, finish, merge_all
+from .timing import median_calls
 
 GQA_MAX = 8  # query heads per grouped call: the C kernel's fixed buffers
 
@@ -221,15 +222,8 @@ def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str 
     args = (ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", qs),
             *cache.kernel_args(kv_head, ffi), cache.head_dim, scale, qs.shape[0])
 
-    def run(n: int) -> float:
-        return lib.fa_time_group_calls(GROUP_VARIANTS[variant], n, *args)
-
-    if number is None:
-        number = 1
-        while number < 1 << 30 and run(number) * number < min_repeat_s * 1e9:
-            number *= 4
-    number = check.integer("number", number, minimum=1)
-    return float(np.median([run(number) for _ in range(repeats)]))
+    return median_calls(lambda n: lib.fa_time_group_calls(GROUP_VARIANTS[variant], n, *args), repeats,
+                        number, min_repeat_s)
 
 
 def time_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_chunks: int = 2, n_threads: int = 1,

@@ -47,9 +47,13 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
         return float(np.median([lib.fa_time_call_cold(VARIANTS[backend], fbuf, flush.nbytes, *args)
                                 for _ in range(repeats)]))
 
-    def run(n: int) -> float:
-        return lib.fa_time_calls(VARIANTS[backend], n, *args)
+    return median_calls(lambda n: lib.fa_time_calls(VARIANTS[backend], n, *args), repeats, number,
+                        min_repeat_s)
 
+
+def median_calls(run, repeats: int, number: int | None, min_repeat_s: float) -> float:
+    """Median of ``repeats`` results of ``run(number)`` (a C loop of ``number`` calls returning ns
+    per call); ``number=None`` picks enough calls for one repeat to last ``min_repeat_s``."""
     if number is None:
         number = 1
         while number < 1 << 30 and run(number) * number < min_repeat_s * 1e9:
