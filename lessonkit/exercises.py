@@ -164,8 +164,12 @@ class Exercise:
         print(f"Hint: {self._hint}")
 
     def answer(self, **context):
-        """The right answer, computed now from the code and data."""
-        return self._answer(**context)
+        """The right answer, computed now from the code and data. A tuple from the answer function
+        is read in the order of the template's keys (extra trailing values are ignored)."""
+        value = self._answer(**context)
+        if isinstance(value, tuple) and isinstance(self.template, Mapping):
+            value = dict(zip(self.template, value))
+        return value
 
     def solution(self, **context) -> None:
         print(f"Solution: answer = {self.answer(**context)!r}")
@@ -440,7 +444,7 @@ ex01_1 = Exercise(
     "q[3] = 0.0149. Predict qsc[0] and the four codes, check with the kernel's trace; which of the four "
     "codes (indices) would ties-to-even change?",
     {"qsc": ..., "codes": [..., ..., ..., ...], "ties_even_changes": [...]}, _l01_predict,
-    lambda: dict(zip(("qsc", "codes", "ties_even_changes"), _l01_predict_truth())),
+    _l01_predict_truth,
     "127 / 1.27 in float32 is not exactly 100: compute np.float32(127) / np.float32(1.27) and multiply. "
     "A value landing on k + 0.5 exactly is where the rules differ.")
 
@@ -480,7 +484,7 @@ ex01_2 = Exercise(
     "q, q_out = exercises.l01_outlier_q() (q_out has channel 5 at 50 x the RMS of block 0). How many "
     "distinct codes do the other 31 values of block 0 use in the kernel's trace, with and without the outlier?",
     {"distinct_with_outlier": ..., "distinct_without": ...}, _l01_outlier,
-    lambda: dict(zip(("distinct_with_outlier", "distinct_without"), _l01_outlier_truth())),
+    _l01_outlier_truth,
     "codes = lk.attend(q_out, cache, 0, trace=True)[1].q_codes; np.unique(np.delete(codes[:32], 5)).")
 
 
@@ -526,7 +530,7 @@ ex01_3 = Exercise(
     "segment 2? On lesson 01's outlier queries (qquant.outlier_q), which gives the larger RMS error of the "
     "dequantized Q: one scale per 128 ('per128') or per 32 ('per32')?",
     {"multiplies_saved_per_token": ..., "larger_q_error": ...}, _l01_per128,
-    lambda: dict(zip(("multiplies_saved_per_token", "larger_q_error"), _l01_per128_truth()[:2])),
+    _l01_per128_truth,
     "segment 2 does s += dot32 * qsc[b] once per block; with one block the int32 dots could be summed "
     "first. For the error: codes * step - q, RMS, with qm over the whole vector.")
 
@@ -579,7 +583,7 @@ ex02_1 = Exercise(
     "For hd = 128, how many float multiplies and how many expf calls does a rescaling token cost on top of a "
     "token that does not raise M? (Timing it is part of the exercise, but not of the check.)",
     {"order": ..., "extra_multiplies": ..., "extra_expf": ...}, _l02_worst,
-    lambda: dict(zip(("order", "extra_multiplies", "extra_expf"), _l02_worst_truth()[:3])),
+    _l02_worst_truth,
     "rescales.count_rescales(np.arange(256.0)); in segment 3 the if-branch has S *= ms and a loop of "
     "vmulq_f32 over hd values; both branches call expf once.")
 
@@ -622,7 +626,7 @@ ex02_2 = Exercise(
     "How many rescales? From which token on is expf(s - M) exactly 0 in float32? Is the kernel's output "
     "still correct (within 1e-5 of max|out| of softmax.three_pass on the trace's scores)?",
     {"rescales": ..., "first_zero_weight_token": ..., "output_correct": ...}, _l02_desc,
-    lambda: dict(zip(("rescales", "first_zero_weight_token", "output_correct"), _l02_desc_truth())),
+    _l02_desc_truth,
     "M stays at the first score; s_t - M = -5 t. float32 exp underflows to 0 below about -103.97.")
 
 
@@ -777,7 +781,7 @@ ex03_2 = Exercise(
     "heads grow with one scale per row (quantize_kv_rows(K.reshape(T, -1))) against the per-(token, head) "
     "cache? Which two kernel lines (numbers) would change?",
     {"bytes_saved_per_token": ..., "quiet_error_ratio": ..., "lines": [..., ...]}, _l03_per_head,
-    lambda: dict(zip(("bytes_saved_per_token", "quiet_error_ratio", "lines"), _l03_per_head_truth())),
+    _l03_per_head_truth,
     "scales: 2 (K, V) x 4 bytes x nkv per token; the loud head sets the max of the whole row; "
     "source.find_line('kscale[(size_t)t * nkv]', segment=2) and its V twin in segment 3.")
 
@@ -821,7 +825,7 @@ ex03_3 = Exercise(
     "with kv_bs = 1 at 32768 tokens? Does kv_bs change the kernel's output?",
     {"avg_waste_bytes": {16: ..., 64: ..., 256: ..., 4096: ...}, "pointer_entries_kv_bs1": ...,
      "output_changes": ...}, _l03_kv_bs,
-    lambda: dict(zip(("avg_waste_bytes", "pointer_entries_kv_bs1", "output_changes"), _l03_kv_bs_truth())),
+    _l03_kv_bs_truth,
     "unused rows = (-T) % kv_bs; average over every T with numpy; one byte per value, K and V.")
 
 # ============================================================================ lesson 04
@@ -900,8 +904,7 @@ ex04_2 = Exercise(
     "cache.k_scales(1) hold, how many does trace.q_scales hold, and how many q_code calls would one call "
     "make if Q were quantized inside the token loop?",
     {"distinct_k_scales": ..., "distinct_q_scales": ..., "q_code_calls_if_per_token": ...}, _l04_once,
-    lambda: dict(zip(("distinct_k_scales", "distinct_q_scales", "q_code_calls_if_per_token"),
-                     (lambda t: (t[0], t[1], t[3]))(_l04_once_truth()))),
+    lambda: (lambda t: (t[0], t[1], t[3]))(_l04_once_truth()),
     "len(np.unique(...)); segment 1 calls q_code once per value of Q.")
 
 FOLD_EDITS = (debug.Edit(source.KERNEL_FILE.name, "qsc[b] = qm * KVQ_INV;", "qsc[b] = qm * KVQ_INV * scale;", 1),
@@ -942,7 +945,7 @@ ex04_3 = Exercise(
     "token are saved, and do the scores change only in their last bits (less than 1e-5 relative)? The check "
     "makes this edit in a temporary copy of native/ and compares the traced scores of lesson 04's call.",
     {"multiplies_saved_per_token": ..., "scores_change_only_in_last_bits": ...}, _l04_fold,
-    lambda: dict(zip(("multiplies_saved_per_token", "scores_change_only_in_last_bits"), _l04_fold_truth()[:2])),
+    _l04_fold_truth,
     "the multiply by scale moves from the token loop into segment 1 (4 blocks, once per call); float32 "
     "multiplication is not associative, so (a * b) * c and a * (b * c) may round differently.")
 
@@ -1133,7 +1136,7 @@ ex06_break1 = Exercise(
     "(debug.kernel_weights reads the weights from the kernel's output): which tokens get too much weight, and by "
     "what factor is token 0's (normalized) weight too large (broken / right)?",
     {"too_heavy": ..., "factor_token0": ...}, _l06_rescale,
-    lambda: dict(zip(("too_heavy", "factor_token0"), _l06_rescale_truth())),
+    _l06_rescale_truth,
     "every score here is a new max, so without the rescale every token keeps weight exp(0) = 1; the right "
     "weights are the softmax of the scores.", choices=RESCALE_CHOICES)
 
@@ -1175,7 +1178,7 @@ ex06_break2 = Exercise(
     "In the kernel with q_code truncating (debug.break_kernel('truncate')), for q = exercises.l06_rounding_q(): "
     "what share of Q's 128 codes differ from the intact kernel's, and in which direction do they move?",
     {"codes_changed_fraction": ..., "direction": ...}, _l06_rounding,
-    lambda: dict(zip(("codes_changed_fraction", "direction"), _l06_rounding_truth())),
+    _l06_rounding_truth,
     "debug.trace_with(b.ffi, b.lib, q, cache, 0, scale).q_codes against lk.attend(q, cache, 0, trace=True)[1].q_codes; "
     "a value's code changes when its fraction is at least 0.5.", choices=DIRECTION_CHOICES)
 
