@@ -9,18 +9,36 @@ build that gdb can step through. cffi's ABI mode (``ffi.dlopen``) loads the resu
     ffi, lib = load()            # fast build, rebuilt whenever a file in native/ changed
     ffi, lib = load(debug=True)  # -O0 -g build for debuggers
     backend()                    # "neon+dotprod", "neon" or "simde-x86_64": what was compiled
+
+A student's Jupyter process holds their unsaved work, so a build never reaches it unproven:
+
+- the sources are read once into memory, hashed, and compiled from a private copy of those bytes,
+  so the file name of a library always names exactly what was compiled (a file saved during a
+  build cannot slip in under the old hash);
+- the hash includes the compiler, the flags and what ``-march=native`` resolved to on this CPU,
+  so a checkout moved to another machine rebuilds instead of dying of SIGILL;
+- every new library is first run in a child process (``lessonkit/smoke.py``) against the
+  engine's quantized math on a few small caches, with a timeout; a crash, a hang or a wrong
+  result there becomes a ``KernelCheckError`` here and nothing is loaded;
+- a library in ``.build/`` is loaded only if its bytes are the ones that passed that check
+  (their SHA-256 is recorded beside it); an empty or truncated file is rebuilt.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
+import warnings
 from pathlib import Path
 
 import cffi
@@ -28,11 +46,44 @@ import cffi
 REPO_DIR = Path(__file__).resolve().parent.parent
 NATIVE_DIR = REPO_DIR / "native"
 HEADER = "flash_attn_q8.h"
+SMOKE_SCRIPT = Path(__file__).resolve().parent / "smoke.py"
+
+# How long the check of a new build may run in its child process before it counts as a hang.
+# It takes about a second; the margin is for a slow board or a loaded machine.
+SMOKE_TIMEOUT_S = float(os.environ.get("LESSONKIT_SMOKE_TIMEOUT", "60"))
+COMPILE_TIMEOUT_S = 300.0
+KEEP_BUILDS = 6          # newest libraries kept per kind (fast, debug, ...); older ones are pruned
+MAX_ERRORS_SHOWN = 3     # compiler errors shown in a BuildError: the first one is the one to fix
+
+# Build-time tunables of native/ and the values they may take. FA_TILE sizes arrays on the stack
+# (0 would never advance the token loop); FA_PREFETCH is added to a token index in C int.
+DEFINES = {"FA_TILE": (1, 256), "FA_PREFETCH": (0, 1024)}
+
+# What the check in the child process may run: every new build is checked for results, crashes
+# and hangs; "crashes" still catches crashes and hangs but lets wrong results through (with a
+# warning), for a kernel broken on purpose (lesson 06); "skip" loads without any check.
+VERIFY_LEVELS = ("skip", "crashes", "results")
 
 
 class BuildError(RuntimeError):
-    """The C sources did not compile (the message holds the compiler's output) or no compiler
-    or SIMDe headers were found (the message says what to install)."""
+    """The C sources did not compile (the message starts with the compiler's first error), or
+    the build could not run at all (no compiler, no SIMDe headers, a folder that cannot be
+    written); the message says what to do."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a traceback: the student reads the compiler's first error
+        # first, not twenty lines of library frames above it.
+        return [*str(self).splitlines(), f"({type(self).__module__.split('.')[0]}.{type(self).__name__})"]
+
+
+class KernelCheckError(BuildError):
+    """A new build compiled but failed its check in a child process: it crashed (the signal is
+    named), did not finish in time, or computed a wrong result (which one, by how much). It was
+    not loaded; what was loaded before keeps working."""
+
+
+class BuildWarning(UserWarning):
+    """The C sources compiled, with compiler warnings (shown once per process and library)."""
 
 
 # ----------------------------------------------------------------------------- what to compile
@@ -40,6 +91,10 @@ class BuildError(RuntimeError):
 def compiler() -> str:
     """The C compiler: $CC if set, else cc."""
     cc = os.environ.get("CC", "cc")
+    if not cc.strip():
+        raise BuildError("CC is set to an empty string, so there is no compiler to call. Unset it "
+                         "(`unset CC` in the shell, or `os.environ.pop('CC')` in the notebook) or set "
+                         "it to a compiler such as cc, gcc or clang.")
     if shutil.which(cc.split()[0]) is None:
         raise BuildError(
             f"No C compiler found (looked for {cc!r}). Install one: Debian/Ubuntu "
@@ -49,7 +104,14 @@ def compiler() -> str:
 
 
 def _cpu_has_dotprod() -> bool:
-    """ARMv8.2 dot product (sdot): 'asimddp' in /proc/cpuinfo on Linux, FEAT_DotProd on macOS."""
+    """ARMv8.2 dot product (sdot): 'asimddp' in /proc/cpuinfo on Linux, FEAT_DotProd on macOS.
+    ``LESSONKIT_DOTPROD=1`` or ``=0`` overrides the detection (emulators and containers whose
+    /proc/cpuinfo is not the CPU's: ``make build DOTPROD=0``)."""
+    forced = os.environ.get("LESSONKIT_DOTPROD", "").strip()
+    if forced:
+        if forced not in ("0", "1"):
+            raise BuildError(f"LESSONKIT_DOTPROD must be 1 (build with sdot) or 0 (without); got {forced!r}")
+        return forced == "1"
     if sys.platform == "darwin":
         try:
             out = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_DotProd"],
@@ -106,137 +168,557 @@ def arch_flags(dotprod: bool | None = None) -> list[str]:
     return flags
 
 
+def check_defines(defines: dict | None) -> dict:
+    """Build defines as ``{name: int}``, each within its stated range (``DEFINES``); raises
+    ValueError/TypeError before anything is compiled."""
+    if defines is None:
+        return {}
+    if not isinstance(defines, dict):
+        raise TypeError(f"defines must be a dict such as {{'FA_PREFETCH': 0}}; got {type(defines).__name__}")
+    checked = {}
+    for name, value in defines.items():
+        if name not in DEFINES:
+            known = ", ".join(f"{n} ({lo}..{hi})" for n, (lo, hi) in DEFINES.items())
+            raise ValueError(f"unknown build define {name!r}; the tunables of native/ are {known}")
+        lo, hi = DEFINES[name]
+        if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+            raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+        value = int(value.__index__())
+        if not lo <= value <= hi:
+            raise ValueError(f"{name} must be between {lo} and {hi}; got {value}")
+        checked[name] = value
+    return checked
+
+
+def sanitizer_flags() -> list[str]:
+    """``LESSONKIT_SANITIZE=address,undefined`` builds every library with those sanitizers
+    (``make test-asan-py``); the process must then preload the sanitizer runtime."""
+    value = os.environ.get("LESSONKIT_SANITIZE", "").strip()
+    if not value:
+        return []
+    if not re.fullmatch(r"[a-z-]+(,[a-z-]+)*", value):
+        raise BuildError(f"LESSONKIT_SANITIZE must look like 'address,undefined'; got {value!r}")
+    return [f"-fsanitize={value}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
+
+
 def compile_flags(debug: bool = False, dotprod: bool | None = None,
                   defines: dict | None = None) -> list[str]:
     """Every flag of a build, in order (without sources and output). ``defines`` become
     ``-DNAME=VALUE``, e.g. ``{"FA_PREFETCH": 0}`` for a build without software prefetch."""
     opt = ["-O0", "-g", "-fno-omit-frame-pointer"] if debug else ["-O3"]
-    macros = [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
-    return ["-std=gnu11", *opt, "-fPIC", "-shared", "-Wall", *macros, *arch_flags(dotprod)]
+    macros = [f"-D{name}={value}" for name, value in sorted(check_defines(defines).items())]
+    return ["-std=gnu11", *opt, "-fPIC", "-shared", "-Wall", *macros, *arch_flags(dotprod),
+            *sanitizer_flags()]
 
 
-# ----------------------------------------------------------------------------- build
+# ----------------------------------------------------------------------------- the build key
 
-def _sources(src_dir: Path) -> list[Path]:
-    return sorted(src_dir.glob("*.c"))
+_identities: dict[tuple, bytes] = {}
+
+
+def _compiler_identity(cc: str, flags: list[str]) -> bytes:
+    """The compiler's version and every macro it predefines with these flags: with
+    ``-march=native`` that lists the CPU's features (__AVX512F__, __ARM_FEATURE_DOTPROD, ...),
+    so the build key changes when the checkout moves to another CPU. Cached per process."""
+    arch = tuple(f for f in flags if f.startswith(("-m", "-f")) or f.startswith("-std"))
+    key = (cc, arch)
+    if key not in _identities:
+        try:
+            version = subprocess.run([*cc.split(), "--version"], capture_output=True, text=True,
+                                     timeout=60).stdout
+            macros = subprocess.run([*cc.split(), *arch, "-dM", "-E", "-x", "c", os.devnull],
+                                    capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            raise BuildError(f"Could not run the C compiler {cc!r}: {e}. Check that it is installed "
+                             "and runs from a terminal (`cc --version`).") from None
+        _identities[key] = (version + "\0" + "\n".join(sorted(macros.splitlines()))).encode()
+    return _identities[key]
+
+
+def _read_sources(src_dir: Path) -> dict[str, bytes]:
+    """The bytes of every ``*.c`` and ``*.h`` of src_dir, read once: what gets hashed is what gets
+    compiled."""
+    try:
+        names = sorted(p.name for p in src_dir.iterdir() if p.suffix in (".c", ".h") and p.is_file())
+        return {name: (src_dir / name).read_bytes() for name in names}
+    except OSError as e:
+        raise BuildError(f"Could not read the sources in {src_dir}: {e.strerror or e}. "
+                         "Check that the folder exists and is readable.") from None
 
 
 def _fingerprint(src_dir: Path) -> tuple:
     """Cheap change detection: name, size and mtime of each source and header (one directory
-    scan, no path globbing: load() runs it before every kernel call)."""
-    with os.scandir(src_dir) as entries:
-        files = [(e.name, e.stat()) for e in entries if e.name.endswith((".c", ".h")) and e.is_file()]
+    scan: load() runs it before every kernel call)."""
+    try:
+        with os.scandir(src_dir) as entries:
+            files = [(e.name, e.stat()) for e in entries if e.name.endswith((".c", ".h")) and e.is_file()]
+    except OSError:
+        return ()
     return tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in files))
 
 
-def _build_key(src_dir: Path, cc: str, flags: list[str], more_files: list[Path] = ()) -> str:
-    """A hash of everything that changes the binary: sources, headers, flags, compiler version."""
+def _build_key(sources: dict[str, bytes], cc: str, flags: list[str], extra: dict[str, bytes]) -> str:
+    """A hash of everything that changes the binary: the source bytes, flags, compiler, CPU."""
     h = hashlib.sha256()
-    version = subprocess.run([*cc.split(), "--version"], capture_output=True, text=True).stdout
-    h.update(version.encode())
+    h.update(_compiler_identity(cc, flags))
     h.update("\0".join(flags).encode())
-    for f in [*sorted([*src_dir.glob("*.c"), *src_dir.glob("*.h")]), *more_files]:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    for name, data in [*sorted(sources.items()), *sorted(extra.items())]:
+        h.update(name.encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:16]
 
 
+# ----------------------------------------------------------------------------- build
+
+def build_dir_for(src_dir: Path) -> Path:
+    """Where builds of src_dir go: ``$LESSONKIT_BUILD_DIR`` if set, else ``.build/`` beside it."""
+    env = os.environ.get("LESSONKIT_BUILD_DIR", "").strip()
+    return Path(env).resolve() if env else src_dir.parent / ".build"
+
+
 def build(debug: bool = False, dotprod: bool | None = None, defines: dict | None = None,
-          src_dir: Path | str | None = None, build_dir: Path | str | None = None) -> Path:
-    """Compile ``native/*.c`` into a shared library and return its path.
+          src_dir: Path | str | None = None, build_dir: Path | str | None = None,
+          verify: str = "results") -> Path:
+    """Compile ``native/*.c`` into a shared library, check it in a child process, and return its path.
 
     The library goes to ``.build/`` beside ``native/`` unless build_dir says otherwise; its
     file name carries a hash of the sources and flags, so an unchanged tree is not compiled
     again and an edited one gets a new file that can be loaded beside the old one.
-    Raises BuildError with the compiler's messages when the sources do not compile."""
+    Raises BuildError with the compiler's first errors when the sources do not compile, and
+    KernelCheckError when the new library crashes, hangs or computes wrong results in its check
+    (see ``verify`` of ``load``)."""
+    if verify not in VERIFY_LEVELS:
+        raise ValueError(f"verify must be one of {', '.join(map(repr, VERIFY_LEVELS))}; got {verify!r}")
     flags = compile_flags(debug, dotprod, defines)
-    return _compile(flags, [], f"libflash_attn_q8{'_debug' if debug else ''}", ".so", src_dir, build_dir)
+    return _library(flags, f"libflash_attn_q8{'_debug' if debug else ''}", src_dir, build_dir, verify)
 
 
 def build_program(main_source: Path | str, flags: list[str], stem: str,
                   src_dir: Path | str | None = None) -> Path:
     """Compile an executable from ``main_source`` and ``native/*.c`` with exactly ``flags``
-    (e.g. the valgrind driver of lessonkit.traffic, built without AVX-512); cached like build()."""
-    return _compile(["-std=gnu11", *flags], [Path(main_source)], stem, "", src_dir, None)
-
-
-def _compile(flags: list[str], extra_sources: list[Path], stem: str, suffix: str,
-             src_dir: Path | str | None, build_dir: Path | str | None) -> Path:
-    src_dir = Path(src_dir or NATIVE_DIR).resolve()
-    build_dir = Path(build_dir).resolve() if build_dir else src_dir.parent / ".build"
-    if not (src_dir / HEADER).is_file():
-        raise BuildError(f"{src_dir} has no {HEADER}: is this the workbook's native/ folder?")
+    (e.g. the valgrind driver of lessonkit.traffic, built without AVX-512); cached like build().
+    It runs in its own process, never in this one, so it is not checked like a library."""
+    src_dir = _native_dir(src_dir)
+    main_source = Path(main_source).resolve()
+    try:
+        main = {main_source.name: main_source.read_bytes()}
+    except OSError as e:
+        raise BuildError(f"Could not read {main_source}: {e.strerror or e}") from None
     cc = compiler()
-    sources = [*extra_sources, *_sources(src_dir)]
-    key = _build_key(src_dir, cc, flags + [str(p) for p in extra_sources],
-                     [p for p in extra_sources if p.parent != src_dir])
-    out = build_dir / f"{stem}_{key}{suffix}"
-    if out.is_file():
+    flags = ["-std=gnu11", *flags]
+    sources = _read_sources(src_dir)
+    key = _build_key(sources, cc, flags, {"main:" + k: v for k, v in main.items()})
+    out = build_dir_for(src_dir) / f"{stem}_{key}"
+    if out.is_file() and os.access(out, os.X_OK) and out.stat().st_size > 0:
         return out
-    build_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=build_dir, suffix=suffix + ".tmp")
-    os.close(fd)
-    cmd = [*cc.split(), *flags, f"-I{src_dir}", *map(str, sources), "-o", tmp, "-lm"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        os.unlink(tmp)
-        messages = proc.stderr.replace(str(src_dir) + os.sep, "native/")
-        raise BuildError("The C sources did not compile; nothing new was loaded, and libraries "
-                         "loaded before keep working.\n\n" + _first_errors(messages))
-    os.replace(tmp, out)  # atomic: a concurrent loader sees no half-written file
+    with _workspace(build_dir_for(src_dir)) as work:
+        tmp_src = _write_copy(work, src_dir.name, {**sources, **main})
+        tmp_out = work / "program"
+        _run_compiler(cc, flags, tmp_src, [tmp_src / main_source.name, *_c_files(tmp_src, sources)],
+                      tmp_out, src_dir)
+        _publish(tmp_out, out)
     return out
 
 
-def _first_errors(messages: str, keep: int = 40) -> str:
-    """The compiler's output, cut to its first errors: the first one is the one to fix."""
-    lines = messages.strip().splitlines()
-    first = next((i for i, l in enumerate(lines) if re.search(r"\berror\b", l)), 0)
-    start = max(0, first - 2)
-    cut = lines[start:start + keep]
-    more = len(lines) - start - len(cut)
-    return "\n".join(cut) + (f"\n... ({more} more lines)" if more > 0 else "")
+def _native_dir(src_dir) -> Path:
+    src_dir = Path(src_dir or NATIVE_DIR).resolve()
+    if not (src_dir / HEADER).is_file():
+        raise BuildError(f"{src_dir} has no {HEADER}: is this the workbook's native/ folder?")
+    return src_dir
+
+
+def _c_files(folder: Path, sources: dict[str, bytes]) -> list[Path]:
+    return [folder / name for name in sorted(sources) if name.endswith(".c")]
+
+
+def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> Path:
+    src_dir = _native_dir(src_dir)
+    build_dir = Path(build_dir).resolve() if build_dir else build_dir_for(src_dir)
+    cc = compiler()
+    sources = _read_sources(src_dir)
+    key = _build_key(sources, cc, flags, {})
+    out = build_dir / f"{stem}_{key}.so"
+    header = sources[HEADER].decode(errors="replace")
+
+    record = _read_record(out)
+    if record is not None and _level_ok(record, verify):
+        return out
+    if record is not None:  # built and intact, but checked less than now asked: check it again
+        result = _smoke(out, header, verify)
+        _write_record(out, {**record, **result})
+        _judge(result, verify, out)
+        return out
+
+    with _workspace(build_dir) as work:
+        tmp_src = _write_copy(work, src_dir.name, sources)
+        tmp_lib = work / "lib.so"
+        messages = _run_compiler(cc, flags, tmp_src, _c_files(tmp_src, sources), tmp_lib, src_dir)
+        result = _smoke(tmp_lib, header, verify)
+        _judge(result, verify, None)  # raises before anything is published
+        _publish(tmp_lib, out)
+        _write_record(out, {"sha256": _sha256(out), "warnings": messages, "header": header, **result})
+    _prune(build_dir, stem)
+    return out
+
+
+class _workspace:
+    """A private temporary folder inside the build folder, removed whatever happens."""
+
+    def __init__(self, build_dir: Path):
+        self.build_dir = build_dir
+
+    def __enter__(self) -> Path:
+        try:
+            self.build_dir.mkdir(parents=True, exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix="tmp-", dir=self.build_dir))
+        except OSError as e:
+            raise _os_error(e, self.build_dir) from None
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _os_error(e: OSError, build_dir: Path) -> BuildError:
+    """An OS error of the build as a BuildError that says what to do."""
+    if e.errno == errno.ENOSPC:
+        what = "the disk is full. Free some space (`make clean` removes old builds) and run the cell again."
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        what = ("this folder cannot be written (a read-only checkout?). Make it writable, or set "
+                "LESSONKIT_BUILD_DIR to a folder you can write, e.g. "
+                "`os.environ['LESSONKIT_BUILD_DIR'] = '/tmp/lessonkit-build'`.")
+    elif e.errno == errno.ENOENT:
+        what = ("a file or folder disappeared during the build (did `make clean` run at the same "
+                "time?). Run the cell again.")
+    else:
+        what = "see the error above; run the cell again once it is fixed."
+    return BuildError(f"Could not build in {build_dir}: {e.strerror or e} ({type(e).__name__}): {what}")
+
+
+def _write_copy(work: Path, name: str, sources: dict[str, bytes]) -> Path:
+    folder = work / name
+    try:
+        folder.mkdir()
+        for fname, data in sources.items():
+            (folder / fname).write_bytes(data)
+    except OSError as e:
+        raise _os_error(e, work.parent) from None
+    return folder
+
+
+def _run_compiler(cc: str, flags: list[str], tmp_src: Path, sources: list[Path], out: Path,
+                  src_dir: Path) -> str:
+    """Compile; return the cleaned compiler warnings ('' if none), raise BuildError on errors."""
+    # Debug information names the real source folder, not the private copy, so that gdb and lldb
+    # list and break in the files the student reads.
+    prefix_map = [f"-fdebug-prefix-map={tmp_src}={src_dir}"]
+    cmd = [*cc.split(), *flags, *prefix_map, f"-I{tmp_src}", *map(str, sources), "-o", str(out), "-lm"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"The compiler did not finish in {COMPILE_TIMEOUT_S:.0f} s; nothing new was "
+                         "loaded. Run the cell again; if it happens again, restart the machine's "
+                         "compiler jobs.") from None
+    except OSError as e:
+        raise BuildError(f"Could not run the C compiler {cc!r}: {e.strerror or e}. Check `cc --version` "
+                         "in a terminal.") from None
+    text = clean_compiler_output(proc.stderr, tmp_src, src_dir.name)
+    if proc.returncode != 0:
+        if not tmp_src.is_dir():
+            raise BuildError("The build folder was removed while the compiler ran (did `make clean` run "
+                             "at the same time?). Nothing new was loaded; run the cell again.")
+        if "No space left on device" in proc.stderr:
+            raise _os_error(OSError(errno.ENOSPC, "No space left on device"), out.parent.parent)
+        raise BuildError(first_errors(text) + "\n\nThe C sources did not compile: fix the first error "
+                         "above and run the cell again. Nothing new was loaded; libraries loaded "
+                         "before keep working.")
+    return text.strip()
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    try:
+        os.replace(tmp, out)  # atomic: a concurrent loader sees the old file or the new, never half
+    except OSError as e:
+        raise _os_error(e, out.parent) from None
+
+
+# ----------------------------------------------------------------------------- compiler messages
+
+_DIAG = re.compile(r"^(?P<where>[^:\s][^:]*:\d+(?::\d+)?): (?P<kind>fatal error|error|warning|note): ")
+
+
+def clean_compiler_output(text: str, tmp_src: Path | None = None, name: str = "native") -> str:
+    """The compiler's output as a student should read it: paths of the private build copy shown
+    as ``native/``, long paths of installed headers shortened, lines that only say where a file
+    was included from dropped (the traced build includes the kernel a second time)."""
+    if tmp_src is not None:
+        text = text.replace(str(tmp_src) + os.sep, name + "/")
+    inc = simde_include_dir() if not is_arm64() else None
+    if inc is not None:
+        text = text.replace(str(inc) + os.sep, "<SIMDe>/")
+    text = re.sub(r"\S*/site-packages/", "<site-packages>/", text)
+    keep = [l for l in text.splitlines()
+            if not re.match(r"^\s*(In file included from|from) \S", l)
+            and not re.match(r"^[^:\s]+: In (function|member function)", l)
+            and not re.match(r"^\S+\.(c|h): At top level:", l)]
+    return "\n".join(keep)
+
+
+def _diagnostics(text: str) -> list[tuple[str, str, list[str]]]:
+    """(kind, header, lines) per diagnostic: its header line and the source excerpt under it."""
+    diags: list[tuple[str, str, list[str]]] = []
+    for line in text.splitlines():
+        m = _DIAG.match(line)
+        if m:
+            diags.append((m.group("kind"), line, [line]))
+        elif diags:
+            diags[-1][2].append(line)
+        elif line.strip():
+            diags.append(("other", line, [line]))
+    return diags
+
+
+def first_errors(text: str, keep: int = MAX_ERRORS_SHOWN) -> str:
+    """The first ``keep`` distinct errors of cleaned compiler output, each with its source excerpt
+    and notes; the same error seen twice (the traced build compiles the kernel again) once."""
+    seen, shown, hidden = set(), [], 0
+    current_error = False
+    for kind, header, lines in _diagnostics(text):
+        if kind in ("error", "fatal error"):
+            current_error = header not in seen
+            if not current_error:
+                continue
+            seen.add(header)
+            if len(shown) >= keep:
+                hidden += 1
+                current_error = False
+                continue
+            shown.append(lines)
+        elif kind == "note" and current_error and shown:
+            shown[-1] = shown[-1] + lines
+    if not shown:  # no error with a file and line (a linker error, say): the output as it is
+        return "\n".join(text.splitlines()[:30])
+    out = "\n".join(l for block in shown for l in block)
+    if hidden:
+        out += f"\n... and {hidden} more error{'s' if hidden > 1 else ''} (fix the first one first)"
+    return out
+
+
+def _show_warnings(text: str) -> None:
+    """Compiler warnings of a library that did build: an uninitialized variable is what a student
+    needs to see. Shown at the first warning's file and line, once per process and library."""
+    diags = [d for d in _diagnostics(text) if d[0] == "warning"]
+    if not diags:
+        return
+    where = _DIAG.match(diags[0][1]).group("where").split(":")
+    body = "\n".join(l for d in diags[:MAX_ERRORS_SHOWN] for l in d[2])
+    more = len(diags) - MAX_ERRORS_SHOWN
+    msg = ("the C sources compiled, with warnings:\n" + body
+           + (f"\n... and {more} more warnings" if more > 0 else ""))
+    warnings.warn_explicit(BuildWarning(msg), BuildWarning, where[0], int(where[1]))
+
+
+# ----------------------------------------------------------------------------- the check of a new build
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _record_path(lib: Path) -> Path:
+    return lib.with_name(lib.name + ".json")
+
+
+def _read_record(lib: Path) -> dict | None:
+    """The record written when ``lib`` passed its check, if ``lib`` is still exactly those bytes.
+    An empty, truncated or replaced library (or one without a record) gives None: rebuild it."""
+    try:
+        record = json.loads(_record_path(lib).read_text())
+        if lib.stat().st_size > 0 and record.get("sha256") == _sha256(lib):
+            return record
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def _write_record(lib: Path, record: dict) -> None:
+    path = _record_path(lib)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise _os_error(e, lib.parent) from None
+
+
+def _level_ok(record: dict, verify: str) -> bool:
+    """Was the library checked at least as far as ``verify`` asks, and did it pass?"""
+    done = record.get("verified", "skip")
+    if VERIFY_LEVELS.index(done) < VERIFY_LEVELS.index(verify):
+        return False
+    return verify != "results" or not record.get("failures")
+
+
+def _smoke(lib: Path, header: str, verify: str) -> dict:
+    """Run lessonkit/smoke.py on ``lib`` in a child process. Returns
+    ``{"verified": level, "failures": [...], "crash": str|None}``."""
+    if verify == "skip":
+        return {"verified": "skip", "failures": [], "crash": None}
+    request = json.dumps({"library": str(lib), "header": header})
+    try:
+        proc = subprocess.run([sys.executable, "-I", str(SMOKE_SCRIPT)], input=request,
+                              capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        last = _last_step(e.stderr)
+        return {"verified": verify, "failures": [],
+                "crash": f"did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)"
+                         + (f" while running {last}" if last else "")}
+    except OSError as e:
+        raise BuildError(f"Could not start the check of the new build ({sys.executable}): {e}") from None
+    last = _last_step(proc.stderr)
+    if proc.returncode < 0:
+        try:
+            name = signal.Signals(-proc.returncode).name
+            what = {"SIGSEGV": "segmentation fault: a read or write outside the memory it owns",
+                    "SIGBUS": "bus error: a bad address", "SIGILL": "illegal instruction",
+                    "SIGFPE": "arithmetic exception", "SIGABRT": "abort"}.get(name, "")
+        except ValueError:
+            name, what = f"signal {-proc.returncode}", ""
+        return {"verified": verify, "failures": [],
+                "crash": f"crashed with {name}" + (f" ({what})" if what else "")
+                         + (f" while running {last}" if last else "")}
+    try:
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+        return {"verified": verify, "failures": [],
+                "crash": f"stopped with exit code {proc.returncode}" + (f" while running {last}" if last else "")
+                         + (f":\n{tail}" if tail else "")}
+    return {"verified": verify, "failures": report["failures"], "crash": None}
+
+
+def _last_step(stderr) -> str:
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode(errors="replace")
+    steps = [l[len("running "):] for l in (stderr or "").splitlines() if l.startswith("running ")]
+    return steps[-1] if steps else ""
+
+
+def _judge(result: dict, verify: str, lib: Path | None) -> None:
+    """Raise KernelCheckError for a crash or hang (always) and for wrong results (verify="results").
+    Wrong results allowed by verify="crashes" are shown by load() as a warning."""
+    keep = ("Nothing new was loaded; what was loaded before keeps working. Fix the edit and run the "
+            "cell again.")
+    if result.get("crash"):
+        raise KernelCheckError(f"The new build of the kernel {result['crash']}.\n{keep}")
+    failures = result.get("failures") or []
+    if not failures:
+        return
+    if verify == "results":
+        raise KernelCheckError(
+            "The new build of the kernel gives wrong results against the reference (the engine's "
+            f"quantized math in numpy, float64):\n{_failure_lines(failures)}\n{keep} To load a kernel "
+            "you broke on purpose, pass verify='crashes' (crashes and hangs are still caught; "
+            "results are not).")
+
+
+def _failure_lines(failures: list[str], keep: int = 5) -> str:
+    """The first failure of each function (the functions share most of their code, so one line
+    each says enough), at most ``keep`` of them, and how many other checks failed."""
+    firsts: dict[str, str] = {}
+    for f in failures:
+        firsts.setdefault(re.split(r" on | \(|:", f, maxsplit=1)[0], f)
+    shown = list(firsts.values())[:keep]
+    more = len(failures) - len(shown)
+    return "\n".join(f"  {f}" for f in shown) + (f"\n  ({more} more failed checks not shown)" if more else "")
+
+
+def _prune(build_dir: Path, stem: str) -> None:
+    """Keep the newest KEEP_BUILDS libraries of this kind (and any loaded in this process); remove
+    temporary folders that a killed process left behind more than an hour ago."""
+    try:
+        libs = sorted(build_dir.glob(f"{stem}_" + "?" * 16 + ".so"), key=lambda p: p.stat().st_mtime,
+                      reverse=True)
+        for old in libs[KEEP_BUILDS:]:
+            if old not in _libs:
+                old.unlink(missing_ok=True)
+                _record_path(old).unlink(missing_ok=True)
+        for tmp in build_dir.glob("tmp-*"):
+            if time.time() - tmp.stat().st_mtime > 3600:
+                shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        pass  # pruning is housekeeping: never let it fail a build
 
 
 # ----------------------------------------------------------------------------- load
 
 _ffis: dict[str, cffi.FFI] = {}
 _libs: dict[Path, object] = {}
-_current: dict[tuple, tuple] = {}  # (src_dir, debug, dotprod, defines) -> (fingerprint, ffi, lib, path)
+_current: dict[tuple, tuple] = {}  # (src_dir, debug, dotprod, defines, verify, env) -> (fingerprint, ffi, lib, path)
 
 
-def _ffi_for(src_dir: Path) -> cffi.FFI:
+def _ffi_for(header: str) -> cffi.FFI:
     """One FFI per text of the header: its non-preprocessor lines are the cdef."""
-    text = (src_dir / HEADER).read_text()
-    if text not in _ffis:
+    if header not in _ffis:
         ffi = cffi.FFI()
-        ffi.cdef("\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#")))
-        _ffis[text] = ffi
-    return _ffis[text]
+        try:
+            ffi.cdef("\n".join(l for l in header.splitlines() if not l.lstrip().startswith("#")))
+        except cffi.CDefError as e:
+            raise BuildError(f"cffi cannot read {HEADER}: {e}. Keep its declarations plain C "
+                             "(no macros, no inline code).") from None
+        _ffis[header] = ffi
+    return _ffis[header]
 
 
 def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None = None,
-         src_dir: Path | str | None = None):
-    """Return ``(ffi, lib)`` for the current sources, building first if they changed.
+         src_dir: Path | str | None = None, verify: str = "results"):
+    """Return ``(ffi, lib)`` for the current sources, building (and checking) first if they changed.
 
     Cheap to call before every kernel call: it only looks at file sizes and times unless
-    something changed. A library loaded earlier stays valid for as long as you hold it."""
+    something changed. A library loaded earlier stays valid for as long as you hold it.
+    ``verify``: "results" (default) loads a new build only once a child process has run it
+    without a crash or hang and with correct results; "crashes" skips the results (a kernel
+    broken on purpose, lesson 06) but still catches crashes and hangs; "skip" checks nothing."""
     src_dir = Path(src_dir or NATIVE_DIR).resolve()
-    slot = (src_dir, debug, dotprod, tuple(sorted((defines or {}).items())))
+    env = tuple(os.environ.get(v, "") for v in ("CC", "LESSONKIT_DOTPROD", "LESSONKIT_SANITIZE",
+                                                "LESSONKIT_BUILD_DIR"))
+    slot = (src_dir, debug, dotprod, tuple(sorted(check_defines(defines).items())), verify, env)
     fp = _fingerprint(src_dir)
     cur = _current.get(slot)
     if cur is not None and cur[0] == fp:
         return cur[1], cur[2]
-    path = build(debug=debug, dotprod=dotprod, defines=defines, src_dir=src_dir)
-    ffi = _ffi_for(src_dir)
+    path = build(debug=debug, dotprod=dotprod, defines=defines, src_dir=src_dir, verify=verify)
     if path not in _libs:
-        _libs[path] = ffi.dlopen(str(path))
-    _current[slot] = (fp, ffi, _libs[path], path)
-    return ffi, _libs[path]
+        record = _read_record(path)
+        if record is None or "header" not in record:
+            raise BuildError(f"The library {path.name} changed on disk while it was being loaded; run "
+                             "the cell again.")
+        ffi = _ffi_for(record["header"])  # the declarations it was compiled with
+        try:
+            _libs[path] = (ffi, ffi.dlopen(str(path)))
+        except OSError as e:
+            # The file passed its check in a child process, so this is the environment (a
+            # sanitizer runtime not preloaded, say), not the code: say so, and forget the file.
+            _record_path(path).unlink(missing_ok=True)
+            raise BuildError(f"The library {path.name} could not be loaded: {e}. It was removed; run "
+                             "the cell again to rebuild it.") from None
+        if record.get("warnings"):
+            _show_warnings(record["warnings"])
+        if record.get("failures"):
+            warnings.warn(BuildWarning(f"loaded with verify={verify!r}: this build computes wrong "
+                                       f"results (as you meant it to?):\n{_failure_lines(record['failures'])}"),
+                          stacklevel=2)
+    ffi, lib = _libs[path]
+    _current[slot] = (fp, ffi, lib, path)
+    return ffi, lib
 
 
 def library_path(debug: bool = False, dotprod: bool | None = None) -> Path:
     """The file of the library that load() gives, e.g. for gdb or valgrind."""
-    load(debug=debug, dotprod=dotprod)
-    return _current[(NATIVE_DIR.resolve(), debug, dotprod, ())][3]
+    return build(debug=debug, dotprod=dotprod)
 
 
 def backend(debug: bool = False, dotprod: bool | None = None) -> str:

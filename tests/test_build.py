@@ -49,9 +49,13 @@ def test_edit_rebuild_and_compile_error(native_copy):
     ffi, lib = native.load(src_dir=native_copy)
     before = run_kernel(ffi, lib, cache, q)
 
-    # an edit is picked up by the next load(), in the same process
+    # an edit is picked up by the next load(), in the same process; this one doubles the output,
+    # so its check fails and it loads only with verify="crashes", with a warning that says why
     kernel_c.write_text(kernel_c.read_text().replace(NORMALIZE, NORMALIZE.replace("1.0f / S", "2.0f / S")))
-    ffi2, lib2 = native.load(src_dir=native_copy)
+    with pytest.raises(native.KernelCheckError, match="wrong results"):
+        native.load(src_dir=native_copy)
+    with pytest.warns(native.BuildWarning, match="computes wrong results"):
+        ffi2, lib2 = native.load(src_dir=native_copy, verify="crashes")
     assert lib2 is not lib
     np.testing.assert_array_equal(run_kernel(ffi2, lib2, cache, q), 2 * before)
     # and the library loaded before is untouched
@@ -62,7 +66,7 @@ def test_edit_rebuild_and_compile_error(native_copy):
     line = text[:text.index("float M = -1e9f")].count("\n") + 1
     kernel_c.write_text(text.replace("float M = -1e9f, S = 0.0f;", "float M = -1e9f S = 0.0f;"))
     with pytest.raises(lk.BuildError) as err:
-        native.load(src_dir=native_copy)
+        native.load(src_dir=native_copy, verify="crashes")
     message = str(err.value)
     assert f"native/flash_attn_q8_neon.c:{line}:" in message and "error" in message
     assert str(native_copy) not in message  # paths are shown relative, as a student sees them

@@ -1,0 +1,189 @@
+"""A student's edit proves itself before it is loaded: every new build of native/ runs in a child
+process against the engine's quantized math first (lessonkit/smoke.py). A crash, a hang or a wrong
+result there is a KernelCheckError in the student's process, which keeps its state and its old
+library. Each case runs in a child process of its own, so a failure of the sandbox would fail
+the test instead of killing pytest."""
+from __future__ import annotations
+
+import pytest
+
+from childproc import assert_clean, run_python
+
+# The child's common start: a copy of native/, its intact build loaded and called once.
+SETUP = """
+import shutil, tempfile, warnings
+from pathlib import Path
+import numpy as np
+import lessonkit as lk
+from lessonkit import native
+from conftest import make_case
+
+work = Path(tempfile.mkdtemp())
+src = work / "native"
+shutil.copytree(native.NATIVE_DIR, src, ignore=shutil.ignore_patterns("tests"))
+kernel_c = src / "flash_attn_q8_neon.c"
+ANCHOR = "const int nblk = hd / QBLK;"
+
+def edit(code, anchor=ANCHOR, path=kernel_c):
+    text = path.read_text()
+    assert anchor in text
+    path.write_text(text.replace(anchor, anchor + "\\n    " + code, 1))
+
+cache, q, _, _ = make_case(5, 40, 2, 64, 16)
+
+def call(ffi, lib):
+    out = np.empty(64, np.float32)
+    lib.flash_attn_single_q_q8_neon(ffi.from_buffer("float[]", out), ffi.from_buffer("float[]", q),
+                                    *cache.kernel_args(1, ffi), 64, 0.125)
+    return out
+
+ffi0, lib0 = native.load(src_dir=src)
+before = call(ffi0, lib0)
+state = {"unsaved": [1, 2, 3]}   # the student's work, which must survive
+"""
+
+AFTER = """
+# the library loaded before keeps working, and the process's state is intact
+assert np.array_equal(call(ffi0, lib0), before)
+assert state == {"unsaved": [1, 2, 3]}
+print("OK")
+"""
+
+
+@pytest.fixture(scope="module")
+def shared_build_dir(tmp_path_factory):
+    """One build folder for every case: the intact copy's library is then built once, not per case."""
+    return str(tmp_path_factory.mktemp("sandbox-builds"))
+
+
+@pytest.fixture
+def run_case(shared_build_dir):
+    def run(body: str, env: dict | None = None) -> str:
+        proc = run_python(SETUP + body + AFTER, env={"LESSONKIT_BUILD_DIR": shared_build_dir, **(env or {})})
+        out = assert_clean(proc)
+        assert out.strip().endswith("OK"), out
+        return out
+    return run
+
+
+
+def test_a_segfaulting_edit_is_refused_with_the_signal_named(run_case):
+    out = run_case("""
+edit("*(volatile int *)0 = 1;")
+try:
+    native.load(src_dir=src)
+except native.KernelCheckError as e:
+    print("MESSAGE", str(e).replace("\\n", " | "))
+else:
+    raise SystemExit("a crashing build was loaded")
+""")
+    assert "SIGSEGV" in out and "flash_attn_single_q_q8_neon" in out and "Nothing new was loaded" in out
+
+
+def test_a_hanging_edit_is_refused_after_the_timeout(run_case):
+    out = run_case("""
+edit("for (;;) { }")
+try:
+    native.load(src_dir=src)
+except native.KernelCheckError as e:
+    print("MESSAGE", str(e))
+else:
+    raise SystemExit("a hanging build was loaded")
+""", env={"LESSONKIT_SMOKE_TIMEOUT": "4"})
+    assert "did not finish in 4 s" in out and "flash_attn_single_q_q8_neon" in out
+
+
+def test_a_wrong_result_is_refused_with_the_check_and_its_error(run_case):
+    out = run_case("""
+edit("scale *= 2.0f;")
+try:
+    native.load(src_dir=src)
+except native.KernelCheckError as e:
+    print("MESSAGE", str(e))
+else:
+    raise SystemExit("a wrong build was loaded")
+""")
+    assert "wrong results" in out and "flash_attn_single_q_q8_neon on case" in out
+    assert "off by" in out and "tolerance 1e-04" in out and "verify='crashes'" in out
+
+
+def test_the_debug_build_is_checked_too(run_case):
+    out = run_case("""
+edit("*(volatile int *)0 = 1;")
+try:
+    native.load(debug=True, src_dir=src)
+except native.KernelCheckError as e:
+    print("MESSAGE", str(e))
+else:
+    raise SystemExit("a crashing debug build was loaded")
+""")
+    assert "SIGSEGV" in out
+
+
+def test_a_kernel_broken_on_purpose_loads_with_an_explicit_opt_in(run_case):
+    out = run_case("""
+edit("scale *= 2.0f;")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    ffi1, lib1 = native.load(src_dir=src, verify="crashes")
+assert any("computes wrong results" in str(w.message) for w in caught), [str(w.message) for w in caught]
+assert not np.allclose(call(ffi1, lib1), before)      # it really is the broken kernel
+# the opt-in still catches crashes
+edit("*(volatile int *)0 = 1;")
+try:
+    native.load(src_dir=src, verify="crashes")
+except native.KernelCheckError as e:
+    print("MESSAGE", str(e))
+else:
+    raise SystemExit("verify='crashes' loaded a crashing build")
+""")
+    assert "SIGSEGV" in out
+
+
+def test_verify_skip_loads_without_running_the_check(run_case):
+    out = run_case("""
+import json
+edit("scale *= 3.0f;")
+ffi1, lib1 = native.load(src_dir=src, verify="skip")
+path = native.build(src_dir=src, verify="skip")
+assert json.loads(Path(str(path) + ".json").read_text())["verified"] == "skip"
+# asked for the full check later, the same library is checked then, and refused
+try:
+    native.load(src_dir=src)
+except native.KernelCheckError as e:
+    print("MESSAGE", str(e))
+else:
+    raise SystemExit("an unchecked wrong build passed the full check")
+""")
+    assert "wrong results" in out
+
+
+def test_compiler_warnings_of_a_build_that_succeeds_are_shown(run_case):
+    out = run_case("""
+edit("float never_set; if (seq_len < 0) scale += never_set;")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    ffi1, lib1 = native.load(src_dir=src)
+msgs = [str(w.message) for w in caught if issubclass(w.category, native.BuildWarning)]
+assert msgs and "never_set" in msgs[0], msgs
+assert caught[0].filename == "native/flash_attn_q8_neon.c", caught[0].filename
+print("WARNING", msgs[0])
+assert np.array_equal(call(ffi1, lib1), before)
+""")
+    assert "never_set" in out and "warning" in out
+
+
+def test_the_intact_sources_pass_their_check():
+    from pathlib import Path
+    import json
+    from lessonkit import native
+    path = native.build()
+    record = json.loads(Path(str(path) + ".json").read_text())
+    assert record["verified"] == "results" and record["failures"] == [] and record["crash"] is None
+
+
+@pytest.mark.parametrize("verify", ["yes", True, None])
+def test_verify_must_be_a_known_level(verify):
+    from lessonkit import native
+    with pytest.raises(ValueError, match="verify must be one of"):
+        native.build(verify=verify)
