@@ -31,6 +31,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -556,13 +557,18 @@ def _remove_copies() -> None:
 
 def break_kernel(kind: str) -> BrokenKernel:
     """Copy native/, apply ``BREAKS[kind]``, build and load the copy (cached per kind for this
-    process, so that a notebook and the exercise checks share one build)."""
+    process, so that a notebook and the exercise checks share one build).
+
+    The broken build is loaded on purpose with ``verify="crashes"``: its check in a child process
+    still refuses a crash or a hang, but lets the wrong results through, with a warning."""
     if kind not in BREAKS:
         raise ValueError(f"kind must be one of {', '.join(map(repr, BREAKS))}; got {kind!r}")
     if kind not in _broken or not _broken[kind].copy.is_dir():
         copy = copy_native()
         changes = [edit_line(copy, e) for e in BREAKS[kind]]
-        ffi, lib = native.load(src_dir=copy)
+        with warnings.catch_warnings():  # wrong results are the point here: the lesson shows them
+            warnings.simplefilter("ignore", native.BuildWarning)
+            ffi, lib = native.load(src_dir=copy, verify="crashes")
         _broken[kind] = BrokenKernel(kind, copy, changes, ffi, lib)
     return _broken[kind]
 

@@ -126,7 +126,8 @@ def _direct_kernel(ffi, lib):
 
 
 def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug: bool = False,
-             src_dir: Path | str | None = None, trace: bool = False, verbose: bool = True) -> Generation:
+             src_dir: Path | str | None = None, trace: bool = False, verbose: bool = True,
+             verify: str = "results") -> Generation:
     """Generate ``n_tokens`` token ids greedily, one kernel call per query head per step.
 
     Step ``i`` feeds token ``i`` of (prompt + generated) at position ``i``, so the kernel's
@@ -136,7 +137,8 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
     Which compiled kernel runs: the fast build (default); ``debug=True`` the ``-O0 -g`` build
     (``lessonkit.native.load(debug=True)``, called directly through cffi, so that a debugger
     attached to this process stops in exactly that library); ``src_dir`` a copy of native/
-    (with ``debug`` as given); ``trace=True`` the traced build, keeping one Trace per call."""
+    (with ``debug`` as given; ``verify`` as in ``lessonkit.native.load``, "crashes" for a copy broken
+    on purpose); ``trace=True`` the traced build, keeping one Trace per call."""
     n_tokens = check.integer("n_tokens", n_tokens, minimum=1)
     prompt = [int(t) for t in prompt]
     config = config or ToyConfig()
@@ -153,7 +155,7 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
             return out
         kind = "traced"
     elif debug or src_dir is not None:
-        kernel = _direct_kernel(*native.load(debug=debug, src_dir=src_dir))
+        kernel = _direct_kernel(*native.load(debug=debug, src_dir=src_dir, verify=verify))
         kind = "copy" if src_dir is not None else "debug"
     else:
         def kernel(q, cache, kv_head, scale):
