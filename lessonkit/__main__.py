@@ -21,7 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.what == "cflags":
             print(" ".join(native.arch_flags() if args.arch_only else native.compile_flags(args.debug)))
         else:
-            print(f"{native.library_path(args.debug).relative_to(native.REPO_DIR)}  backend: {native.backend(args.debug)}")
+            path = native.library_path(args.debug)
+            shown = path.relative_to(native.REPO_DIR) if path.is_relative_to(native.REPO_DIR) else path
+            print(f"{shown}  backend: {native.backend(args.debug)}  (checked against the reference)")
     except native.BuildError as e:
         print(e, file=sys.stderr)
         return 1
