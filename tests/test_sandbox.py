@@ -37,6 +37,15 @@ def call(ffi, lib):
                                     *cache.kernel_args(1, ffi), 64, 0.125)
     return out
 
+def expect_refused(**load_args):
+    # load() must raise KernelCheckError; its message is printed for the test to read
+    try:
+        native.load(src_dir=src, **load_args)
+    except native.KernelCheckError as e:
+        print("MESSAGE", str(e).replace("\n", " | "))
+    else:
+        raise SystemExit(f"a build that should be refused was loaded ({load_args})")
+
 ffi0, lib0 = native.load(src_dir=src)
 before = call(ffi0, lib0)
 state = {"unsaved": [1, 2, 3]}   # the student's work, which must survive
@@ -70,12 +79,7 @@ def run_case(shared_build_dir):
 def test_a_segfaulting_edit_is_refused_with_the_signal_named(run_case):
     out = run_case("""
 edit("*(volatile int *)0 = 1;")
-try:
-    native.load(src_dir=src)
-except native.KernelCheckError as e:
-    print("MESSAGE", str(e).replace("\\n", " | "))
-else:
-    raise SystemExit("a crashing build was loaded")
+expect_refused()
 """)
     assert "SIGSEGV" in out and "flash_attn_single_q_q8_neon" in out and "Nothing new was loaded" in out
 
@@ -83,12 +87,7 @@ else:
 def test_a_hanging_edit_is_refused_after_the_timeout(run_case):
     out = run_case("""
 edit("for (;;) { }")
-try:
-    native.load(src_dir=src)
-except native.KernelCheckError as e:
-    print("MESSAGE", str(e))
-else:
-    raise SystemExit("a hanging build was loaded")
+expect_refused()
 """, env={"LESSONKIT_SMOKE_TIMEOUT": "4"})
     assert "did not finish in 4 s" in out and "flash_attn_single_q_q8_neon" in out
 
@@ -96,12 +95,7 @@ else:
 def test_a_wrong_result_is_refused_with_the_check_and_its_error(run_case):
     out = run_case("""
 edit("scale *= 2.0f;")
-try:
-    native.load(src_dir=src)
-except native.KernelCheckError as e:
-    print("MESSAGE", str(e))
-else:
-    raise SystemExit("a wrong build was loaded")
+expect_refused()
 """)
     assert "wrong results" in out and "flash_attn_single_q_q8_neon on case" in out
     assert "off by" in out and "tolerance 1e-04" in out and "verify='crashes'" in out
@@ -110,12 +104,7 @@ else:
 def test_the_debug_build_is_checked_too(run_case):
     out = run_case("""
 edit("*(volatile int *)0 = 1;")
-try:
-    native.load(debug=True, src_dir=src)
-except native.KernelCheckError as e:
-    print("MESSAGE", str(e))
-else:
-    raise SystemExit("a crashing debug build was loaded")
+expect_refused(debug=True)
 """)
     assert "SIGSEGV" in out
 
@@ -130,12 +119,7 @@ assert any("computes wrong results" in str(w.message) for w in caught), [str(w.m
 assert not np.allclose(call(ffi1, lib1), before)      # it really is the broken kernel
 # the opt-in still catches crashes
 edit("*(volatile int *)0 = 1;")
-try:
-    native.load(src_dir=src, verify="crashes")
-except native.KernelCheckError as e:
-    print("MESSAGE", str(e))
-else:
-    raise SystemExit("verify='crashes' loaded a crashing build")
+expect_refused(verify="crashes")
 """)
     assert "SIGSEGV" in out
 
@@ -148,12 +132,7 @@ ffi1, lib1 = native.load(src_dir=src, verify="skip")
 path = native.build(src_dir=src, verify="skip")
 assert json.loads(Path(str(path) + ".json").read_text())["verified"] == "skip"
 # asked for the full check later, the same library is checked then, and refused
-try:
-    native.load(src_dir=src)
-except native.KernelCheckError as e:
-    print("MESSAGE", str(e))
-else:
-    raise SystemExit("an unchecked wrong build passed the full check")
+expect_refused()
 """)
     assert "wrong results" in out
 
