@@ -42,7 +42,7 @@ def expect_refused(**load_args):
     try:
         native.load(src_dir=src, **load_args)
     except native.KernelCheckError as e:
-        print("MESSAGE", str(e).replace("\n", " | "))
+        print("MESSAGE", str(e).replace("\\n", " | "))
     else:
         raise SystemExit(f"a build that should be refused was loaded ({load_args})")
 
