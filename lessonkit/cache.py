@@ -152,7 +152,8 @@ class KVCacheQ8:
 
     @property
     def allocated_nbytes(self) -> int:
-        """Bytes actually allocated: whole blocks of codes, and the scale arrays' capacity."""
+        """Bytes actually allocated: whole blocks of codes (a block that an interrupted append
+        allocated is kept, and filled by the next append), and the scale arrays' capacity."""
         s = self._state
         return (sum(b.nbytes for b in self._k_blocks) + sum(b.nbytes for b in self._v_blocks)
                 + s.k_scale.nbytes + s.v_scale.nbytes)
