@@ -3,30 +3,137 @@
 Blocks of ``block_size`` tokens, each ``kv_dim = n_kv_heads * head_dim`` int8 values per token;
 a table of block pointers (``int8_t *const *``); one raw max|x| scale per (token, kv head),
 stored ``[token][kv_head]`` so that the kernel, handed ``k_scale + kh``, reads ``kscale[t * nkv]``.
-The cache grows block by block; blocks never move, so pointers handed to C stay valid."""
+The cache grows block by block; blocks never move, so pointers handed to C stay valid.
+
+How it stays safe in a notebook (a crash would lose the student's kernel):
+
+* Everything a reader sees (seq_len, the pointer tables, the scale arrays) sits in one immutable
+  ``_State``. ``append`` writes only rows past the published seq_len, into blocks and arrays no
+  reader looks at there, and publishes the new state with one attribute assignment at its very
+  end. An interrupt (Jupyter's stop button) or a MemoryError anywhere in ``append`` therefore
+  leaves the cache as it was or fully appended, never half-grown.
+* A pointer table or scale array that is too small is replaced by a copy twice as large (one-token
+  appends stay O(1) amortized); the old one lives on as long as a running kernel call holds it:
+  ``kernel_args`` returns cffi buffers that keep alive the arrays they point into, blocks included.
+* Appends are serialized by a lock, so two threads appending at once keep every token.
+* ``copy``, ``deepcopy`` and ``pickle`` store the codes and scales, never an address, and rebuild
+  the blocks and tables of an independent cache."""
 from __future__ import annotations
+
+import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from . import native
 from . import validate as check
-from .quant import dequantize, quantize_kv_rows_into
+from .quant import dequantize
+
+N_KV_HEADS_MAX = 256        # kv heads per cache
+BLOCK_SIZE_MAX = 65536      # tokens per block
+BLOCK_BYTES_MAX = 1 << 26   # int8 bytes per K (or V) block: block_size * kv_dim
+C_INT_MAX = 2**31 - 1       # the kernel's int arguments and indices
+
+
+class _State(NamedTuple):
+    """What readers see, published by one assignment. Rows past seq_len (of the blocks, the tables'
+    entries past n_blocks, the scale arrays' rows) belong to no reader: append writes there."""
+    seq_len: int
+    n_blocks: int
+    k_table: np.ndarray    # uintp [capacity] block addresses (a _BlockTable), n_blocks in use
+    v_table: np.ndarray
+    k_scale: np.ndarray    # float32 [capacity, n_kv_heads]
+    v_scale: np.ndarray
+    k_flat: np.ndarray     # the same arrays flat, for the kernel's kscale + kh
+    v_flat: np.ndarray
+
+
+class _BlockTable(np.ndarray):
+    """A pointer table that keeps its blocks alive: ``blocks`` is the cache's list of every block
+    it allocated (it only grows), so a cffi buffer over the table (and so a running kernel call)
+    never holds an address of freed memory, even after the cache itself is gone."""
+    blocks: list
+
+
+def _new_table(capacity: int, blocks: list) -> _BlockTable:
+    # The table owns its memory, so every view of it (the kernel's buffer) has it as its base.
+    table = np.ndarray.__new__(_BlockTable, (capacity,), np.uintp)
+    table.fill(0)
+    table.blocks = blocks
+    return table
+
+
+def _checked_shape(n_kv_heads, head_dim, block_size) -> tuple[int, int, int]:
+    """(n_kv_heads, head_dim, block_size) within the limits of KVCacheQ8's docstring."""
+    nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)
+    if nkv > N_KV_HEADS_MAX:
+        raise ValueError(f"n_kv_heads must be at most {N_KV_HEADS_MAX}; got {nkv}")
+    hd = check.head_dim(head_dim)
+    bs = check.integer("block_size", block_size, minimum=1)
+    if bs > BLOCK_SIZE_MAX:
+        raise ValueError(f"block_size must be at most {BLOCK_SIZE_MAX} tokens; got {bs}")
+    if bs * nkv * hd > BLOCK_BYTES_MAX:
+        raise ValueError(
+            f"a block of block_size * kv_dim = {bs} * {nkv * hd} = {bs * nkv * hd} bytes is more "
+            f"than the limit of {BLOCK_BYTES_MAX} bytes ({BLOCK_BYTES_MAX >> 20} MiB) per block; "
+            f"use block_size <= {BLOCK_BYTES_MAX // (nkv * hd)} for kv_dim {nkv * hd}")
+    return nkv, hd, bs
 
 
 class KVCacheQ8:
-    """An int8 K/V cache for one layer: ``append`` tokens, then ``lessonkit.attend`` over it."""
+    """An int8 K/V cache for one layer: ``append`` tokens, then ``lessonkit.attend`` over it.
+
+    Limits, checked at construction so that no size can overflow the kernel's C ints:
+    n_kv_heads 1 to 256 (models use far fewer: Qwen3-8B has 8), so kv_dim <= 256 * 256;
+    head_dim a multiple of 32 from 32 to 256 (the kernel's fixed buffers); block_size 1 to 65536
+    tokens (engines use 16 to 256) and at most 64 MiB per block (block_size * kv_dim bytes):
+    a block is allocated whole, for K and for V, when its first token arrives, and the kernel's
+    offset ``(t % kv_bs) * kv_dim + kh_off`` stays below 2**26, far from 2**31. ``append``
+    refuses to go past ``(2**31 - 1) // n_kv_heads`` tokens: the kernel reads the scale of
+    token t at the C int index ``t * nkv``.
+
+    Shape and seq_len are read-only. Appends from several threads are serialized, and a kernel may
+    run on the cache in one thread while another appends (it sees the tokens there were when its
+    arguments were taken)."""
 
     def __init__(self, n_kv_heads: int, head_dim: int, block_size: int):
-        self.n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
-        self.head_dim = check.head_dim(head_dim)
-        self.block_size = check.integer("block_size", block_size, minimum=1)
-        self.seq_len = 0
-        self._k_blocks: list[np.ndarray] = []
+        self._setup(*_checked_shape(n_kv_heads, head_dim, block_size))
+
+    def _setup(self, nkv: int, hd: int, bs: int) -> None:
+        """The empty cache of a checked shape (``__init__`` and ``__setstate__``)."""
+        self._shape = (nkv, hd, bs)
+        self._max_tokens = C_INT_MAX // nkv
+        self._lock = threading.Lock()       # serializes appends; readers never take it
+        self._k_blocks: list[np.ndarray] = []  # every block allocated, in token order; only grows
         self._v_blocks: list[np.ndarray] = []
-        self._k_ptrs = np.zeros(4, np.uintp)  # the block pointer tables handed to C
-        self._v_ptrs = np.zeros(4, np.uintp)
-        self._k_scale = np.zeros((self.block_size, self.n_kv_heads), np.float32)
-        self._v_scale = np.zeros((self.block_size, self.n_kv_heads), np.float32)
+        k_scale = np.zeros((bs, nkv), np.float32)
+        v_scale = np.zeros((bs, nkv), np.float32)
+        self._state = _State(0, 0, _new_table(4, self._k_blocks), _new_table(4, self._v_blocks),
+                             k_scale, v_scale, k_scale.reshape(-1), v_scale.reshape(-1))
+
+    # ------------------------------------------------------------------ shape (read-only)
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self._shape[0]
+
+    @property
+    def head_dim(self) -> int:
+        return self._shape[1]
+
+    @property
+    def block_size(self) -> int:
+        return self._shape[2]
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens held; grows only through ``append``."""
+        return self._state.seq_len
+
+    @property
+    def max_seq_len(self) -> int:
+        """The most tokens this cache can hold: ``(2**31 - 1) // n_kv_heads`` (the kernel's int t * nkv)."""
+        return self._max_tokens
 
     @property
     def kv_dim(self) -> int:
@@ -34,7 +141,7 @@ class KVCacheQ8:
 
     @property
     def n_blocks(self) -> int:
-        return len(self._k_blocks)
+        return self._state.n_blocks
 
     @property
     def nbytes(self) -> int:
@@ -45,131 +152,235 @@ class KVCacheQ8:
 
     @property
     def allocated_nbytes(self) -> int:
-        """Bytes actually allocated: whole blocks of codes, and the scale arrays' capacity."""
-        return (sum(b.nbytes for b in self._k_blocks + self._v_blocks)
-                + self._k_scale.nbytes + self._v_scale.nbytes)
+        """Bytes actually allocated: whole blocks of codes (a block that an interrupted append
+        allocated is kept, and filled by the next append), and the scale arrays' capacity."""
+        s = self._state
+        return (sum(b.nbytes for b in self._k_blocks) + sum(b.nbytes for b in self._v_blocks)
+                + s.k_scale.nbytes + s.v_scale.nbytes)
 
     def __len__(self) -> int:
         return self.seq_len
 
     def __repr__(self) -> str:
+        s = self._state
         return (f"KVCacheQ8(n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, "
-                f"block_size={self.block_size}, seq_len={self.seq_len}, n_blocks={self.n_blocks})")
+                f"block_size={self.block_size}, seq_len={s.seq_len}, n_blocks={s.n_blocks})")
 
     # ------------------------------------------------------------------ writing
 
     def append(self, k: np.ndarray, v: np.ndarray) -> None:
         """Quantize and append one token (``[n_kv_heads, head_dim]`` float32) or many
-        (``[n, n_kv_heads, head_dim]``)."""
+        (``[n, n_kv_heads, head_dim]``). Either every token is appended or none (an error or an
+        interrupt leaves the cache as it was)."""
         per_token = (self.n_kv_heads, self.head_dim)
         if isinstance(k, np.ndarray) and k.ndim == 2:
             k = check.float32_array("k", k, per_token)[None]
             v = check.float32_array("v", v, per_token)[None]
         else:
+            if isinstance(k, np.ndarray) and k.ndim == 3:
+                self._check_room(self.seq_len, k.shape[0])  # before reading a too-long input
             k = check.float32_array("k", k, (None, *per_token))
             v = check.float32_array("v", v, (k.shape[0], *per_token))
         n = k.shape[0]
         if n == 0:
             return
-        self._reserve(self.seq_len + n)
         ffi, lib = native.load()
-        t = self.seq_len
-        while t < self.seq_len + n:
-            blk, row = divmod(t, self.block_size)
-            m = min(self.block_size - row, self.seq_len + n - t)  # tokens that fit in this block
-            src = slice(t - self.seq_len, t - self.seq_len + m)
-            for x, blocks, scales in ((k, self._k_blocks, self._k_scale),
-                                      (v, self._v_blocks, self._v_scale)):
-                quantize_kv_rows_into(x[src].reshape(-1, self.head_dim),
-                                      blocks[blk][row:row + m].reshape(-1, self.head_dim),
-                                      scales[t:t + m].reshape(-1), ffi, lib)
-            t += m
-        self.seq_len += n
+        # Row r of x is (token r // nkv, head r % nkv): the same order as the block rows and the
+        # [token][kv_head] scales, so one call quantizes a run of tokens of one block. The buffers
+        # are sized here, so the C quantizer is called directly (as quant.quantize_kv_rows_into does).
+        hd, kv_dim, nkv = self.head_dim, self.kv_dim, self.n_kv_heads
+        xk, xv = ffi.from_buffer("float[]", k), ffi.from_buffer("float[]", v)
 
-    def _reserve(self, n_tokens: int) -> None:
-        """Add blocks (and grow the scale arrays and pointer tables) to hold n_tokens."""
-        first_new = self.n_blocks
-        while self.n_blocks * self.block_size < n_tokens:
-            for blocks in (self._k_blocks, self._v_blocks):
-                blocks.append(np.zeros((self.block_size, self.kv_dim), np.int8))
-        if self._k_ptrs.shape[0] < self.n_blocks:
-            size = max(self.n_blocks, 2 * self._k_ptrs.shape[0])
-            for name in ("_k_ptrs", "_v_ptrs"):
-                grown = np.zeros(size, np.uintp)
-                grown[:first_new] = getattr(self, name)[:first_new]
-                setattr(self, name, grown)
-        for i in range(first_new, self.n_blocks):  # blocks never move: only new ones need an entry
-            self._k_ptrs[i] = self._k_blocks[i].ctypes.data
-            self._v_ptrs[i] = self._v_blocks[i].ctypes.data
-        if self._k_scale.shape[0] < n_tokens:
-            size = max(n_tokens, 2 * self._k_scale.shape[0])
-            for name in ("_k_scale", "_v_scale"):
-                grown = np.zeros((size, self.n_kv_heads), np.float32)
-                old = getattr(self, name)
-                grown[:old.shape[0]] = old
-                setattr(self, name, grown)
+        def write(src, m, kb, vb, row, t, k_scale, v_scale):
+            for x, block, scales in ((xk, kb, k_scale), (xv, vb, v_scale)):
+                lib.kvq8_quantize_rows(x + src * kv_dim, m * nkv, hd, hd,
+                                       ffi.from_buffer("int8_t[]", block, require_writable=True)
+                                       + row * kv_dim, hd,
+                                       ffi.from_buffer("float[]", scales, require_writable=True)
+                                       + t * nkv, 1)
+
+        # One line on purpose: no line boundary between _grow's end and the lock's release, where
+        # an interrupt (raised between lines) could leave the lock held and the next append hung.
+        with self._lock: self._grow(n, write)  # noqa: E701
+
+    def _check_room(self, seq_len: int, n: int) -> None:
+        if seq_len + n > self._max_tokens:
+            raise ValueError(
+                f"appending {n} tokens to {seq_len} would hold {seq_len + n}: a cache of "
+                f"{self.n_kv_heads} kv heads holds at most (2**31 - 1) // {self.n_kv_heads} = "
+                f"{self._max_tokens} tokens (the kernel reads the scale of token t at the C int "
+                f"index t * nkv)")
+
+    def _grow(self, n: int, write) -> None:
+        """Append n tokens: allocate, let ``write`` fill rows seq_len ... seq_len + n - 1, publish.
+        Called with the lock held. Nothing a reader of the current state looks at is written
+        before the last line, which publishes the new state."""
+        s = self._state
+        self._check_room(s.seq_len, n)  # again: another thread may have appended meanwhile
+        bs, kv_dim, nkv = self.block_size, self.kv_dim, self.n_kv_heads
+        T = s.seq_len + n
+        n_blocks = -(-T // bs)
+        # Blocks stay in these lists for the cache's life (an interrupted append's new block is
+        # reused by the next one), so a table entry never outlives its block.
+        for blocks in (self._k_blocks, self._v_blocks):
+            while len(blocks) < n_blocks:
+                blocks.append(np.zeros((bs, kv_dim), np.int8))
+        k_table = _table_with(s.k_table, s.n_blocks, n_blocks, self._k_blocks)
+        v_table = _table_with(s.v_table, s.n_blocks, n_blocks, self._v_blocks)
+        k_scale, v_scale = s.k_scale, s.v_scale
+        if k_scale.shape[0] < T:
+            # copy-on-grow: the old arrays stay as they are for whoever still reads them
+            size = min(max(T, 2 * k_scale.shape[0]), self._max_tokens)
+            k_scale = np.zeros((size, nkv), np.float32)
+            v_scale = np.zeros((size, nkv), np.float32)
+            k_scale[:s.seq_len] = s.k_scale[:s.seq_len]
+            v_scale[:s.seq_len] = s.v_scale[:s.seq_len]
+        t = s.seq_len
+        while t < T:
+            blk, row = divmod(t, bs)
+            m = min(bs - row, T - t)  # tokens that fit in this block
+            write(t - s.seq_len, m, self._k_blocks[blk], self._v_blocks[blk], row, t, k_scale, v_scale)
+            t += m
+        self._state = _State(T, n_blocks, k_table, v_table, k_scale, v_scale,
+                             k_scale.reshape(-1), v_scale.reshape(-1))
+
+    # ------------------------------------------------------------------ copies
+
+    def __getstate__(self) -> dict:
+        """Shape, and the codes and scales of the tokens held: no address (``pickle``, ``copy``)."""
+        s = self._state
+        return {"version": 1, "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim,
+                "block_size": self.block_size,
+                "k_codes": self._rows(self._k_blocks, s), "v_codes": self._rows(self._v_blocks, s),
+                "k_scales": s.k_scale[:s.seq_len].copy(), "v_scales": s.v_scale[:s.seq_len].copy()}
+
+    def __setstate__(self, state: dict) -> None:
+        """Rebuild blocks and pointer tables from ``__getstate__``'s codes and scales."""
+        names = ("n_kv_heads", "head_dim", "block_size", "k_codes", "v_codes", "k_scales", "v_scales")
+        if not isinstance(state, dict) or state.get("version") != 1 or not set(names) <= state.keys():
+            raise ValueError("not a saved KVCacheQ8 state (version 1): "
+                             f"expected a dict with 'version': 1 and {', '.join(names)}")
+        nkv, hd, bs = _checked_shape(state["n_kv_heads"], state["head_dim"], state["block_size"])
+        arrays = []
+        for name, dtype, width in (("k_codes", np.int8, nkv * hd), ("v_codes", np.int8, nkv * hd),
+                                   ("k_scales", np.float32, nkv), ("v_scales", np.float32, nkv)):
+            a = state[name]
+            if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == 2
+                    and a.shape[1] == width and a.shape[0] == state["k_codes"].shape[0]):
+                raise ValueError(f"saved KVCacheQ8 state: {name} must be a numpy array of "
+                                 f"{np.dtype(dtype)}, shape [seq_len, {width}] (seq_len that of k_codes)")
+            arrays.append(np.ascontiguousarray(a))
+        kc, vc, ks, vs = arrays
+        self._setup(nkv, hd, bs)
+        if kc.shape[0] == 0:
+            return
+
+        def write(src, m, kb, vb, row, t, k_scale, v_scale):
+            kb[row:row + m] = kc[src:src + m]
+            vb[row:row + m] = vc[src:src + m]
+            k_scale[t:t + m] = ks[src:src + m]
+            v_scale[t:t + m] = vs[src:src + m]
+
+        with self._lock: self._grow(kc.shape[0], write)  # noqa: E701 (one line: see append)
+
+    def __copy__(self) -> KVCacheQ8:
+        """An independent cache with the same tokens (its own blocks: appending to one never
+        changes the other)."""
+        new = type(self).__new__(type(self))
+        new.__setstate__(self.__getstate__())
+        return new
+
+    def __deepcopy__(self, memo: dict) -> KVCacheQ8:
+        new = self.__copy__()
+        memo[id(self)] = new
+        return new
 
     # ------------------------------------------------------------------ reading
 
     @property
     def k_blocks(self) -> tuple[np.ndarray, ...]:
         """The int8 K blocks, each ``[block_size, kv_dim]`` (read-only views): block b holds tokens
-        b * block_size ... (b + 1) * block_size - 1, all kv heads side by side."""
-        return tuple(_read_only(b) for b in self._k_blocks)
+        b * block_size ... (b + 1) * block_size - 1, all kv heads side by side. Rows past seq_len
+        are unused: no reader counts them (an interrupted append may have written there)."""
+        return tuple(_read_only(b) for b in self._k_blocks[:self._state.n_blocks])
 
     @property
     def v_blocks(self) -> tuple[np.ndarray, ...]:
-        return tuple(_read_only(b) for b in self._v_blocks)
+        return tuple(_read_only(b) for b in self._v_blocks[:self._state.n_blocks])
 
     def pointer_table(self, which: str = "k") -> np.ndarray:
         """The block pointer table handed to the kernel as ``k_cache_q8`` (or ``v_cache_q8``):
         the address of each block, uint64 ``[n_blocks]`` (a copy)."""
         if which not in ("k", "v"):
             raise ValueError(f"which must be 'k' or 'v'; got {which!r}")
-        table = self._k_ptrs if which == "k" else self._v_ptrs
-        return table[:self.n_blocks].astype(np.uint64)
+        s = self._state
+        table = s.k_table if which == "k" else s.v_table
+        return table[:s.n_blocks].astype(np.uint64, subok=False)
 
     def _check_head(self, kv_head) -> int:
         return check.integer("kv_head", kv_head, minimum=0, below=self.n_kv_heads)
 
-    def _gather(self, blocks: list[np.ndarray], kv_head: int) -> np.ndarray:
-        kh = self._check_head(kv_head)
-        if self.seq_len == 0:
-            return np.zeros((0, self.head_dim), np.int8)
-        rows = np.concatenate(blocks)[:self.seq_len]
-        return rows[:, kh * self.head_dim:(kh + 1) * self.head_dim].copy()
+    def _rows(self, blocks: list[np.ndarray], s: _State) -> np.ndarray:
+        """Token rows ``[seq_len, kv_dim]`` of state s (a copy)."""
+        if s.seq_len == 0:
+            return np.zeros((0, self.kv_dim), np.int8)
+        return np.concatenate(blocks[:s.n_blocks])[:s.seq_len]
+
+    def _codes(self, blocks: list[np.ndarray], s: _State, kh: int) -> np.ndarray:
+        return self._rows(blocks, s)[:, kh * self.head_dim:(kh + 1) * self.head_dim].copy()
 
     def k_codes(self, kv_head: int) -> np.ndarray:
         """K's int8 codes of one kv head, ``[seq_len, head_dim]`` (a copy)."""
-        return self._gather(self._k_blocks, kv_head)
+        return self._codes(self._k_blocks, self._state, self._check_head(kv_head))
 
     def v_codes(self, kv_head: int) -> np.ndarray:
-        return self._gather(self._v_blocks, kv_head)
+        return self._codes(self._v_blocks, self._state, self._check_head(kv_head))
 
     def k_scales(self, kv_head: int) -> np.ndarray:
         """K's raw max|x| per token of one kv head, ``[seq_len]`` (a copy)."""
-        return self._k_scale[:self.seq_len, self._check_head(kv_head)].copy()
+        kh, s = self._check_head(kv_head), self._state
+        return s.k_scale[:s.seq_len, kh].copy()
 
     def v_scales(self, kv_head: int) -> np.ndarray:
-        return self._v_scale[:self.seq_len, self._check_head(kv_head)].copy()
+        kh, s = self._check_head(kv_head), self._state
+        return s.v_scale[:s.seq_len, kh].copy()
 
     def dequantized(self, kv_head: int) -> tuple[np.ndarray, np.ndarray]:
         """(K, V) of one kv head as float32 ``[seq_len, head_dim]``, the values the kernel sees."""
-        return (dequantize(self.k_codes(kv_head), self.k_scales(kv_head)),
-                dequantize(self.v_codes(kv_head), self.v_scales(kv_head)))
+        kh, s = self._check_head(kv_head), self._state  # one state: codes and scales agree
+        return (dequantize(self._codes(self._k_blocks, s, kh), s.k_scale[:s.seq_len, kh]),
+                dequantize(self._codes(self._v_blocks, s, kh), s.v_scale[:s.seq_len, kh]))
 
     def kernel_args(self, kv_head: int, ffi) -> tuple:
         """The cache's arguments of the kernel for one kv head, in the article's order:
         ``(k_cache_q8, v_cache_q8, kscale, vscale, seq_len, kv_dim, kv_bs, nkv, kh_off)``.
-        The pointers are valid while this cache lives and does not grow."""
-        kh = self._check_head(kv_head)
-        if self.seq_len == 0:
+
+        All from one state of the cache: an append in another thread does not change them. The
+        pointers are cffi buffers (``int8_t *[n_blocks]``, ``float[]`` starting at ``k_scale + kh``)
+        that keep alive the memory they point into, blocks included, for as long as they are held;
+        indexing them from Python is bounds-checked."""
+        kh, s = self._check_head(kv_head), self._state
+        if s.seq_len == 0:
             raise ValueError("the cache is empty: append at least one token before attending")
-        return (ffi.cast("int8_t *const *", self._k_ptrs.ctypes.data),
-                ffi.cast("int8_t *const *", self._v_ptrs.ctypes.data),
-                ffi.cast("const float *", self._k_scale.ctypes.data) + kh,
-                ffi.cast("const float *", self._v_scale.ctypes.data) + kh,
-                self.seq_len, self.kv_dim, self.block_size, self.n_kv_heads, kh * self.head_dim)
+        nkv = self.n_kv_heads
+        end = s.seq_len * nkv  # the kernel reads kscale[t * nkv] for t < seq_len
+        return (ffi.from_buffer("int8_t *[]", s.k_table[:s.n_blocks]),
+                ffi.from_buffer("int8_t *[]", s.v_table[:s.n_blocks]),
+                ffi.from_buffer("float[]", s.k_flat[kh:end]),
+                ffi.from_buffer("float[]", s.v_flat[kh:end]),
+                s.seq_len, self.kv_dim, self.block_size, nkv, kh * self.head_dim)
+
+
+def _table_with(table: _BlockTable, n_used: int, n_blocks: int, blocks: list) -> _BlockTable:
+    """A table with entries for blocks 0 ... n_blocks - 1: ``table`` itself if it has room (entries
+    past n_used are read by no one yet), else a copy of twice the size."""
+    if table.shape[0] < n_blocks:
+        grown = _new_table(max(n_blocks, 2 * table.shape[0]), blocks)
+        grown[:n_used] = table[:n_used]
+        table = grown
+    for i in range(n_used, n_blocks):  # blocks never move: only new ones need an entry
+        table[i] = blocks[i].ctypes.data
+    return table
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -47,7 +47,8 @@ def run_traced(out: np.ndarray, q: np.ndarray, cache, kv_head: int, scale: float
     ``ffi, lib``: another build's library (lesson 06 traces an edited copy), default the workbook's."""
     if lib is None:
         ffi, lib = native.load()
-    T, hd = cache.seq_len, cache.head_dim
+    args = cache.kernel_args(kv_head, ffi)  # first: the trace is sized for the tokens the call reads
+    T, hd = args[4], cache.head_dim
     nblk = hd // 32
     tr = Trace(q_codes=np.zeros(hd, np.int8), q_scales=np.zeros(nblk, np.float32),
                dots=np.zeros((T, nblk), np.int32), k_rows=np.zeros(T, np.uint64),
@@ -67,7 +68,7 @@ def run_traced(out: np.ndarray, q: np.ndarray, cache, kv_head: int, scale: float
     try:
         lib.flash_attn_single_q_q8_neon_traced(
             ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
-            *cache.kernel_args(kv_head, ffi), hd, scale)
+            *args, hd, scale)
     finally:
         lib.fa_trace_set(ffi.NULL)
     tr.n_q_quantized = int(c.n_q_quantized)

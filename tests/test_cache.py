@@ -26,6 +26,10 @@ def test_layout_read_back(n_kv_heads, head_dim, block_size, seq_len):
         kptr, vptr, ks, vs, T, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kh, ffi)
         assert (T, kv_dim, kv_bs, nkv, kh_off) == (seq_len, n_kv_heads * head_dim, block_size,
                                                    n_kv_heads, kh * head_dim)
+        # cffi buffers of exactly what the kernel may read: n_blocks entries, kscale[t * nkv] for t < T
+        assert len(kptr) == len(vptr) == cache.n_blocks
+        assert len(ks) == len(vs) == T * nkv - kh   # from k_scale + kh to the end of row T - 1
+        assert [int(ffi.cast("uintptr_t", kptr[b])) for b in range(cache.n_blocks)] == cache.pointer_table("k").tolist()
         k_codes, k_scales = quantize_kv_rows(np.ascontiguousarray(K[:, kh]))
         v_codes, v_scales = quantize_kv_rows(np.ascontiguousarray(V[:, kh]))
         for t in range(seq_len):
