@@ -99,7 +99,9 @@ test-asan: setup
 
 # ... the library Python loads, built with the same sanitizers (LESSONKIT_SANITIZE), under the
 # kernel-facing pytest files. The sanitizer runtime must be the first library of the process, so
-# it is preloaded into python (LD_PRELOAD; Linux only). detect_leaks=0: CPython keeps objects
+# it is preloaded into python (LD_PRELOAD; Linux only), with libstdc++: the runtime takes over C++'s
+# throw and must find the real one when it starts, and matplotlib's C++ extensions, imported later,
+# throw while they load. detect_leaks=0: CPython keeps objects
 # alive until exit by design, which LeakSanitizer would report as leaks. Every report fails the
 # target: the build stops at the first one (-fno-sanitize-recover=all), AddressSanitizer writes
 # its reports to $(ASAN_PY_LOGS)/ (any process), and pytest leaves stderr alone (--capture=sys)
@@ -109,8 +111,8 @@ test-asan-py: setup
 	  echo "SKIPPED test-asan-py: preloads the sanitizer runtime into python with LD_PRELOAD (Linux only;" \
 	       "make test-asan runs the C test program under the same sanitizers here)"; exit 0; \
 	fi; \
-	rt=$$($(CC) -print-file-name=libasan.so); \
-	case "$$rt" in /*) ;; *) rt=$$($(CC) -print-file-name=libclang_rt.asan-$(HOST_ARCH).so);; esac; \
+	rt=$$($(CC) -print-file-name=libclang_rt.asan-$(HOST_ARCH).so); \
+	[ -f "$$rt" ] || rt=$$($(CC) -print-file-name=libasan.so); \
 	if [ ! -f "$$rt" ]; then echo "FAILED test-asan-py: $(CC) has no AddressSanitizer runtime" \
 	  "(Debian: apt install build-essential, which brings libasan)"; exit 1; fi; \
 	built=$$(LESSONKIT_SANITIZE=$(ASAN_PY_SANITIZE) LD_PRELOAD="$$rt libstdc++.so.6" ASAN_OPTIONS=detect_leaks=0 \
@@ -131,7 +133,8 @@ test-asan-py: setup
 	fi; \
 	exit $$status
 
-# ... and for aarch64, with sdot (armv8.2-a+dotprod) and without (armv8-a, the fallback); then the
+# ... and for aarch64, with sdot (armv8.2-a+dotprod) and without (armv8-a, the fallback), whatever
+# DOTPROD says; then the
 # valgrind driver as lessonkit.traffic builds it on arm64 (armv8-a: valgrind 3.19 cannot run sdot),
 # with its client requests, run once outside valgrind.
 test-aarch64:
