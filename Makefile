@@ -1,7 +1,16 @@
 # The workbook's two commands:
 #   make lab    set up .venv, build the kernel, open JupyterLab on lesson 00
-#   make test   set up .venv, build the kernel, run every test (C, pytest, notebooks)
+#   make test   set up .venv, build the kernel, run every test (C, sanitizers, pytest, notebooks)
+#
+# On aarch64, DOTPROD=0 or DOTPROD=1 forces the kernel's choice of the dot-product instruction
+# (sdot, -march=armv8.2-a+dotprod) instead of asking the CPU: e.g. `make build DOTPROD=0` builds
+# the NEON fallback on an RK3588, `make test DOTPROD=0` tests it. It sets LESSONKIT_DOTPROD for
+# every command below (python -m lessonkit build, the C test builds, pytest, the notebooks). It
+# changes nothing on x86, where the kernel is compiled through SIMDe.
 PYTHON ?= python3
+# the optional dependencies of pyproject.toml that setup installs (lint: actionlint, for
+# tests/test_workflow.py; it downloads a program while it installs). Read when .venv is made.
+EXTRAS ?= lab,test
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
@@ -9,8 +18,16 @@ BUILD  := .build/ctest
 CTEST_SRC := native/tests/test_kernel.c $(wildcard native/*.c)
 CTEST_FLAGS := -std=gnu11 -Wall -Wextra -Werror -Inative
 HOST_ARCH := $(shell uname -m)
+HOST_OS   := $(shell uname -s)
 # Jupyter refuses to run as root unless told; only root (a container, CI) gets the flag
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+ifneq ($(DOTPROD),)
+  ifeq ($(filter 0 1,$(DOTPROD)),)
+    $(error DOTPROD must be 0 (no sdot) or 1 (sdot), not '$(DOTPROD)')
+  endif
+  export LESSONKIT_DOTPROD := $(DOTPROD)
+endif
 
 # aarch64 test builds: the cross compiler and qemu-user on other hosts, the native tools on ARM
 ifneq ($(filter aarch64 arm64,$(HOST_ARCH)),)
@@ -20,18 +37,38 @@ else
   A64_CC  := $(or $(CC_AARCH64),aarch64-linux-gnu-gcc)
   A64_RUN := qemu-aarch64 -L /usr/aarch64-linux-gnu
 endif
+# valgrind's client-request header for the cross-built driver: a cross compiler does not search
+# /usr/include, so the folder is linked into one of its own (the header is the same on every CPU)
+CALLGRIND_H := /usr/include/valgrind/callgrind.h
 
-.PHONY: setup build lab test test-c test-asan test-aarch64 test-py bench clean help
+# The kernel-facing pytest files that test-asan-py runs against the sanitized library: every
+# call into native/ from Python (accuracy, bad inputs, the cache, traced kernel, GQA and split-KV
+# on threads, streaming merges, timing loops). Not the build tests (they compile copies of
+# native/ and run gdb), the notebooks or valgrind. One test is left out: the traced kernel's output
+# equals the fast kernel's bit for bit only while the compiler fuses the same multiply-adds in both
+# copies (GCC's default -ffp-contract=fast), and the instrumentation changes where it fuses them.
+ASAN_PY_TESTS := tests/test_kernel_accuracy.py tests/test_bad_inputs.py tests/test_cache.py \
+  tests/test_trace.py tests/test_beyond.py tests/test_streaming.py tests/test_dataflow.py \
+  tests/test_quant.py tests/test_layout.py tests/test_timing.py tests/test_softmax_synthetic.py \
+  tests/test_qquant.py tests/test_rescales.py tests/test_precision.py tests/test_toy.py \
+  --deselect tests/test_trace.py::test_traced_output_equals_untraced_bit_for_bit
+ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
+ASAN_PY_LOGS := .build/asan-py
+SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
+
+.PHONY: setup build lab test test-c test-asan test-asan-py test-aarch64 test-py bench clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab"
 	@echo "make test   set up and run every test"
 	@echo "make bench  time the kernel against its variants and numpy (BENCH_ARGS=--quick)"
-	@echo "make build | test-c | test-asan | test-aarch64 | test-py | clean"
+	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | clean"
+	@echo "DOTPROD=0 or DOTPROD=1 (aarch64): build and test without or with sdot, whatever the CPU"
+	@echo "  reports (e.g. make build DOTPROD=0); it sets LESSONKIT_DOTPROD"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[lab,test]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -43,7 +80,7 @@ build: setup
 lab: build
 	$(VENV)/bin/jupyter lab $(LAB_ARGS) --ServerApp.root_dir=. notebooks/00_start_here.ipynb
 
-test: build test-c test-asan test-aarch64 test-py
+test: build test-c test-asan test-asan-py test-aarch64 test-py
 
 # The C test program: NEON kernel (SIMDe off ARM) against the scalar one, natively ...
 test-c: setup
@@ -60,7 +97,46 @@ test-asan: setup
 	  $(CTEST_SRC) -lm -o $(BUILD)/test_kernel_asan
 	$(BUILD)/test_kernel_asan
 
-# ... and for aarch64, with sdot (armv8.2-a+dotprod) and without (armv8-a, the fallback).
+# ... the library Python loads, built with the same sanitizers (LESSONKIT_SANITIZE), under the
+# kernel-facing pytest files. The sanitizer runtime must be the first library of the process, so
+# it is preloaded into python (LD_PRELOAD; Linux only), with libstdc++: the runtime takes over C++'s
+# throw and must find the real one when it starts, and matplotlib's C++ extensions, imported later,
+# throw while they load. detect_leaks=0: CPython keeps objects
+# alive until exit by design, which LeakSanitizer would report as leaks. Every report fails the
+# target: the build stops at the first one (-fno-sanitize-recover=all), AddressSanitizer writes
+# its reports to $(ASAN_PY_LOGS)/ (any process), and pytest leaves stderr alone (--capture=sys)
+# so that UndefinedBehaviorSanitizer's report reaches the log that is searched afterwards.
+test-asan-py: setup
+	@if [ "$(HOST_OS)" != Linux ]; then \
+	  echo "SKIPPED test-asan-py: preloads the sanitizer runtime into python with LD_PRELOAD (Linux only;" \
+	       "make test-asan runs the C test program under the same sanitizers here)"; exit 0; \
+	fi; \
+	rt=$$($(CC) -print-file-name=libclang_rt.asan-$(HOST_ARCH).so); \
+	[ -f "$$rt" ] || rt=$$($(CC) -print-file-name=libasan.so); \
+	if [ ! -f "$$rt" ]; then echo "FAILED test-asan-py: $(CC) has no AddressSanitizer runtime" \
+	  "(Debian: apt install build-essential, which brings libasan)"; exit 1; fi; \
+	built=$$(LESSONKIT_SANITIZE=$(ASAN_PY_SANITIZE) LD_PRELOAD="$$rt libstdc++.so.6" ASAN_OPTIONS=detect_leaks=0 \
+	  $(PY) -m lessonkit build) || exit 1; lib=$${built%% *}; \
+	if ! nm -D "$$lib" | grep -q ' __asan_'; then echo "FAILED test-asan-py: $$lib is not instrumented:" \
+	  "lessonkit/native.py ignored LESSONKIT_SANITIZE=$(ASAN_PY_SANITIZE)"; exit 1; fi; \
+	echo "sanitized library: $$lib; preloading $$rt"; \
+	rm -rf $(ASAN_PY_LOGS) && mkdir -p $(ASAN_PY_LOGS) && \
+	{ LESSONKIT_SANITIZE=$(ASAN_PY_SANITIZE) LD_PRELOAD="$$rt libstdc++.so.6" \
+	  ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:log_path=$(CURDIR)/$(ASAN_PY_LOGS)/asan \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(PY) -m pytest -q --capture=sys -p no:cacheprovider $(ASAN_PY_TESTS); \
+	  echo $$? > $(ASAN_PY_LOGS)/status; } 2>&1 | tee $(ASAN_PY_LOGS)/output.txt; \
+	status=$$(cat $(ASAN_PY_LOGS)/status); \
+	if ls $(ASAN_PY_LOGS)/asan.* >/dev/null 2>&1 || grep -Eq '$(SANITIZER_REPORT)' $(ASAN_PY_LOGS)/output.txt; then \
+	  cat $(ASAN_PY_LOGS)/asan.* 2>/dev/null; \
+	  echo "FAILED test-asan-py: sanitizer report (above; logs in $(ASAN_PY_LOGS)/)"; exit 1; \
+	fi; \
+	exit $$status
+
+# ... and for aarch64, with sdot (armv8.2-a+dotprod) and without (armv8-a, the fallback), whatever
+# DOTPROD says; then the
+# valgrind driver as lessonkit.traffic builds it on arm64 (armv8-a: valgrind 3.19 cannot run sdot),
+# with its client requests, run once outside valgrind.
 test-aarch64:
 	@if ! command -v $(firstword $(A64_CC)) >/dev/null 2>&1 || \
 	    { [ -n "$(A64_RUN)" ] && ! command -v qemu-aarch64 >/dev/null 2>&1; }; then \
@@ -73,6 +149,15 @@ test-aarch64:
 	    $(A64_CC) $(CTEST_FLAGS) -O2 -march=$$march $(CTEST_SRC) -lm -o $(BUILD)/test_kernel_$$march && \
 	    $(A64_RUN) $(BUILD)/test_kernel_$$march || exit 1; \
 	  done; \
+	  echo "== aarch64 valgrind driver, -march=armv8-a" && \
+	  inc=; if [ -f $(CALLGRIND_H) ]; then \
+	    mkdir -p $(BUILD)/include && ln -sfn $(dir $(CALLGRIND_H)) $(BUILD)/include/valgrind && inc=-I$(BUILD)/include; \
+	  fi; \
+	  $(A64_CC) $(CTEST_FLAGS) -O2 -g -march=armv8-a $$inc native/tools/fa_driver.c $(wildcard native/*.c) -lm \
+	    -o $(BUILD)/fa_driver_armv8-a && \
+	  echo "measured call marked by: $$($(A64_RUN) $(BUILD)/fa_driver_armv8-a method)" && \
+	  $(A64_RUN) $(BUILD)/fa_driver_armv8-a single 4096 128 2 64 cold 1048576 && \
+	  $(A64_RUN) $(BUILD)/fa_driver_armv8-a softmax_online 10000 128 1 64 warm || exit 1; \
 	fi
 
 test-py: setup

@@ -3,9 +3,13 @@ an analytic byte model, and valgrind's cache simulation of the kernel call alone
 
 The model counts the bytes each variant's loads and stores touch, pass by pass, for one kv head.
 The simulation runs native/tools/fa_driver.c under ``valgrind --tool=callgrind --cache-sim=yes``
-with explicit cache sizes (a preset) and collects only the kernel call (``--toggle-collect``):
+with explicit cache sizes (a preset) and counts only the kernel call: the driver switches
+collection on and off around it with callgrind's client requests (``CALLGRIND_TOGGLE_COLLECT``
+from ``<valgrind/callgrind.h>``), and valgrind runs with ``--collect-atstart=no``. It reports
 reads, writes, first-level and last-level misses. Last-level misses times the line size is the
-traffic to DRAM. valgrind simulates two levels, a first-level data cache and a last level."""
+traffic to DRAM. valgrind simulates two levels, a first-level data cache and a last level.
+(Where valgrind's headers are missing, the driver is built without the requests and the call is
+collected with ``--toggle-collect=<function>`` instead; see ``measure_method``.)"""
 from __future__ import annotations
 
 import platform
@@ -44,7 +48,7 @@ class Preset:
 
 
 # Cortex-A76 as in the RK3588: L1d 64 KB (Arm's Cortex-A76 manual), L2 512 KB per core and a
-# shared L3 of 3 MB (GUIDE section 2).
+# shared L3 of 3 MB (Rockchip's RK3588 datasheet).
 # valgrind models one last level: "a76" takes the L3, "a76-l2" the L2. (3 MB is simulated
 # 12-way so that the number of sets is a power of two, as valgrind requires.)
 PRESETS = {
@@ -156,15 +160,45 @@ def valgrind_available() -> bool:
 
 
 def driver() -> Path:
-    """The driver program, compiled for valgrind: -O2 -g, and on x86 AVX2 at most (valgrind 3.19
-    cannot run AVX-512 instructions, which -march=native would emit on some CPUs)."""
+    """The driver program, compiled for valgrind: -O2 -g, and only instructions valgrind 3.19
+    decodes. x86: AVX2 at most (no AVX-512, which -march=native would emit on some CPUs).
+    arm64: ``-march=armv8-a``, the NEON path without ``sdot``, even where the CPU has the dot
+    product (the RK3588's Cortex-A76 does): valgrind 3.19 stops at ``sdot`` with "unrecognised
+    instruction". The kernel loads and stores the same bytes on every path, so the simulated
+    traffic is the same; only instruction counts differ."""
     if native.is_arm64():
-        arch = native.arch_flags()
+        arch = ["-march=armv8-a"]
     else:
         arch = [f"-I{native.simde_include_dir()}"] if native.simde_include_dir() else []
         if platform.machine().lower() in ("x86_64", "amd64") and _host_has("avx2"):
             arch += ["-mavx2", "-mfma"]
     return native.build_program(DRIVER_SOURCE, ["-O2", "-g", *arch], "fa_driver")
+
+
+_methods: dict[Path, str] = {}
+
+
+def measure_method(program: Path | None = None) -> str:
+    """How the driver marks the measured call: ``"client-requests"`` (built with
+    ``<valgrind/callgrind.h>``: collection switched on and off around the kernel call, valgrind run
+    with ``--collect-atstart=no``) or ``"toggle-collect"`` (no header: the measured function is
+    collected with ``--toggle-collect``; right on x86, while on arm64 callgrind can miss the
+    function's return and count the code after the call too). The driver itself says which."""
+    program = Path(program or driver())
+    if program not in _methods:
+        proc = subprocess.run([str(program), "method"], capture_output=True, text=True, timeout=60)
+        method = proc.stdout.strip()
+        if proc.returncode != 0 or method not in ("client-requests", "toggle-collect"):
+            raise RuntimeError(f"{program.name} method: unexpected answer {proc.stdout!r} {proc.stderr[-500:]!r}")
+        _methods[program] = method
+    return _methods[program]
+
+
+def collect_options(measured: str, program: Path | None = None) -> list[str]:
+    """callgrind's options that restrict collection to the measured call of ``measured``."""
+    if measure_method(program) == "client-requests":
+        return ["--collect-atstart=no"]
+    return [f"--toggle-collect={measured}"]
 
 
 def _host_has(flag: str) -> bool:
@@ -189,11 +223,12 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
     p = preset(preset_name)
     measured = ("measured_softmax" if variant in SOFTMAXES
                 else "measured_group" if variant in GQA_VARIANTS else "measured_call")
+    program = driver()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         cmd = ["valgrind", "--tool=callgrind", "--cache-sim=yes", f"--D1={p.d1.valgrind()}",
-               f"--LL={p.ll.valgrind()}", f"--I1={p.d1.valgrind()}", f"--toggle-collect={measured}",
-               f"--callgrind-out-file={out}", str(driver()), variant, str(seq_len), str(head_dim),
+               f"--LL={p.ll.valgrind()}", f"--I1={p.d1.valgrind()}", *collect_options(measured, program),
+               f"--callgrind-out-file={out}", str(program), variant, str(seq_len), str(head_dim),
                str(n_kv_heads), str(block_size), "warm" if warm else "cold", str(2 * p.ll.size)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

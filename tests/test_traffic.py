@@ -1,11 +1,19 @@
 """lessonkit.traffic: the byte model by hand, and valgrind's simulation against it."""
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from lessonkit import traffic
+from lessonkit import native, traffic
 
 needs_valgrind = pytest.mark.skipif(not traffic.valgrind_available(), reason="valgrind is not installed")
+# Debian and Ubuntu ship callgrind.h in the valgrind package (Fedora: valgrind-devel)
+has_callgrind_h = sys.platform.startswith("linux") and Path("/usr/include/valgrind/callgrind.h").is_file()
 
 
 def test_model_by_hand():
@@ -77,3 +85,46 @@ def test_softmax_memory_accesses_per_element(variant, accesses):
     assert abs(per_element - accesses) < 0.1, per_element
     model = traffic.softmax_accesses_per_element(variant)
     assert model["loads"] + model["stores"] == accesses
+
+
+def test_driver_marks_the_call_with_client_requests_or_falls_back():
+    """With valgrind's header the driver brackets the kernel call with CALLGRIND_TOGGLE_COLLECT and
+    valgrind runs with --collect-atstart=no; built without it, the measured function is collected
+    by name (--toggle-collect)."""
+    if has_callgrind_h:
+        assert traffic.measure_method() == "client-requests"
+        assert traffic.collect_options("measured_call") == ["--collect-atstart=no"]
+    fallback = native.build_program(traffic.DRIVER_SOURCE, ["-O1", "-DFA_CLIENT_REQUESTS=0",
+                                                            *_driver_arch()], "fa_driver_fallback")
+    assert traffic.measure_method(fallback) == "toggle-collect"
+    assert traffic.collect_options("measured_softmax", fallback) == ["--toggle-collect=measured_softmax"]
+
+
+def _driver_arch() -> list[str]:
+    if native.is_arm64():
+        return ["-march=armv8-a"]
+    inc = native.simde_include_dir()
+    return [f"-I{inc}"] if inc else []
+
+
+@pytest.mark.skipif(not (native.is_arm64() and sys.platform.startswith("linux")),
+                    reason="arm64 Linux only, where valgrind runs the driver (built with -march=armv8-a)")
+def test_arm64_driver_has_no_sdot():
+    """valgrind 3.19 cannot run sdot: the driver is the NEON path without it, whatever the CPU has."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump is not installed")
+    asm = subprocess.run([objdump, "-d", str(traffic.driver())], capture_output=True, text=True, check=True).stdout
+    assert re.search(r"<_?flash_attn_single_q_q8_neon>:", asm)  # macOS prefixes symbols with _
+    assert re.search(r"\bsdot\b", asm) is None
+
+
+@needs_valgrind
+@pytest.mark.parametrize("variant", ["single", "group4"])
+def test_warm_up_call_is_not_counted(variant):
+    """warm runs the kernel once before the measured call; only the measured call is counted, so
+    warm and cold execute the same instructions (the data's place in the caches differs)."""
+    cold = traffic.simulate(variant, 512)
+    warm = traffic.simulate(variant, 512, warm=True)
+    assert warm.instructions == pytest.approx(cold.instructions, rel=0.01)
+    assert warm.reads == pytest.approx(cold.reads, rel=0.01)

@@ -1,8 +1,21 @@
 /* fa_driver: runs one kernel once on a cache it builds itself, for valgrind's cache simulation
- * (lessonkit.traffic). Only the call inside measured_call() is simulated
- * (valgrind --tool=callgrind --toggle-collect=measured_call), so building the cache is not counted.
+ * (lessonkit.traffic). Only the kernel call inside measured_call() (measured_softmax(),
+ * measured_group()) is counted, so building the cache is not.
+ *
+ * How the call is bracketed: with callgrind's client requests. CALLGRIND_TOGGLE_COLLECT, from
+ * <valgrind/callgrind.h> (Debian ships it in the valgrind package), switches event collection on
+ * right before the kernel call and off right after it; valgrind runs with --collect-atstart=no, so
+ * nothing else is counted. The cache simulation keeps running while collection is off, so the cold
+ * eviction and the warm-up call still leave the simulated caches as they would. Outside valgrind a
+ * client request is a few instructions that do nothing. Where the header is missing, the driver
+ * is built without them (FA_CLIENT_REQUESTS 0) and lessonkit.traffic falls back to
+ * --toggle-collect=measured_call, which collects everything from the function's entry until
+ * callgrind sees it return; on arm64 it can miss that return and charge the code after the call
+ * to it, which is why the client requests are the default. `fa_driver method` prints which one
+ * this build uses.
  *
  *   fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold [EVICT_BYTES]]
+ *   fa_driver method                                   (prints client-requests or toggle-collect)
  *   VARIANT: single | scalar | two_pass_scores | two_pass_recompute   (attention, kv head NKV - 1)
  *            group<G> | per_head<G>, G = 1..8  (lesson 08: G query heads on kv head NKV - 1, in one
  *                                                call of flash_attn_group_q8_neon, or in G calls of
@@ -13,12 +26,32 @@
  * written first, evicting the cache data from every simulated level. The first block's codes
  * come from the quantizer, the others are copies of it with a different sign pattern: cheap under
  * valgrind, and the access pattern, which is all the simulation sees, is the engine's.
- * Rows are 64-byte aligned, as a real engine's blocks are, so a 128-byte row is two cache lines. */
+ * Rows are 64-byte aligned, as a real engine's blocks are, so a 128-byte row is two cache lines.
+ *
+ * lessonkit.traffic builds it without AVX-512 on x86 and with -march=armv8-a (no sdot) on arm64:
+ * valgrind 3.19 cannot decode either and stops the program with SIGILL, and the kernel loads and
+ * stores the same bytes on every SIMD path. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flash_attn_q8.h"
+
+#ifndef FA_CLIENT_REQUESTS /* -DFA_CLIENT_REQUESTS=0 forces the --toggle-collect build */
+#  if defined(__has_include)
+#    if __has_include(<valgrind/callgrind.h>)
+#      define FA_CLIENT_REQUESTS 1
+#    endif
+#  endif
+#endif
+#if defined(FA_CLIENT_REQUESTS) && FA_CLIENT_REQUESTS
+#  include <valgrind/callgrind.h>
+#  define COLLECT_ON_OFF() CALLGRIND_TOGGLE_COLLECT
+#else
+#  undef FA_CLIENT_REQUESTS
+#  define FA_CLIENT_REQUESTS 0
+#  define COLLECT_ON_OFF() ((void)0)
+#endif
 
 typedef void (*Kernel)(float *restrict, const float *restrict, int8_t *const *, int8_t *const *,
     const float *restrict, const float *restrict, int, int, int, int, int, int, float);
@@ -47,22 +80,27 @@ static void evict_caches(void)
     free((void *)junk);
 }
 
-/* kept out of line and named, so valgrind can collect exactly this call */
+/* The measured calls: kept out of line and named, for the --toggle-collect fallback; each one
+ * switches collection on and off around its kernel call alone (client requests). */
 __attribute__((noinline)) void measured_call(Kernel k, float *out, const float *q, int8_t **kc,
     int8_t **vc, const float *ks, const float *vs, int T, int kv_dim, int bs, int nkv, int kh_off, int hd)
 {
+    COLLECT_ON_OFF();
     k(out, q, kc, vc, ks, vs, T, kv_dim, bs, nkv, kh_off, hd, 0.0883883f);
+    COLLECT_ON_OFF();
 }
 
 __attribute__((noinline)) void measured_softmax(void (*f)(const float *, float *, int),
     const float *x, float *y, int n)
 {
+    COLLECT_ON_OFF();
     f(x, y, n);
+    COLLECT_ON_OFF();
 }
 
 /* G query heads of one kv head: one grouped call, or G calls of the single-pass kernel, one per head */
-__attribute__((noinline)) void measured_group(int per_head, int G, float *out, const float *q, int8_t **kc,
-    int8_t **vc, const float *ks, const float *vs, int T, int kv_dim, int bs, int nkv, int kh_off, int hd)
+static void run_group(int per_head, int G, float *out, const float *q, int8_t **kc, int8_t **vc,
+    const float *ks, const float *vs, int T, int kv_dim, int bs, int nkv, int kh_off, int hd)
 {
     if (!per_head) {
         flash_attn_group_q8_neon(out, q, kc, vc, ks, vs, T, kv_dim, bs, nkv, kh_off, hd, 0.0883883f, G);
@@ -73,9 +111,22 @@ __attribute__((noinline)) void measured_group(int per_head, int G, float *out, c
                                     0.0883883f);
 }
 
+__attribute__((noinline)) void measured_group(int per_head, int G, float *out, const float *q, int8_t **kc,
+    int8_t **vc, const float *ks, const float *vs, int T, int kv_dim, int bs, int nkv, int kh_off, int hd)
+{
+    COLLECT_ON_OFF();
+    run_group(per_head, G, out, q, kc, vc, ks, vs, T, kv_dim, bs, nkv, kh_off, hd);
+    COLLECT_ON_OFF();
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 6) { fprintf(stderr, "usage: fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold]\n"); return 2; }
+    if (argc == 2 && strcmp(argv[1], "method") == 0) {
+        puts(FA_CLIENT_REQUESTS ? "client-requests" : "toggle-collect");
+        return 0;
+    }
+    if (argc < 6) { fprintf(stderr, "usage: fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold [EVICT_BYTES]]\n"
+                                 "       fa_driver method\n"); return 2; }
     const char *variant = argv[1];
     int T = atoi(argv[2]), hd = atoi(argv[3]), nkv = atoi(argv[4]), bs = atoi(argv[5]);
     int warm = argc > 6 && strcmp(argv[6], "warm") == 0;
@@ -140,7 +191,7 @@ int main(int argc, char **argv)
     if (G) { /* G query heads: q and out [G][hd] on the heap, head 0 the q above */
         float *qg = aligned((size_t)G * hd * 4), *outg = aligned((size_t)G * hd * 4);
         for (int i = 0; i < G * hd; i++) qg[i] = i < hd ? q[i] : rnd();
-        if (warm) measured_group(per_head, G, outg, qg, kc, vc, ks + kh, vs + kh, T, kv_dim, bs, nkv, kh * hd, hd);
+        if (warm) run_group(per_head, G, outg, qg, kc, vc, ks + kh, vs + kh, T, kv_dim, bs, nkv, kh * hd, hd);
         else evict_caches();
         measured_group(per_head, G, outg, qg, kc, vc, ks + kh, vs + kh, T, kv_dim, bs, nkv, kh * hd, hd);
         for (int i = 0; i < G * hd; i++) check += outg[i];
