@@ -127,7 +127,7 @@ def _cpu_list(cpus) -> str:
     return ", ".join(parts)
 
 
-def timing_cores(cores: str | None = None, cpuinfo_path: Path | str | None = None) -> TimingCores:
+def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | str | None = None) -> TimingCores:
     """Which CPUs timings run on (introduced in lesson 01 with the first timing).
 
     On a machine with more than one core type (big.LITTLE, e.g. the RK3588: 4 Cortex-A55 + 4
@@ -136,7 +136,10 @@ def timing_cores(cores: str | None = None, cpuinfo_path: Path | str | None = Non
     None (default) the big cores (the type of the highest-numbered CPU that is not an in-order
     little core: the A76 on the RK3588), a type's name (``"Cortex-A55"`` or ``"A55"``, or a hex
     part id such as ``"0xd05"``), or ``"any"`` for no pinning. Where all cores are one type, or
-    the system has no ``os.sched_setaffinity`` (macOS), nothing is pinned."""
+    the system has no ``os.sched_setaffinity`` (macOS), nothing is pinned. A TimingCores passed as
+    ``cores`` is returned as it is (a benchmark decides once for all its timings)."""
+    if isinstance(cores, TimingCores):
+        return cores
     types = core_types(cpuinfo_path)
     if cores is not None and not isinstance(cores, str):
         raise TypeError(f"cores must be None, 'any' or a core type's name such as 'Cortex-A76'; got {cores!r}")
