@@ -61,6 +61,7 @@ def scores_from_q_codes(codes: np.ndarray, q_scales: np.ndarray, cache: KVCacheQ
     """The kernel's scores s_t in float32 ``[seq_len]`` for given Q codes and block scales, step
     for step as segment 2 computes them: int32 block dots with K's codes, ``s += dot32 * qsc[b]``
     block by block, then times K's scale/127 and ``scale`` (lesson 01 swaps in other codes)."""
+    scale = check.scale(scale, cache.head_dim)
     nblk = cache.head_dim // 32
     codes = np.asarray(codes).astype(np.int32).reshape(nblk, 32)
     q_scales = np.asarray(q_scales, np.float32).reshape(nblk)
