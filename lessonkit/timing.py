@@ -26,6 +26,10 @@ MAX_CALLS = 1 << 24     # calls in one C loop: about 1 s at the fastest call (se
 MAX_REPEATS = 1000      # repeats of one timing
 MAX_SECONDS = 60.0      # wall time of one timing call, calibration and probe included
 MAX_MIN_REPEAT_S = 5.0  # the calibration target of one repeat
+# The build knobs time_kernel may set, with their ranges (inclusive). Any other -D could rename
+# a type or a variable of the kernel (-Dsize_t=char) and make it read out of bounds; FA_TILE 0
+# would never leave the token loop and a huge FA_TILE would not fit on the stack.
+DEFINES = {"FA_PREFETCH": (0, 1024), "FA_TILE": (1, 256)}
 
 
 def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str = "neon",
@@ -39,7 +43,8 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     seq_len 0 runs only segment 1 (Q to int8) and segment 4. ``number`` defaults to enough calls
     for one repeat to last about ``min_repeat_s`` seconds. ``cold=True`` instead times single
     calls after writing a buffer of 4 x the last-level cache (at least 64 MiB), so that the KV
-    comes from DRAM. ``defines`` selects a build, e.g. ``{"FA_PREFETCH": 0}`` (lesson 05).
+    comes from DRAM. ``defines`` selects a build, e.g. ``{"FA_PREFETCH": 0}`` (lesson 05): only the
+    knobs of DEFINES, within their ranges.
     ``cores``: which core type to time on (``lessonkit.env.timing_cores``; default the big cores).
     Bounded by MAX_CALLS calls per repeat, MAX_REPEATS repeats and about MAX_SECONDS seconds."""
     if not isinstance(cache, KVCacheQ8):
@@ -54,6 +59,7 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     if not isinstance(cold, bool):
         raise TypeError(f"cold must be True or False; got {check.short(cold)}")
     repeats, number, min_repeat_s = check_counts(repeats, 1 if cold else number, min_repeat_s)
+    defines = check_defines(defines)
     plan = env.timing_cores(cores)
     ffi, lib = native.load(defines=defines)
     out = np.empty(cache.head_dim, np.float32)
@@ -69,6 +75,21 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
                                 repeats, 1, 0.0)
         return median_calls(lambda n: lib.fa_time_calls(VARIANTS[backend], n, *args), repeats, number,
                             min_repeat_s)
+
+
+def check_defines(defines) -> dict | None:
+    """``defines`` for native.load: None, or a dict of knobs of DEFINES with int values in range."""
+    if defines is None:
+        return None
+    if not isinstance(defines, dict):
+        raise TypeError(f"defines must be a dict such as {{'FA_PREFETCH': 0}}; got {type(defines).__name__}")
+    out = {}
+    for name, value in defines.items():
+        if name not in DEFINES:
+            raise ValueError(f"defines may set {', '.join(DEFINES)}; not {check.short(name)}")
+        lo, hi = DEFINES[name]
+        out[name] = check.integer(name, value, minimum=lo, below=hi + 1)
+    return out
 
 
 def check_counts(repeats, number, min_repeat_s) -> tuple[int, int | None, float]:
