@@ -369,11 +369,12 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
         return time.perf_counter() - t0
 
     with env.pinned(plan):
-        t0 = time.perf_counter()
-        calls(0)  # warm: the cache's rows in this machine's caches
+        # a probe of one call first: the warm-up below already runs `number` calls
+        call_s = lib.fa_time_calls(0, 1, ffi.from_buffer("float[]", outs[0], require_writable=True), qbuf,
+                                   *kargs, cache.head_dim, scale) * 1e-9
         # one measurement: 1 thread, then n_threads (on one core at worst: n_threads times as long)
-        _refuse_long(f"calls per thread (1, then {n_threads} threads)", repeats, number,
-                     (time.perf_counter() - t0) / number, 1 + n_threads)
+        _refuse_long(f"calls per thread (1, then {n_threads} threads)", repeats, number, call_s, 2 + n_threads)
+        calls(0)  # warm: the cache's rows in this machine's caches
         deadline = time.perf_counter() + timing.MAX_SECONDS
         ratios = []
         for i in range(repeats):

@@ -110,10 +110,14 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
     if not points or any(b <= a for a, b in zip(points, points[1:])):
         raise ValueError("checkpoints must be a non-empty increasing list of sequence lengths")
     chunk = check.integer("chunk", chunk, minimum=1)
-    cache = KVCacheQ8(n_kv_heads, head_dim, block_size)  # checks the shape before anything is allocated
-    per_token = 2 * cache.kv_dim + 2 * 4 * cache.n_kv_heads
-    check.memory(f"a layer of {points[-1]} tokens ({cache.n_kv_heads} kv heads x {cache.head_dim})",
-                 (points[-1] + cache.block_size) * per_token + 2 * chunk * cache.kv_dim * 4, MAX_GROW_BYTES)
+    # the sizes first: KVCacheQ8 allocates block_size x n_kv_heads scales as soon as it is made
+    nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)
+    hd = check.head_dim(head_dim)
+    bs = check.integer("block_size", block_size, minimum=1)
+    rows = -(-points[-1] // bs) * bs  # whole blocks
+    check.memory(f"a layer of {points[-1]} tokens ({nkv} kv heads x {hd}, blocks of {bs})",
+                 rows * (2 * nkv * hd + 2 * 4 * nkv) + 2 * chunk * nkv * hd * 4, MAX_GROW_BYTES)
+    cache = KVCacheQ8(nkv, hd, bs)
     rng = np.random.default_rng(seed)
     K = rng.standard_normal((chunk, n_kv_heads, head_dim), dtype=np.float32)
     V = rng.standard_normal((chunk, n_kv_heads, head_dim), dtype=np.float32)

@@ -134,7 +134,7 @@ def median_calls(run, repeats: int, number: int | None, min_repeat_s: float) -> 
         fit_number = int((MAX_SECONDS / repeats - overhead_s) // max(call_s, 1e-12))
         raise ValueError(f"{repeats} repeats x {number} calls of about {call_s * 1e3:.3g} ms would take about "
                          f"{need:.0f} s, above the cap of {MAX_SECONDS:g} s per timing call; use "
-                         + (f"at most {fit_repeats} repeats, or " if fit_repeats >= 1 else "")
+                         + (f"repeats <= {fit_repeats} or " if fit_repeats >= 1 else "")
                          + (f"number <= {fit_number}" if fit_number >= 1 else "a shorter seq_len"))
     results = []
     deadline = start + MAX_SECONDS

@@ -57,6 +57,8 @@ class ToyConfig:
             raise ValueError(f"ToyConfig.d_model must be even (sine and cosine position codes); got {self.d_model}")
         check.at_most("the toy model's weights", self.n_weights, MAX_WEIGHTS, "float32 weights of the toy model")
         check.at_most("ToyConfig.block_size", self.block_size, MAX_STEPS, "tokens per block of a toy cache")
+        check.at_most("the toy model's query heads (n_kv_heads x group)", self.n_q_heads, 64,
+                      "query heads of a toy model: each step calls the kernel once per head")
 
     @property
     def n_q_heads(self) -> int:
