@@ -108,6 +108,7 @@ def line_functions(line: int, library: Path | str | None = None,
     """The functions of the debug library that have machine code for ``file:line``, as gdb's
     ``info line`` reports them ([] without gdb). An empty hook macro such as ``TRACE_TOKEN`` has
     code only in the traced copy of the kernel."""
+    line = check.integer("line", line, minimum=1)
     gdb = gdb_path()
     if gdb is None:
         return []

@@ -1,4 +1,7 @@
-"""What this machine has for the workbook (lesson 00), and the label every timing carries."""
+"""What this machine has for the workbook (lesson 00), the label every timing carries, and the
+cores timings run on (lesson 01): on a machine with several core types (big.LITTLE, such as the
+course's RK3588 with 4 Cortex-A76 and 4 Cortex-A55) every timing helper runs pinned to one type,
+the big cores by default (``timing_cores``, ``pinned``), and ``machine_label`` names it."""
 from __future__ import annotations
 
 import os

@@ -51,6 +51,8 @@ MAX_STREAM_CHUNKS = 4096    # chunks of one streaming run
 MAX_INTERVAL_S = 1.0        # the producer's pause between two chunks
 MAX_STREAM_S = 120.0        # n_chunks x interval_s: one run's planned duration
 STALL_S = 10.0              # how long past interval_s the consumer waits for a chunk before giving up
+MAX_SIMULATIONS = 64        # valgrind runs of one simulations() call
+MAX_SIMULATED_TOKENS = 1 << 20
 
 
 # ----------------------------------------------------------------------------- partial states
@@ -327,8 +329,18 @@ def simulations(configs, saved: Path | str, save: bool | None = None) -> tuple[d
     Where valgrind is installed, simulate every configuration; then, if ``save`` (default: the
     environment variable LESSONKIT_SAVE_RESULTS is "1"), write the results to ``saved`` as JSON.
     Where it is not (macOS), load the results saved in ``saved``. Returns ({(variant, seq_len,
-    preset): traffic.Simulated}, a note saying where the results came from)."""
-    configs = [(v, int(n), p) for v, n, p in configs]
+    preset): traffic.Simulated}, a note saying where the results came from). At most
+    MAX_SIMULATIONS configurations, each of at most MAX_SIMULATED_TOKENS tokens: a simulation
+    runs the kernel under valgrind, some 50 times slower than natively."""
+    if isinstance(configs, (str, bytes)) or not hasattr(configs, "__len__"):
+        raise TypeError(f"configs must be a list of (variant, seq_len, preset_name); got {type(configs).__name__}")
+    check.at_most("len(configs)", len(configs), MAX_SIMULATIONS, "valgrind simulations of one call")
+    try:
+        configs = [(v, check.integer("seq_len", n, minimum=1), p) for v, n, p in configs]
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"configs must be (variant, seq_len, preset_name) triples: {e}") from None
+    for _, n, _ in configs:
+        check.at_most("seq_len", n, MAX_SIMULATED_TOKENS, "tokens of one valgrind simulation")
     saved = Path(saved)
     if traffic.valgrind_available():
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2]) for c in configs}
