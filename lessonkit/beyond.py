@@ -201,8 +201,8 @@ def usable_cores() -> int:
 
 def _pool() -> ThreadPoolExecutor:
     """The process's one pool of POOL_WORKERS threads, started on first use: starting threads on
-    every call would cost more than a chunk of a few thousand tokens, and one pool per size (as
-    an earlier version had) adds threads with every new n_threads."""
+    every call would cost more than a chunk of a few thousand tokens, and a pool per n_threads
+    would add threads with every new n_threads a student tries."""
     with _pool_lock:
         if not _pool_now:
             _pool_now.append(ThreadPoolExecutor(max(1, POOL_WORKERS), thread_name_prefix="lessonkit-split"))
@@ -224,7 +224,8 @@ def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threa
                   scale: float | None = None) -> tuple[np.ndarray, list[Partial]]:
     """Split the tokens before each index of ``bounds`` (strictly increasing, strictly between 0 and
     seq_len: no chunk may be empty; at most MAX_CHUNKS chunks), compute every chunk's state with
-    flash_attn_partial_q8_neon on up to ``n_threads`` threads (at most ``usable_cores()``), merge the states in order (lessonkit.streaming.merge) and divide.
+    flash_attn_partial_q8_neon on up to ``n_threads`` threads (at most ``usable_cores()``), merge
+    the states in order (lessonkit.streaming.merge) and divide.
     Returns (output float32 ``[head_dim]``, the chunks' states)."""
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
@@ -242,8 +243,7 @@ def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n
     """Attention output float32 ``[head_dim]`` of query ``q`` over kv head ``kv_head``, with the
     tokens cut into ``n_chunks`` chunks of (nearly) equal size (1 <= n_chunks <= seq_len, at most
     MAX_CHUNKS) run on ``n_threads`` threads (>= 1; more than ``usable_cores()`` runs on that many)
-    and merged: equal to ``lk.attend(q, cache, kv_head)`` up to float
-    rounding."""
+    and merged: equal to ``lk.attend(q, cache, kv_head)`` up to float rounding."""
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))

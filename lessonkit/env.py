@@ -110,7 +110,8 @@ class TimingCores:
 
     def describe(self) -> str:
         if not self.cpus:
-            return self.why
+            kinds = "; ".join(f"{len(c)}x {n}" for n, c in self.types.items())
+            return f"{self.why}: {kinds}" if len(self.types) > 1 else self.why
         others = "; ".join(f"{len(c)}x {n}" for n, c in self.types.items() if n != self.name)
         return (f"timed on the {self.name} cores (CPUs {_cpu_list(self.cpus)}, pinned)"
                 + (f"; also here: {others}" if others else ""))
@@ -150,6 +151,10 @@ def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | st
         return TimingCores(None, frozenset(), types, "not pinned (cores='any')")
     if cores is not None:
         wanted = cores.strip().lower()
+        try:  # a hex part id names the same type as its name: "0xd05" is "Cortex-A55"
+            wanted = ARM_PARTS.get(int(wanted, 16), wanted).lower() if wanted.startswith("0x") else wanted
+        except ValueError:
+            pass
         match = [n for n in types if wanted in (n.lower(), n.lower().removeprefix("cortex-"))]
         if not match:
             have = ", ".join(f"{n!r}" for n in types) or "none (/proc/cpuinfo has no 'CPU part' lines here)"

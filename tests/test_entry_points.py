@@ -618,6 +618,7 @@ def test_core_types_and_default_choice(board):
     assert plan.name == "Cortex-A76" and plan.cpus == {4, 5, 6, 7}
     assert env.timing_cores("Cortex-A55", cpuinfo).cpus == {0, 1, 2, 3}
     assert env.timing_cores("a55", cpuinfo).name == "Cortex-A55"
+    assert env.timing_cores("0xd05", cpuinfo).name == "Cortex-A55"
     assert env.timing_cores("any", cpuinfo).cpus == frozenset()
     with pytest.raises(ValueError, match="no 'Cortex-X9' cores.*'Cortex-A55', 'Cortex-A76'"):
         env.timing_cores("Cortex-X9", cpuinfo)
@@ -628,6 +629,7 @@ def test_core_types_and_default_choice(board):
     assert label.startswith("Radxa ROCK 5B, timed on the Cortex-A76 cores (CPUs 4-7, pinned); also here: 4x Cortex-A55")
     assert label.endswith(f"kernel backend {lk.native.backend()}")
     assert "Cortex-A55 cores (CPUs 0-3" in env.machine_label("A55", cpuinfo, model)
+    assert "not pinned (cores='any'): 4x Cortex-A55; 4x Cortex-A76" in env.machine_label("any", cpuinfo, model)
 
 
 def test_other_parts_and_one_type(tmp_path):
