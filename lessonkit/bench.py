@@ -115,16 +115,21 @@ def numpy_int8(q, cache: KVCacheQ8, kv_head: int, scale):
     return numpy_f32(q, K, V, scale)
 
 
-def median_ns(fn, repeats: int) -> float:
-    """Median ns of ``repeats`` calls of ``fn()`` from Python, after one warm-up call."""
+def median_ns(fn, repeats: int, cores: str | None = None) -> float:
+    """Median ns of ``repeats`` calls of ``fn()`` from Python, after one warm-up call, pinned to
+    one core type like the kernel timings (``cores``, as in ``lessonkit.env.timing_cores``), so
+    that a numpy reference and the kernel are timed on the same kind of core."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of no arguments; got {type(fn).__name__}")
     repeats = check.integer("repeats", repeats, minimum=1)
     check.at_most("repeats", repeats, timing.MAX_REPEATS, "repeats of one timing")
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        fn()
-        times.append(time.perf_counter_ns() - t0)
+    with env.pinned(cores):
+        fn()  # warm up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter_ns()
+            fn()
+            times.append(time.perf_counter_ns() - t0)
     return float(np.median(times))
 
 

@@ -750,6 +750,9 @@ def test_timing_helpers_run_pinned(board, monkeypatch, case):
     assert fake.calls == [(7, frozenset({4, 5, 6, 7})), (7, frozenset(range(8)))]
     timing.time_kernel(q, cache, repeats=1, number=2, cores="Cortex-A55")
     assert (7, frozenset({0, 1, 2, 3})) in fake.calls
+    fake.calls.clear()
+    bench.median_ns(lambda: seen.append(("median_ns", fake.masks[7])), 2)
+    assert seen[-1] == ("median_ns", {4, 5, 6, 7}) and fake.masks[7] == set(range(8))
 
 
 def test_bench_runs_pinned_once(board, monkeypatch):
