@@ -73,7 +73,7 @@ def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
     n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
     check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, "kv heads of the benchmark's cache")
     check.memory(f"the inputs of seq_len {seq_len} with {n_kv_heads} kv heads", input_bytes(seq_len, n_kv_heads),
-                 MAX_BENCH_BYTES)
+                 MAX_BENCH_BYTES, "use a shorter seq_len or fewer kv heads")
     rng = np.random.default_rng(seed)
     cache = KVCacheQ8(n_kv_heads, HEAD_DIM, BLOCK_SIZE)
     kv_head = min(KV_HEAD, n_kv_heads - 1)
@@ -196,7 +196,7 @@ def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None
     check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, "kv heads of the benchmark's cache")
     for T in lengths:  # refuse before the first row is timed, not halfway through the run
         check.memory(f"the inputs of seq_len {T} with {n_kv_heads} kv heads", input_bytes(T, n_kv_heads),
-                     MAX_BENCH_BYTES)
+                     MAX_BENCH_BYTES, "use shorter lengths or fewer kv heads")
     plan = env.timing_cores(cores)
     with env.pinned(plan):
         return _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores)

@@ -116,7 +116,8 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
     bs = check.integer("block_size", block_size, minimum=1)
     rows = -(-points[-1] // bs) * bs  # whole blocks
     check.memory(f"a layer of {points[-1]} tokens ({nkv} kv heads x {hd}, blocks of {bs})",
-                 rows * (2 * nkv * hd + 2 * 4 * nkv) + 2 * chunk * nkv * hd * 4, MAX_GROW_BYTES)
+                 rows * (2 * nkv * hd + 2 * 4 * nkv) + 2 * chunk * nkv * hd * 4, MAX_GROW_BYTES,
+                 "use a shorter last checkpoint, fewer kv heads or a smaller chunk")
     cache = KVCacheQ8(nkv, hd, bs)
     rng = np.random.default_rng(seed)
     K = rng.standard_normal((chunk, n_kv_heads, head_dim), dtype=np.float32)

@@ -28,7 +28,8 @@ def cache_with_scores(scores, head_dim: int = 64, block_size: int = 16, V=None, 
         raise ValueError("scores must be a non-empty 1-D array of finite numbers; got none")
     rows = -(-n // block_size) * block_size  # the cache allocates whole blocks
     check.memory(f"a synthetic cache of {n} tokens of head_dim {head_dim} (blocks of {block_size})",
-                 n * head_dim * (4 + 4) + rows * (2 * head_dim + 8), MAX_BYTES)
+                 n * head_dim * (4 + 4) + rows * (2 * head_dim + 8), MAX_BYTES,
+                 "use fewer scores, a smaller head_dim or a smaller block_size")
     if V is None:
         V = np.random.default_rng(seed).standard_normal((n, head_dim), dtype=np.float32)
     V = check.float32_like("V", V, (n, head_dim))

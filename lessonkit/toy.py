@@ -203,7 +203,7 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
         fields = FIELDS if trace_fields is None else tuple(trace_fields)
         n_steps = len(prompt) + n_tokens - 1
         check.memory(f"the traces of {n_steps} steps ({', '.join(fields)})", trace_bytes(n_steps, config, fields),
-                     TRACE_BYTES)
+                     TRACE_BYTES, "generate fewer tokens, or keep fewer fields, e.g. trace_fields=('s', 'M', 'S')")
 
         def kernel(q, cache, kv_head, scale):
             out = np.empty(cache.head_dim, np.float32)

@@ -186,11 +186,11 @@ def at_most(name: str, value: int, cap: int, why: str) -> int:
     return value
 
 
-def memory(what: str, nbytes: int, cap: int) -> int:
-    """Refuse what would allocate more than ``cap`` bytes, before allocating it."""
+def memory(what: str, nbytes: int, cap: int, fix: str = "ask for less") -> int:
+    """Refuse what would allocate more than ``cap`` bytes, before allocating it; ``fix`` says how."""
     if nbytes > cap:
         raise ValueError(f"{what} would need {nbytes / 2**20:,.0f} MiB, above the cap of {cap / 2**20:,.0f} MiB "
-                         "that keeps the notebook's process alive; ask for less")
+                         f"that keeps the notebook's process alive; {fix}")
     return nbytes
 
 
