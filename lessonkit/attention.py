@@ -1,8 +1,6 @@
 """``attend``: one query head over a KVCacheQ8, through the compiled kernel (lesson 00)."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import native
@@ -35,7 +33,7 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
-    scale = 1.0 / math.sqrt(cache.head_dim) if scale is None else check.finite_float("scale", scale)
+    scale = check.scale(scale, cache.head_dim)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}")
     if cache.seq_len == 0:
@@ -63,6 +61,7 @@ def scores_from_q_codes(codes: np.ndarray, q_scales: np.ndarray, cache: KVCacheQ
     """The kernel's scores s_t in float32 ``[seq_len]`` for given Q codes and block scales, step
     for step as segment 2 computes them: int32 block dots with K's codes, ``s += dot32 * qsc[b]``
     block by block, then times K's scale/127 and ``scale`` (lesson 01 swaps in other codes)."""
+    scale = check.scale(scale, cache.head_dim)
     nblk = cache.head_dim // 32
     codes = np.asarray(codes).astype(np.int32).reshape(nblk, 32)
     q_scales = np.asarray(q_scales, np.float32).reshape(nblk)

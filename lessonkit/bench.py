@@ -15,7 +15,10 @@ Lesson 08's rows, at 8K, 64K and 256K: GQA, four query heads of one kv head in o
 split-KV, the tokens cut in two chunks (flash_attn_partial_q8_neon, merged in Python), run on 1 and
 on 2 threads (lessonkit.attend_split, timed from Python: chunks, threads and merge). Their ns per
 token are for all four heads (GQA) or for the one head (split).
-Timings are medians of repeats; on x86 they time SIMDe's build, not NEON."""
+Timings are medians of repeats; on x86 they time SIMDe's build, not NEON. On a machine with
+several core types the whole run is pinned to one (``--cores``, default the big cores: the
+Cortex-A76 of the RK3588; ``lessonkit.env.pinned``). Lengths, kv heads and repeats are bounded
+(MAX_LENGTH, MAX_KV_HEADS, MAX_BENCH_REPEATS, and MAX_BENCH_BYTES for the inputs of one length)."""
 from __future__ import annotations
 
 import argparse
@@ -28,6 +31,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from . import beyond, env, native
+from . import timing
+from . import validate as check
 from .cache import KVCacheQ8
 from .timing import time_kernel
 
@@ -44,9 +49,16 @@ LABELS = {"group4": "GQA: 4 query heads, 1 grouped call", "per_head4": "GQA: 4 q
           "two_pass_scores": "two-pass, stored scores", "two_pass_recompute": "two-pass, K read twice",
           "numpy_f32": "numpy float32 reference (fp32 K/V)",
           "numpy_int8": "numpy over the int8 cache (dequantize)"}
-# cited in the issue for this kind of machine: llama.cpp's q8_0 flash attention, one query row,
+# the figures cited for this kind of machine: llama.cpp's q8_0 flash attention, one query row,
 # one thread, ns per token in cache and at 256K
 LLAMA_CPP_CITED = {8192: 44.0, 262144: 81.0}
+
+
+MAX_LENGTH = 1 << 20         # tokens of one row: 4x the longest the benchmark measures
+MAX_KV_HEADS = 64
+MAX_BENCH_REPEATS = 100
+MAX_BENCH_BYTES = 4 << 30    # fp32 K and V of the head plus the q8 cache, for one length
+MAX_READ_BYTES = 1 << 30     # the read-bandwidth buffer: far beyond any last-level cache
 
 
 def progress(msg: str) -> None:
@@ -56,6 +68,12 @@ def progress(msg: str) -> None:
 def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
     """A cache of N_KV_HEADS heads (only KV_HEAD random, the others zero: cheap to build) and the
     fp32 K, V of that head for the numpy reference."""
+    seq_len = check.integer("seq_len", seq_len, minimum=1)
+    check.at_most("seq_len", seq_len, MAX_LENGTH, "tokens of one benchmark row")
+    n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
+    check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, "kv heads of the benchmark's cache")
+    check.memory(f"the inputs of seq_len {seq_len} with {n_kv_heads} kv heads", input_bytes(seq_len, n_kv_heads),
+                 MAX_BENCH_BYTES, "use a shorter seq_len or fewer kv heads")
     rng = np.random.default_rng(seed)
     cache = KVCacheQ8(n_kv_heads, HEAD_DIM, BLOCK_SIZE)
     kv_head = min(KV_HEAD, n_kv_heads - 1)
@@ -69,6 +87,14 @@ def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
         v[:, kv_head] = V[t0:t0 + chunk]
         cache.append(k, v)
     return cache, kv_head, rng.standard_normal(HEAD_DIM, dtype=np.float32), K, V
+
+
+def input_bytes(seq_len: int, n_kv_heads: int) -> int:
+    """What make_inputs allocates: fp32 K and V of the head, the q8 cache (codes and scales of every
+    head), and one chunk of fp32 K and V of every head."""
+    chunk = min(seq_len, 16384)
+    return (2 * seq_len * HEAD_DIM * 4 + seq_len * (2 * n_kv_heads * HEAD_DIM + 2 * 4 * n_kv_heads)
+            + 2 * chunk * n_kv_heads * HEAD_DIM * 4)
 
 
 def numpy_f32(q, K, V, scale):
@@ -89,13 +115,21 @@ def numpy_int8(q, cache: KVCacheQ8, kv_head: int, scale):
     return numpy_f32(q, K, V, scale)
 
 
-def median_ns(fn, repeats: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        fn()
-        times.append(time.perf_counter_ns() - t0)
+def median_ns(fn, repeats: int, cores: str | None = None) -> float:
+    """Median ns of ``repeats`` calls of ``fn()`` from Python, after one warm-up call, pinned to
+    one core type like the kernel timings (``cores``, as in ``lessonkit.env.timing_cores``), so
+    that a numpy reference and the kernel are timed on the same kind of core."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of no arguments; got {type(fn).__name__}")
+    repeats = check.integer("repeats", repeats, minimum=1)
+    check.at_most("repeats", repeats, timing.MAX_REPEATS, "repeats of one timing")
+    with env.pinned(cores):
+        fn()  # warm up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter_ns()
+            fn()
+            times.append(time.perf_counter_ns() - t0)
     return float(np.median(times))
 
 
@@ -104,11 +138,11 @@ def group_queries(seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((GQA_G, HEAD_DIM), dtype=np.float32)
 
 
-def time_beyond(cache: KVCacheQ8, kv_head: int, q: np.ndarray, repeats: int) -> dict[str, float]:
+def time_beyond(cache: KVCacheQ8, kv_head: int, q: np.ndarray, repeats: int, cores=None) -> dict[str, float]:
     """ns per call of lesson 08's four rows. The two split rows are timed in alternation (one call
     of each per round, after a warm-up), so that a busy moment of the machine hits both alike."""
     qs = group_queries()
-    ns = {name: beyond.time_group(qs, cache, kv_head, variant=name[:-1], repeats=repeats)
+    ns = {name: beyond.time_group(qs, cache, kv_head, variant=name[:-1], repeats=repeats, cores=cores)
           for name in ("group4", "per_head4")}
     number = max(1, 65536 // cache.seq_len)  # calls per sample: at least 64K tokens' worth
     runs: dict[str, list[float]] = {"split_1t": [], "split_2t": []}
@@ -124,24 +158,60 @@ def time_beyond(cache: KVCacheQ8, kv_head: int, q: np.ndarray, repeats: int) -> 
     return ns
 
 
-def read_bandwidth_gbps(ffi, lib, nbytes: int = 256 << 20) -> float:
-    buf = np.ones(nbytes, np.uint8)
-    return float(lib.fa_read_gbps(ffi.from_buffer("unsigned char[]", buf), nbytes, 5))
+def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str | None = None) -> float:
+    """Single-thread read bandwidth in GB/s: the best of 5 sums over a buffer of ``nbytes`` (a
+    multiple of 64 between 64 bytes and MAX_READ_BYTES), by fa_read_gbps of ``lib`` (default the
+    workbook's build), pinned like the timings (``cores``)."""
+    ffi, lib = check.library(ffi, lib, ("fa_read_gbps",))
+    nbytes = check.integer("nbytes", nbytes, minimum=64)
+    check.at_most("nbytes", nbytes, MAX_READ_BYTES, "bytes of the read-bandwidth buffer")
+    if nbytes % 64:
+        raise ValueError(f"nbytes must be a multiple of 64 (the probe reads whole 64-byte lines); "
+                         f"got {nbytes}: use {nbytes - nbytes % 64}")
+    buf = np.ones(nbytes, np.uint8)  # numpy aligns it for the probe's 8-byte loads
+    with env.pinned(cores):
+        return float(lib.fa_read_gbps(ffi.from_buffer("unsigned char[]", buf), nbytes, 5))
 
 
-def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None) -> dict:
+def _lengths(name: str, values) -> list[int]:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{name} must be a list of sequence lengths; got {type(values).__name__}")
+    check.at_most(f"len({name})", len(values), 64, "lengths of one benchmark run")
+    out = [check.integer(name[:-1] if name.endswith("s") else name, T, minimum=1) for T in values]
+    for T in out:
+        check.at_most(name, T, MAX_LENGTH, "tokens of one benchmark row")
+    return out
+
+
+def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None, cores: str | None = None) -> dict:
     """Every row at every length; lesson 08's rows at ``beyond_lengths`` (default: those of
-    ``lengths`` in BEYOND_LENGTHS)."""
-    beyond_lengths = [T for T in lengths if T in BEYOND_LENGTHS] if beyond_lengths is None else beyond_lengths
+    ``lengths`` in BEYOND_LENGTHS). Pinned to one core type for the whole run (``cores``, as in
+    ``lessonkit.env.timing_cores``)."""
+    lengths = _lengths("lengths", lengths)
+    beyond_lengths = [T for T in lengths if T in BEYOND_LENGTHS] if beyond_lengths is None else _lengths(
+        "beyond_lengths", beyond_lengths)
+    repeats = check.integer("repeats", repeats, minimum=1)
+    check.at_most("repeats", repeats, MAX_BENCH_REPEATS, "repeats of one benchmark row")
+    n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
+    check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, "kv heads of the benchmark's cache")
+    for T in lengths:  # refuse before the first row is timed, not halfway through the run
+        check.memory(f"the inputs of seq_len {T} with {n_kv_heads} kv heads", input_bytes(T, n_kv_heads),
+                     MAX_BENCH_BYTES, "use shorter lengths or fewer kv heads")
+    plan = env.timing_cores(cores)
+    with env.pinned(plan):
+        return _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores)
+
+
+def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
     ffi, lib = native.load()
-    result = dict(machine=env.machine_label(), simd_paths=native.simd_paths(), head_dim=HEAD_DIM,
+    result = dict(machine=env.machine_label(cores), simd_paths=native.simd_paths(), head_dim=HEAD_DIM,
                   n_kv_heads=n_kv_heads, block_size=BLOCK_SIZE, rows={})
     progress("single-thread read bandwidth (256 MiB)")
-    result["read_gbps"] = read_bandwidth_gbps(ffi, lib)
+    result["read_gbps"] = read_bandwidth_gbps(ffi, lib, cores=plan)
     if beyond_lengths:
         progress("parallel capacity: the kernel on 2 threads against 1, on a 4K cache")
         cache4, kh4, q4 = make_inputs(4096)[:3]
-        result["parallel_capacity"] = beyond.parallel_capacity(q4, cache4, kh4, 2, number=200)
+        result["parallel_capacity"] = beyond.parallel_capacity(q4, cache4, kh4, 2, number=200, cores=plan)
     scale = 1 / math.sqrt(HEAD_DIM)
     for T in lengths:
         progress(f"seq_len {T}: building the cache")
@@ -150,7 +220,7 @@ def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None
         row = {}
         for name in KERNELS:
             progress(f"seq_len {T}: {LABELS[name]}")
-            row[name] = time_kernel(q, cache, kv_head, backend=name, repeats=repeats)
+            row[name] = time_kernel(q, cache, kv_head, backend=name, repeats=repeats, cores=plan)
         with threadpool_limits(1):
             progress(f"seq_len {T}: numpy float32 reference")
             row["numpy_f32"] = median_ns(lambda: numpy_f32(q, K, V, scale), repeats)
@@ -158,7 +228,7 @@ def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None
             row["numpy_int8"] = median_ns(lambda: numpy_int8(q, cache, kv_head, scale), max(3, repeats // 2))
         if T in beyond_lengths:
             progress(f"seq_len {T}: GQA grouped and per-head, split-KV on 1 and 2 threads")
-            row.update(time_beyond(cache, kv_head, q, repeats))
+            row.update(time_beyond(cache, kv_head, q, repeats, plan))
         result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns) for name, ns in row.items()}
     return result
 
@@ -222,7 +292,7 @@ def report(result: dict) -> str:
     lines.append("GB/s KV counts the head's K and V rows and scales once, whatever a variant reads.")
     lines.append("GQA rows: ns per token for all 4 query heads; split rows: timed from Python, with the merge.")
     if result["machine"].endswith(("simde-x86_64", "simde-generic")):
-        lines.append("x86: the 'neon' row is SIMDe's build of the NEON source, not NEON (GUIDE section 5).")
+        lines.append("x86: the 'neon' row is SIMDe's build of the NEON source, not NEON.")
     return "\n".join(lines)
 
 
@@ -232,9 +302,12 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
     p.add_argument("--n-kv-heads", type=int, default=N_KV_HEADS,
                    help=f"kv heads in the cache (default {N_KV_HEADS}; Qwen3-8B has 8); one is attended")
+    p.add_argument("--cores", default=None,
+                   help="core type to run on where there are several, e.g. Cortex-A55 (default: the big cores; "
+                        "'any': no pinning)")
     args = p.parse_args(argv)
     lengths, repeats = (QUICK_LENGTHS, 3) if args.quick else (FULL_LENGTHS, 7)
-    result = run(lengths, repeats, args.n_kv_heads)
+    result = run(lengths, repeats, args.n_kv_heads, cores=args.cores)
     print(report(result))
     if args.json:
         with open(args.json, "w") as f:

@@ -2,7 +2,7 @@
 
 **GQA in one scan** (``attend_group``): under grouped-query attention G query heads share one kv head
 (Qwen3-8B: 32 query heads over 8 kv heads, G = 4). The original engine runs one kernel call per
-query head, so each of the G calls reads the kv head's whole KV again (GUIDE section 2).
+query head, so each of the G calls reads the kv head's whole KV again.
 ``flash_attn_group_q8_neon`` (native/flash_attn_q8_group.c) reads each K and V row once for all G
 query heads, each keeping its own M, S and VKQ.
 
@@ -15,24 +15,37 @@ it runs once per chunk on head_dim values (nothing next to the scan of thousands
 float64, and it keeps one tested implementation of the formula for lessons 05 and 08. The C test
 (native/tests/test_kernel.c) has its own merge, written from the same formula.
 
-Every argument is checked in Python before any call into C (``lessonkit.validate``)."""
+The threads: one pool for the whole process, ``POOL_WORKERS = os.cpu_count() - 1`` workers plus
+the calling thread, so never more threads than cores; a call asking for more threads than the
+cores this process may use runs on as many as there are (``usable_cores()``). The pool's threads
+start on first use and end at interpreter exit, or at ``shutdown_pool()``.
+
+Every argument is checked in Python before any call into C (``lessonkit.validate``); the timing
+helpers are bounded like ``lessonkit.timing``'s and run pinned to one core type
+(``lessonkit.env.pinned``)."""
 from __future__ import annotations
 
+import atexit
+import concurrent.futures
 import itertools
-import math
+import os
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import native
+from . import env, native
+from . import timing
 from . import validate as check
 from .cache import KVCacheQ8
 from .streaming import Partial, finish, merge_all
 from .timing import median_calls
 
 GQA_MAX = 8  # query heads per grouped call: the C kernel's fixed buffers
+MAX_CHUNKS = 1 << 16  # chunks of one split call: each is a Python object and one merge step
+MAX_CAPACITY_THREADS = 64  # threads parallel_capacity starts (each a real thread, started per repeat)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -41,7 +54,7 @@ def _cache_head_scale(cache, kv_head, scale) -> tuple[int, float]:
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
-    scale = 1.0 / math.sqrt(cache.head_dim) if scale is None else check.finite_float("scale", scale)
+    scale = check.scale(scale, cache.head_dim)
     if cache.seq_len == 0:
         raise ValueError("the cache is empty: append at least one token before attending")
     return kv_head, scale
@@ -63,6 +76,7 @@ def split_points(seq_len: int, n_chunks: int) -> list[int]:
     n_chunks must be between 1 and seq_len: more chunks than tokens would leave a chunk empty."""
     seq_len = check.integer("seq_len", seq_len, minimum=1)
     n_chunks = check.integer("n_chunks", n_chunks, minimum=1)
+    check.at_most("n_chunks", n_chunks, MAX_CHUNKS, "chunks of one split call")
     if n_chunks > seq_len:
         raise ValueError(f"n_chunks = {n_chunks} is more than seq_len = {seq_len}: some chunk would be empty "
                          f"(an empty chunk has no state to merge); use at most {seq_len} chunks")
@@ -73,7 +87,14 @@ def _check_bounds(bounds, seq_len: int) -> list[int]:
     """[0, *bounds, seq_len] after checking that every chunk holds at least one token."""
     if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__iter__"):
         raise TypeError(f"bounds must be a sequence of split points; got {type(bounds).__name__}")
-    inner = [check.integer("split point", b) for b in bounds]
+    if isinstance(bounds, np.ndarray):
+        bounds = check.base_array("bounds", bounds)
+    # at most MAX_CHUNKS - 1 points, counted before a long (or endless) iterable is read to its end
+    inner = list(itertools.islice(bounds, MAX_CHUNKS))
+    if len(inner) >= MAX_CHUNKS:
+        raise ValueError(f"bounds holds {MAX_CHUNKS} split points or more: above the cap of {MAX_CHUNKS} "
+                         f"chunks of one split call; use at most {MAX_CHUNKS - 1} split points")
+    inner = [check.integer("split point", b) for b in inner]
     cuts = [0, *inner, seq_len]
     for j, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         if b <= a:
@@ -122,13 +143,15 @@ def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: 
 
 def _run_chunks(ffi, lib, q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
     """Each chunk [cuts[j], cuts[j+1]) through flash_attn_partial_q8_neon, on up to n_threads
-    threads; arguments already checked. Each chunk writes its own output buffers."""
+    threads (at most the usable cores); arguments already checked. Each chunk writes its own
+    output buffers."""
     n = len(cuts) - 1
     vkq = np.empty((n, cache.head_dim), np.float32)
     ms, ss = ffi.new("float[]", n), ffi.new("float[]", n)
     k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
     qbuf = ffi.from_buffer("float[]", q)
     rows = [ffi.from_buffer("float[]", vkq[j], require_writable=True) for j in range(n)]
+    stop = threading.Event()
 
     def run(j: int) -> None:
         lib.flash_attn_partial_q8_neon(rows[j], ms + j, ss + j, qbuf, k, v, ks, vs, cuts[j], cuts[j + 1],
@@ -139,33 +162,70 @@ def _run_chunks(ffi, lib, q, cache, kv_head, scale, cuts, n_threads) -> list[Par
     next_chunk = itertools.count()  # next() on it is atomic under the GIL: each chunk runs once
 
     def worker() -> None:
-        while (j := next(next_chunk)) < n:
+        while not stop.is_set() and (j := next(next_chunk)) < n:
             run(j)
 
-    helpers = [_pool(n_threads - 1).submit(worker) for _ in range(min(n_threads, n) - 1)]
-    worker()
+    helpers = []
+    for _ in range(min(n_threads, n, usable_cores()) - 1):
+        try:
+            helpers.append(_pool().submit(worker))
+        except RuntimeError:  # the pool is shutting down (interpreter exit): run on this thread
+            break
+    try:
+        worker()
+    finally:
+        # Whatever happened here (an error, Ctrl-C between two chunks), no helper may still be
+        # writing into this call's buffers, or reading the cache, once the call has returned.
+        stop.set()
+        concurrent.futures.wait(helpers)
     for h in helpers:
-        h.result()  # wait, and re-raise any error
+        h.result()  # re-raise any error of a helper
     return [Partial(float(ms[j]), float(ss[j]), vkq[j].astype(np.float64), cuts[j + 1] - cuts[j])
             for j in range(n)]
 
 
-_pools: dict[int, ThreadPoolExecutor] = {}
+POOL_WORKERS = max(0, (os.cpu_count() or 1) - 1)  # + the calling thread = os.cpu_count() threads
+_pool_lock = threading.Lock()
+_pool_now: list[ThreadPoolExecutor] = []  # the one pool, once started
 
 
-def _pool(n_workers: int) -> ThreadPoolExecutor:
-    """One pool of worker threads per size, created once: starting threads on every call would
-    cost more than a chunk of a few thousand tokens."""
-    if n_workers not in _pools:
-        _pools[n_workers] = ThreadPoolExecutor(n_workers, thread_name_prefix="lessonkit-split")
-    return _pools[n_workers]
+def usable_cores() -> int:
+    """How many threads a split call runs on at most: the cores this process may use (its CPU
+    set, e.g. the cores a timing is pinned to), never more than os.cpu_count()."""
+    total = os.cpu_count() or 1
+    try:
+        return max(1, min(total, len(os.sched_getaffinity(0))))
+    except (AttributeError, OSError):  # macOS has no sched_getaffinity
+        return total
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The process's one pool of POOL_WORKERS threads, started on first use: starting threads on
+    every call would cost more than a chunk of a few thousand tokens, and a pool per n_threads
+    would add threads with every new n_threads a student tries."""
+    with _pool_lock:
+        if not _pool_now:
+            _pool_now.append(ThreadPoolExecutor(max(1, POOL_WORKERS), thread_name_prefix="lessonkit-split"))
+        return _pool_now[0]
+
+
+@atexit.register
+def shutdown_pool() -> None:
+    """End the split pool's threads (waiting for running chunks); the next split call starts a
+    new pool. Runs at interpreter exit."""
+    with _pool_lock:
+        pools = list(_pool_now)
+        _pool_now.clear()
+    for p in pools:
+        p.shutdown(wait=True)
 
 
 def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threads: int = 1,
                   scale: float | None = None) -> tuple[np.ndarray, list[Partial]]:
     """Split the tokens before each index of ``bounds`` (strictly increasing, strictly between 0 and
-    seq_len: no chunk may be empty), compute every chunk's state with flash_attn_partial_q8_neon on
-    up to ``n_threads`` threads, merge the states in order (lessonkit.streaming.merge) and divide.
+    seq_len: no chunk may be empty; at most MAX_CHUNKS chunks), compute every chunk's state with
+    flash_attn_partial_q8_neon on up to ``n_threads`` threads (at most ``usable_cores()``), merge
+    the states in order (lessonkit.streaming.merge) and divide.
     Returns (output float32 ``[head_dim]``, the chunks' states)."""
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
@@ -181,9 +241,9 @@ def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threa
 def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n_threads: int,
                  scale: float | None = None) -> np.ndarray:
     """Attention output float32 ``[head_dim]`` of query ``q`` over kv head ``kv_head``, with the
-    tokens cut into ``n_chunks`` chunks of (nearly) equal size (1 <= n_chunks <= seq_len) run on
-    ``n_threads`` threads (>= 1) and merged: equal to ``lk.attend(q, cache, kv_head)`` up to float
-    rounding."""
+    tokens cut into ``n_chunks`` chunks of (nearly) equal size (1 <= n_chunks <= seq_len, at most
+    MAX_CHUNKS) run on ``n_threads`` threads (>= 1; more than ``usable_cores()`` runs on that many)
+    and merged: equal to ``lk.attend(q, cache, kv_head)`` up to float rounding."""
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))
@@ -201,62 +261,94 @@ GROUP_VARIANTS = {"group": 0, "per_head": 1}  # fa_time_group_calls
 
 def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str = "group",
                repeats: int = 7, number: int | None = None, min_repeat_s: float = 0.02,
-               scale: float | None = None, out: np.ndarray | None = None) -> float:
+               scale: float | None = None, out: np.ndarray | None = None, cores: str | None = None) -> float:
     """Median ns for all G query heads of ``qs``: variant "group" one flash_attn_group_q8_neon call,
     "per_head" G calls of flash_attn_single_q_q8_neon (the engine's way); the call loop runs in C
-    (native/fa_timing.c), like ``lessonkit.timing.time_kernel``. ``out`` (float32 ``[G, head_dim]``,
-    optional) receives what the timed calls computed, so that a test can check it."""
+    (native/fa_timing.c), like ``lessonkit.timing.time_kernel``, with its caps and its pinning to
+    one core type (``cores``). ``out`` (float32 ``[G, head_dim]``, optional) receives what the timed
+    calls computed, so that a test can check it."""
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     qs = _group_queries(qs, cache)
     kv_head, scale = _cache_head_scale(cache, kv_head, scale)
     if variant not in GROUP_VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(map(repr, GROUP_VARIANTS))}; got {variant!r}")
-    repeats = check.integer("repeats", repeats, minimum=1)
+        raise ValueError(f"variant must be one of {', '.join(map(repr, GROUP_VARIANTS))}; got {check.short(variant)}")
+    repeats, number, min_repeat_s = timing.check_counts(repeats, number, min_repeat_s)
     if out is None:
         out = np.empty(qs.shape, np.float32)
-    elif not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == qs.shape
-              and out.flags.c_contiguous and out.flags.writeable):
-        raise ValueError(f"out must be a writable, C-contiguous float32 array of shape {list(qs.shape)}")
+    else:
+        out = check.float32_array("out", out, qs.shape, writable=True)
+    plan = env.timing_cores(cores)
     ffi, lib = native.load()
     args = (ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", qs),
             *cache.kernel_args(kv_head, ffi), cache.head_dim, scale, qs.shape[0])
-
-    return median_calls(lambda n: lib.fa_time_group_calls(GROUP_VARIANTS[variant], n, *args), repeats,
-                        number, min_repeat_s)
+    with env.pinned(plan):
+        return median_calls(lambda n: lib.fa_time_group_calls(GROUP_VARIANTS[variant], n, *args), repeats,
+                            number, min_repeat_s)
 
 
 def time_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_chunks: int = 2, n_threads: int = 1,
-               repeats: int = 7, number: int = 1, scale: float | None = None) -> float:
+               repeats: int = 7, number: int = 1, scale: float | None = None, cores: str | None = None) -> float:
     """Median ns of one ``attend_split`` call (chunks, threads, merge and all, timed from Python:
-    what a caller gets), over ``repeats`` repeats of ``number`` calls each, after one warm-up call."""
-    repeats = check.integer("repeats", repeats, minimum=1)
-    number = check.integer("number", number, minimum=1)
-    attend_split(q, cache, kv_head, n_chunks, n_threads, scale)  # checks the arguments, warms up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        for _ in range(number):
-            attend_split(q, cache, kv_head, n_chunks, n_threads, scale)
-        times.append((time.perf_counter_ns() - t0) / number)
+    what a caller gets), over ``repeats`` repeats of ``number`` calls each, after one warm-up call.
+    Pinned to one core type (``cores``, as in ``lessonkit.timing.time_kernel``; the pool's threads
+    too), and bounded like it: the warm-up call measures what a call costs, and a ``repeats x
+    number`` that would take more than ``lessonkit.timing.MAX_SECONDS`` is refused."""
+    repeats, number, _ = timing.check_counts(repeats, number, 0.0)
+    plan = env.timing_cores(cores)
+    with env.pinned(plan):
+        t0 = time.perf_counter()
+        attend_split(q, cache, kv_head, n_chunks, n_threads, scale)  # checks the arguments, warms up
+        _refuse_long("calls of attend_split", repeats, number, time.perf_counter() - t0)
+        deadline = time.perf_counter() + timing.MAX_SECONDS
+        times = []
+        for i in range(repeats):
+            t0 = time.perf_counter_ns()
+            for _ in range(number):
+                attend_split(q, cache, kv_head, n_chunks, n_threads, scale)
+            times.append((time.perf_counter_ns() - t0) / number)
+            if i + 1 < repeats and time.perf_counter() > deadline:
+                _stopped_early(i + 1, repeats)
+                break
     return float(np.median(times))
 
 
+def _refuse_long(what: str, repeats: int, number: int, call_s: float, calls_per_repeat: float = 1.0) -> None:
+    """ValueError when repeats x number calls of call_s seconds would pass timing.MAX_SECONDS."""
+    need = repeats * number * call_s * calls_per_repeat
+    if need > timing.MAX_SECONDS:
+        fit = int(timing.MAX_SECONDS // (repeats * call_s * calls_per_repeat))
+        raise ValueError(f"{repeats} repeats x {number} {what} of about {call_s * 1e3:.3g} ms would take about "
+                         f"{need:.0f} s, above the cap of {timing.MAX_SECONDS:g} s per timing call; use "
+                         + (f"number <= {fit}" if fit >= 1 else "fewer repeats or a shorter cache"))
+
+
+def _stopped_early(done: int, repeats: int) -> None:
+    warnings.warn(f"timing stopped after {done} of {repeats} repeats at the cap of {timing.MAX_SECONDS:g} s: "
+                  "the machine ran slower than the warm-up call said", RuntimeWarning, stacklevel=3)
+
+
 def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threads: int = 2,
-                      number: int = 20, repeats: int = 5) -> float:
+                      number: int = 20, repeats: int = 5, cores: str | None = None) -> float:
     """How many times more kernel calls per second ``n_threads`` threads complete than one thread,
     each thread running ``number`` calls of flash_attn_single_q_q8_neon over ``cache`` in a C loop
     (fa_time_calls): what the machine offers for parallel work right now. About n_threads on free
     cores when ``cache`` fits in the caches (no memory limit); less when another program, or the
     host of a virtual machine, takes a core. The median of ``repeats`` measurements, each timing 1
-    and then n_threads threads. Lesson 08 prints it beside the split-KV timings."""
+    and then n_threads threads. Lesson 08 prints it beside the split-KV timings.
+
+    Runs pinned to one core type (``cores``, as in ``lessonkit.timing.time_kernel``): on the
+    RK3588, 2 threads on the A76 cores. At most MAX_CAPACITY_THREADS threads, ``number`` up to
+    ``lessonkit.timing.MAX_CALLS``; the warm-up call measures what the calls cost, and a run that
+    would take more than ``lessonkit.timing.MAX_SECONDS`` is refused."""
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = _cache_head_scale(cache, kv_head, None)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
-    number = check.integer("number", number, minimum=1)
-    repeats = check.integer("repeats", repeats, minimum=1)
+    check.at_most("n_threads", n_threads, MAX_CAPACITY_THREADS, "threads started per measurement")
+    repeats, number, _ = timing.check_counts(repeats, number, 0.0)
+    plan = env.timing_cores(cores)
     ffi, lib = native.load()
     outs = np.empty((n_threads, cache.head_dim), np.float32)
     kargs = cache.kernel_args(kv_head, ffi)
@@ -276,5 +368,18 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
             t.join()
         return time.perf_counter() - t0
 
-    calls(0)  # warm: the cache's rows in this machine's caches
-    return float(np.median([n_threads * wall(1) / wall(n_threads) for _ in range(repeats)]))
+    with env.pinned(plan):
+        # a probe of one call first: the warm-up below already runs `number` calls
+        call_s = lib.fa_time_calls(0, 1, ffi.from_buffer("float[]", outs[0], require_writable=True), qbuf,
+                                   *kargs, cache.head_dim, scale) * 1e-9
+        # one measurement: 1 thread, then n_threads (on one core at worst: n_threads times as long)
+        _refuse_long(f"calls per thread (1, then {n_threads} threads)", repeats, number, call_s, 2 + n_threads)
+        calls(0)  # warm: the cache's rows in this machine's caches
+        deadline = time.perf_counter() + timing.MAX_SECONDS
+        ratios = []
+        for i in range(repeats):
+            ratios.append(n_threads * wall(1) / wall(n_threads))
+            if i + 1 < repeats and time.perf_counter() > deadline:
+                _stopped_early(i + 1, repeats)
+                break
+    return float(np.median(ratios))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import validate as check
 from .quant import KVQ_INV
 from .source import SIMD_HEADER
 
@@ -95,7 +96,7 @@ def replay_scores(dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarr
         else:
             s = s + dots[:, b].astype(np.float32) * qsc[b]
     ks = (np.asarray(k_scales_raw, np.float32) * KVQ_INV).astype(np.float32)
-    return (s * ks * np.float32(scale)).astype(np.float32)
+    return (s * ks * np.float32(check.scale(scale))).astype(np.float32)
 
 
 def score_magnitude(dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarray,
@@ -103,12 +104,13 @@ def score_magnitude(dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.nda
     """``sum_b |dot32_b * qsc[b]| * ks * scale`` per token (float64): the size of the terms whose
     float32 sum is the score, which sets how far two summation orders can drift apart."""
     terms = np.abs(np.asarray(dots, np.float64) * np.asarray(q_scales, np.float64))
-    return terms.sum(axis=1) * np.asarray(k_scales_raw, np.float64) / 127.0 * float(scale)
+    return terms.sum(axis=1) * np.asarray(k_scales_raw, np.float64) / 127.0 * check.scale(scale)
 
 
 def score_steps(t: int, dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarray,
                 scale: float, kernel_s: float) -> str:
     """A text table of token t's score, step by step as segment 2 computes it (unfused float32)."""
+    scale = check.scale(scale)
     qsc = np.asarray(q_scales, np.float32)
     row = np.asarray(dots, np.int32)[t]
     out = [f"{'block b':>7}  {'dot32 (int32)':>13}  {'qsc[b]':>12}  {'dot32*qsc[b]':>13}  {'running s':>12}"]

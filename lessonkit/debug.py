@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from . import native, source
+from . import validate as check
 from .attention import attend
 from .cache import KVCacheQ8
 from .synthetic import cache_with_scores
@@ -45,6 +46,8 @@ from .trace import Trace, run_traced
 from .toy import ToyConfig, generate
 
 KERNEL = "flash_attn_single_q_q8_neon"
+MAX_OBSERVED_TOKENS = 256   # the records of a generation grow with its length squared (one value per token per call)
+MAX_TIMEOUT_S = 3600.0      # the longest wait for a debugger run
 # Where the gdb breakpoints go, found by text (never by a typed line number):
 TOKEN_TEXT = "v_cache_q8[t / kv_bs]"   # segment 3, after this token's update of M and S
 LEAVE_TEXT = "float inv"               # segment 4's first statement: the token loop is over
@@ -106,6 +109,7 @@ def line_functions(line: int, library: Path | str | None = None,
     """The functions of the debug library that have machine code for ``file:line``, as gdb's
     ``info line`` reports them ([] without gdb). An empty hook macro such as ``TRACE_TOKEN`` has
     code only in the traced copy of the kernel."""
+    line = check.integer("line", line, minimum=1)
     gdb = gdb_path()
     if gdb is None:
         return []
@@ -252,16 +256,34 @@ def _child_env() -> dict:
 def records_from_trace(n_tokens: int, config: ToyConfig | None = None) -> tuple[list[CallRecord], list[int]]:
     """The same records without a debugger: the toy generation on the traced build of the kernel.
     The iterations are the tokens whose V row the kernel recorded (``trace.v_rows`` starts at 0
-    and each pass through segment 3 writes a nonzero address)."""
+    and each pass through segment 3 writes a nonzero address). Only what the records hold is
+    traced (V row addresses, s, M, S: not the accumulator, ``head_dim`` floats per token), and
+    at most MAX_OBSERVED_TOKENS tokens."""
+    n_tokens = _observed_tokens(n_tokens)
     config = config or ToyConfig()
-    gen = generate(n_tokens, config=config, trace=True, verbose=False)
+    gen = generate(n_tokens, config=config, trace=True, verbose=False, trace_fields=("v_rows", "s", "M", "S"))
     records = []
-    for i, (c, tr) in enumerate(zip(gen.calls, gen.traces)):
+    traces, gen.traces = gen.traces, None
+    for i, c in enumerate(gen.calls):
+        tr, traces[i] = traces[i], None  # each call's trace goes as soon as its record is made
         done = np.flatnonzero(tr.v_rows != 0).tolist()
         records.append(CallRecord(i, c.seq_len, c.kv_head, done, tr.s[done].tolist(),
                                   tr.M[done].tolist(), tr.S[done].tolist(), float(tr.S[-1])))
     _annotate(records, gen.calls)
     return records, gen.tokens
+
+
+def _observed_tokens(n_tokens) -> int:
+    n_tokens = check.integer("n_tokens", n_tokens, minimum=1)
+    return check.at_most("n_tokens", n_tokens, MAX_OBSERVED_TOKENS,
+                         "tokens of an observed generation: its records grow with the square of its length")
+
+
+def _timeout(timeout) -> float:
+    value = check.finite_float("timeout", timeout, maximum=MAX_TIMEOUT_S)
+    if value <= 0:
+        raise ValueError(f"timeout must be above 0 seconds; got {value:g}")
+    return value
 
 
 def _run_bounded(argv: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
@@ -283,7 +305,12 @@ def _run_bounded(argv: list[str], timeout: float, **kw) -> subprocess.CompletedP
 
 def run_under_gdb(n_tokens: int = 16, config: ToyConfig | None = None, timeout: float = 120.0):
     """The batch run itself: (gdb's stdout, stderr, the command file). gdb must be installed."""
+    n_tokens, timeout = _observed_tokens(n_tokens), _timeout(timeout)
     config = config or ToyConfig()
+    if not isinstance(config, ToyConfig):
+        raise TypeError(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}")
+    if gdb_path() is None:
+        raise RuntimeError("gdb is not installed (Debian/Ubuntu: sudo apt install gdb)")
     native.build(debug=True)   # build in this process, so the child finds it ready
     commands = gdb_commands()
     with tempfile.TemporaryDirectory() as tmp:
@@ -306,8 +333,14 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
     ``use_gdb``: None (default) uses gdb where it is installed and works; without gdb, or when it
     cannot run the program (e.g. a system that forbids ptrace), the records come from the traced
     build instead and ``message`` says why. True requires gdb (raises RuntimeError otherwise);
-    False always uses the trace."""
+    False always uses the trace. At most MAX_OBSERVED_TOKENS tokens; ``timeout`` (seconds, at most
+    MAX_TIMEOUT_S) bounds the gdb run, which is killed when it passes."""
+    n_tokens, timeout = _observed_tokens(n_tokens), _timeout(timeout)
+    if use_gdb is not None and not isinstance(use_gdb, bool):
+        raise TypeError(f"use_gdb must be None, True or False; got {check.short(use_gdb)}")
     config = config or ToyConfig()
+    if not isinstance(config, ToyConfig):
+        raise TypeError(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}")
     gdb = gdb_path()
     expected = generate(n_tokens, config=config, verbose=False).calls   # the call order, fast build
 
@@ -432,6 +465,11 @@ def observe_aarch64(seq_len: int = 20, head_dim: int = 64, n_kv_heads: int = 2, 
     port), connect ``gdb-multiarch`` with ``target remote``, and record the one kernel call as
     observe_generation does (seq_len at entry, the token loop, M), plus whether the dot helper
     was compiled to ``sdot``. Raises RuntimeError when a tool is missing; every wait is bounded."""
+    seq_len = check.integer("seq_len", seq_len, minimum=1, below=1 << 16)
+    head_dim = check.head_dim(head_dim)
+    n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1, below=65)
+    block_size = check.integer("block_size", block_size, minimum=1, below=1 << 16)
+    timeout = _timeout(timeout)
     missing = [t for t, p in aarch64_tools().items() if p is None]
     if missing:
         raise RuntimeError(f"missing: {', '.join(missing)} (Debian/Ubuntu: sudo apt install "
@@ -574,37 +612,53 @@ def break_kernel(kind: str) -> BrokenKernel:
 
 
 def call_kernel(ffi, lib, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
-    """One call of ``flash_attn_single_q_q8_neon`` from a given library (e.g. an edited copy)."""
+    """One call of ``flash_attn_single_q_q8_neon`` from a given library (e.g. an edited copy;
+    ``None, None``: the workbook's). Checked first: the library's kernel must keep the workbook's
+    signature, q (float32, or a list or other float array, converted) must be finite with
+    head_dim values, kv_head one of the cache's, scale finite in float32."""
+    ffi, lib = check.library(ffi, lib, (KERNEL,))
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    q = check.float32_like("q", q, (cache.head_dim,))
+    kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
+    scale = check.scale(scale, cache.head_dim)
+    if cache.seq_len == 0:
+        raise ValueError("the cache is empty: append at least one token before attending")
     out = np.empty(cache.head_dim, np.float32)
     lib.flash_attn_single_q_q8_neon(ffi.from_buffer("float[]", out, require_writable=True),
-                                    ffi.from_buffer("float[]", np.ascontiguousarray(q, np.float32)),
-                                    *cache.kernel_args(kv_head, ffi), cache.head_dim, float(scale))
+                                    ffi.from_buffer("float[]", q),
+                                    *cache.kernel_args(kv_head, ffi), cache.head_dim, scale)
     return out
 
 
 def trace_with(ffi, lib, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> Trace:
     """The traced build of a given library (an edited copy compiles its own traced kernel from
-    the edited source)."""
+    the edited source); arguments checked as in ``call_kernel``."""
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    q = check.float32_like("q", q, (cache.head_dim,))
     out = np.empty(cache.head_dim, np.float32)
-    return run_traced(out, np.ascontiguousarray(q, np.float32), cache, kv_head, float(scale), ffi, lib)
+    return run_traced(out, q, cache, kv_head, check.scale(scale, cache.head_dim), ffi, lib)
 
 
 def weights_case(scores, seed: int = 0):
     """A cache whose kernel scores are ``scores`` and whose V rows are one-hot (V[t] = e_t), so
     that output element t of a kernel call IS the softmax weight the kernel gave token t.
     Returns (cache, q, scale). At most 256 tokens (head_dim grows to hold one column per token)."""
-    s = np.asarray(scores, np.float32)
+    s = check.float32_like("scores", scores, (None,))
     n = s.shape[0]
     if not 1 <= n <= 256:
-        raise ValueError("weights_case takes 1 to 256 scores")
+        raise ValueError(f"weights_case takes 1 to 256 scores; got {n}")
     hd = 32 * math.ceil(n / 32)
     return cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(n, hd, dtype=np.float32), seed=seed)
 
 
 def kernel_weights(ffi, lib, scores) -> np.ndarray:
-    """The weights a library's kernel gives to ``scores`` (float32 [n]), read from its output."""
+    """The weights a library's kernel gives to ``scores`` (float32 [n], 1 <= n <= 256), read from
+    its output."""
+    ffi, lib = check.library(ffi, lib, (KERNEL,))
     cache, q, scale = weights_case(scores)
-    return call_kernel(ffi, lib, q, cache, 0, scale)[:len(scores)]
+    return call_kernel(ffi, lib, q, cache, 0, scale)[:cache.seq_len]
 
 
 def softmax_weights(scores) -> np.ndarray:
@@ -650,8 +704,8 @@ def check_kernel(ffi=None, lib=None, tol: float = 1e-4) -> KernelCheck:
     recomputed in numpy (``lk.attend(..., backend="numpy")``: same int8 codes, softmax in float64)
     on two cases: random Gaussian K, V, q (200 tokens, 2 kv heads, kv head 1) and 64 rising scores
     with one-hot V (every token raises the max). The intact kernel agrees to float32 rounding."""
-    if lib is None:
-        ffi, lib = native.load()
+    ffi, lib = check.library(ffi, lib, (KERNEL,))
+    tol = check.finite_float("tol", tol, minimum=0.0)
     rng = np.random.default_rng(0)
     T, nkv, hd = 200, 2, 64
     cache = KVCacheQ8(nkv, hd, 16)

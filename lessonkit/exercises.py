@@ -15,11 +15,17 @@ kernel's markers, codes and scores from the compiled kernel or its trace, sizes 
 never from a typed constant, so they stay right when the kernel changes. Answers are dicts; a value
 left as ``...`` counts as not attempted. Each exercise has a pytest marker (``ex.marker``, e.g.
 ``ex03_address``): ``pytest -m ex03_address tests/test_exercises.py`` runs the tests of that one.
+
+An answer is read without ever building something its size asks for: at most MAX_ANSWER_ITEMS
+values in all (nested lists and dicts included, MAX_ANSWER_DEPTH levels deep), whole numbers
+below 2**63 in magnitude, and line ranges cut to the lines the file has; a larger answer is
+incorrect, with a message that says so.
 """
 from __future__ import annotations
 
 import functools
 import math
+import numbers
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +38,11 @@ from .attention import attend
 from .cache import KVCacheQ8
 from .quant import quantize_kv_rows, quantize_q
 from .synthetic import cache_with_scores
+from .validate import short
+
+MAX_ANSWER_ITEMS = 10_000   # values in one answer; the longest right answer has a few hundred
+MAX_ANSWER_DEPTH = 16       # nesting of lists and dicts in one answer
+MAX_WHOLE = 2**63           # |whole number| of any answer: line numbers, counts, bytes
 
 # ============================================================================ verdicts and the base class
 
@@ -69,14 +80,63 @@ def _filled(value) -> bool:
 
 
 def _has_blank(value) -> bool:
-    """Is a ``...`` left anywhere in the answer (in a dict, list or tuple, at any depth)?"""
-    if value is Ellipsis:
-        return True
-    if isinstance(value, Mapping):
-        return any(_has_blank(v) for v in value.values())
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return any(_has_blank(v) for v in value)
-    return False
+    """Is a ``...`` left anywhere in the answer (in a dict, list or tuple, at any depth)? Raises
+    Wrong for an answer of more than MAX_ANSWER_ITEMS values or MAX_ANSWER_DEPTH levels, before
+    walking it: no answer here is that large, and walking a huge one would stall the notebook."""
+    budget = MAX_ANSWER_ITEMS
+    stack = [(value, 0)]
+    found = False
+    while stack:
+        v, depth = stack.pop()
+        if v is Ellipsis:
+            found = True
+            continue
+        if isinstance(v, Mapping):
+            children = v.values()
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            children = v
+        else:
+            continue
+        if depth >= MAX_ANSWER_DEPTH:
+            raise Wrong(f"your answer is nested more than {MAX_ANSWER_DEPTH} levels deep; no answer here is")
+        budget -= len(children)
+        if budget < 0:
+            raise Wrong(f"your answer holds more than {MAX_ANSWER_ITEMS} values; no answer here is that large")
+        stack.extend((c, depth + 1) for c in children)
+    return found
+
+
+def items_of(answer: Mapping, key, most: int) -> list:
+    """answer[key] as a list of at most ``most`` values (a list, tuple, set, range or 1-D array;
+    its length is checked before anything is read from it)."""
+    v = field_of(answer, key)
+    if isinstance(v, np.ndarray):
+        v = v.ravel() if v.ndim <= 1 else v
+    if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, (list, tuple, set, frozenset, range, np.ndarray)):
+        raise Wrong(f"{key!r} is a list; got {type(v).__name__} {short(v)}")
+    if len(v) > most:
+        raise Wrong(f"{key!r} holds {len(v)} values; the answer has at most {most}")
+    return list(v)
+
+
+def whole(value, what: str) -> int:
+    """A whole number below MAX_WHOLE in magnitude from an int, a float such as 3.0 or a string
+    such as "3"; Wrong otherwise."""
+    try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError("expected a whole number")
+        if isinstance(value, numbers.Integral):
+            n = int(value)
+        else:
+            f = float(value)
+            if not math.isfinite(f) or f != int(f):
+                raise TypeError("expected a whole number")
+            n = int(f) if not isinstance(value, str) else int(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise Wrong(f"{what} = {short(value)} cannot be read ({e})") from None
+    if abs(n) >= MAX_WHOLE:
+        raise Wrong(f"{what} = {short(n)} is far too large: no answer here reaches 2**63")
+    return n
 
 
 def field_of(answer: Mapping, key, kind=None):
@@ -89,18 +149,16 @@ def field_of(answer: Mapping, key, kind=None):
         raise Blank(f"fill in {key!r}")
     if kind is None:
         return v
+    if kind is int:
+        return whole(v, repr(key))
     try:
         if kind is bool:
             if not isinstance(v, (bool, np.bool_)):
                 raise TypeError("expected True or False")
             return bool(v)
-        if kind is int:
-            if isinstance(v, (bool, np.bool_)) or float(v) != int(v):
-                raise TypeError("expected a whole number")
-            return int(v)
         return kind(v)
-    except (TypeError, ValueError) as e:
-        raise Wrong(f"{key!r} = {v!r} cannot be read ({e})") from None
+    except (TypeError, ValueError, OverflowError) as e:  # float(10**400) overflows
+        raise Wrong(f"{key!r} = {short(v)} cannot be read ({e})") from None
 
 
 def close(a: float, b: float, rtol: float) -> bool:
@@ -141,8 +199,15 @@ class Exercise:
 
     def check(self, answer=None, **context) -> Verdict:
         """Print and return the verdict on ``answer`` (None or ... means not attempted)."""
-        if not _filled(answer) or (isinstance(answer, Mapping) and answer
-                                   and not any(_filled(v) for v in answer.values())):
+        try:
+            _has_blank(answer)  # first of all: an answer too large to read is incorrect, unread
+            too_large = None
+        except Wrong as e:
+            too_large = e
+        if too_large is not None:
+            v = Verdict(INCORRECT, str(too_large))
+        elif not _filled(answer) or (isinstance(answer, Mapping) and answer
+                                     and not any(_filled(v) for v in answer.values())):
             v = Verdict(NOT_ATTEMPTED, f"give your answer as {shown(self.template)}")
         else:
             try:
@@ -155,8 +220,8 @@ class Exercise:
                 v = Verdict(NOT_ATTEMPTED, str(e))
             except Wrong as e:
                 v = Verdict(INCORRECT, str(e))
-            except (TypeError, ValueError) as e:   # an answer of an unexpected shape
-                v = Verdict(INCORRECT, f"your answer could not be read: {e}")
+            except (TypeError, ValueError, OverflowError, IndexError, KeyError) as e:  # an unexpected shape
+                v = Verdict(INCORRECT, f"your answer could not be read: {short(str(e), 200)}")
         print(v)
         return v
 
@@ -196,9 +261,10 @@ class Lesson:
 
 def pick(answer: Mapping, key: str, choices: dict[str, Choice], right: str) -> str:
     """Check a multiple-choice field; return the explanation of the right choice."""
-    got = str(field_of(answer, key)).strip().strip("()").lower()
+    value = field_of(answer, key)
+    got = (value if isinstance(value, str) else short(value, 20)).strip().strip("()").lower()
     if got not in choices:
-        raise Wrong(f"{key!r} must be one of {', '.join(map(repr, choices))}; got {answer[key]!r}")
+        raise Wrong(f"{key!r} must be one of {', '.join(map(repr, choices))}; got {short(answer[key])}")
     if got != right:
         raise Wrong(f"({got}) {choices[got].why}")
     return f"({got}) {choices[got].why}"
@@ -244,7 +310,9 @@ def small_cache(n_kv_heads=1, head_dim=128, block_size=16, seq_len=8, seed=5):
 
 def kernel_q_codes(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Segment 1's codes and scales for q, read from the compiled kernel's trace."""
-    _, tr = attend(np.asarray(q, np.float32), small_cache(head_dim=q.shape[0]), 0, trace=True)
+    from .validate import float32_like, head_dim
+    q = float32_like("q", q, (None,))
+    _, tr = attend(q, small_cache(head_dim=head_dim(q.shape[0])), 0, trace=True)
     return tr.q_codes, tr.q_scales
 
 
@@ -285,7 +353,7 @@ def _l00_block_size(answer):
         raise Wrong("run it: the outputs with block sizes 1, 7 and 1000 are "
                     + ("equal bit for bit" if same else "not all equal bit for bit")
                     + " on this machine")
-    names = {str(n).strip() for n in field_of(answer, "changed")}
+    names = {(n if isinstance(n, str) else short(n)).strip() for n in items_of(answer, "changed", 4 * len(ARG_NAMES))}
     unknown = names - set(ARG_NAMES)
     if unknown:
         raise Wrong(f"{sorted(unknown)} are not arguments of the kernel; its cache arguments are {', '.join(ARG_NAMES)}")
@@ -329,11 +397,10 @@ def _l00_backends_truth():
 
 def _l00_backends(answer):
     exact, largest = _l00_backends_truth()
-    pairs = field_of(answer, "exact_pairs")
-    try:
-        got = {frozenset(str(x) for x in p) for p in pairs}
-    except TypeError:
-        raise Wrong("'exact_pairs' is a list of pairs such as [('neon', 'scalar')] (or [] if none)") from None
+    pairs = items_of(answer, "exact_pairs", 16)
+    if not all(isinstance(p, (list, tuple, set, frozenset)) and len(p) <= 4 for p in pairs):
+        raise Wrong("'exact_pairs' is a list of pairs such as [('neon', 'scalar')] (or [] if none)")
+    got = {frozenset(x if isinstance(x, str) else short(x) for x in p) for p in pairs}
     bad = [sorted(p) for p in got if len(p) != 2 or not p <= set(L00_BACKENDS)]
     if bad:
         raise Wrong(f"{bad}: each pair names two different backends of {L00_BACKENDS}")
@@ -423,7 +490,7 @@ def _l01_predict(answer):
     got = field_of(answer, "qsc", float)
     if not close(got, qsc, 1e-5):
         raise Wrong(f"qsc[0] = {got!r} is not the block's step: it is max|q_b| / 127")
-    got_codes = [field_of({"c": c}, "c", int) for c in field_of(answer, "codes")]
+    got_codes = [whole(c, "a code") for c in items_of(answer, "codes", 64)]
     if len(got_codes) != 4:
         raise Wrong("give the four codes of q[0..3]")
     wrong = [i for i in range(4) if got_codes[i] != codes[i]]
@@ -431,7 +498,7 @@ def _l01_predict(answer):
         i = wrong[0]
         raise Wrong(f"code {i} is not {got_codes[i]} (q[{i}] * 127 / qm in float32 is "
                     f"{qquant.q_block_scaled(l01_predict_q())[0][i]:.7f}; the engine adds ±0.5, then truncates)")
-    got_ties = sorted(field_of({"t": t}, "t", int) for t in field_of(answer, "ties_even_changes"))
+    got_ties = sorted(whole(t, "an index") for t in items_of(answer, "ties_even_changes", 64))
     if got_ties != ties:
         raise Wrong(f"ties-to-even changes the codes at indices {ties if ties else 'none'}, not {got_ties}: "
                     "it differs from the engine only on an exact .5")
@@ -766,7 +833,7 @@ def _l03_per_head(answer):
     if not close(r, ratio, 0.15):
         raise Wrong(f"the quiet heads' error grows by a factor {'larger' if ratio > r else 'smaller'} than {r:.2g} "
                     "(RMS over the 7 quiet heads: one scale per row / one per (token, head))")
-    got = sorted(field_of({"l": l}, "l", int) for l in field_of(answer, "lines"))
+    got = sorted(whole(n, "a line number") for n in items_of(answer, "lines", 64))
     if got != lines:
         raise Wrong(f"lines {got} are not the two that would change: the ones that read K's and V's scale "
                     "(their index t * nkv would become t)")
@@ -801,10 +868,13 @@ def _l03_kv_bs_truth():
 def _l03_kv_bs(answer):
     waste, entries, changes = _l03_kv_bs_truth()
     got = field_of(answer, "avg_waste_bytes")
-    if not isinstance(got, Mapping):
+    if not isinstance(got, Mapping) or len(got) > 4 * len(L03_KV_BS):
         raise Wrong("'avg_waste_bytes' is a dict {16: ..., 64: ..., 256: ..., 4096: ...}")
+    by_size = {}
+    for k, x in got.items():
+        by_size[whole(k, "a kv_bs key") if isinstance(k, str) else k] = x
     for bs in L03_KV_BS:
-        v = field_of({k if not isinstance(k, str) else int(k): x for k, x in got.items()}, bs, float)
+        v = field_of(by_size, bs, float)
         if not close(v, waste[bs], 0.01):
             raise Wrong(f"kv_bs = {bs}: the average waste is {'more' if waste[bs] > v else 'less'} than {v:.0f} "
                         "bytes (unused rows of the last block x kv_dim x 2 for K and V, averaged over T = 1..32768)")
@@ -838,23 +908,26 @@ def _lines_outside_segments():
     return {n for n in range(first, last + 1) if n not in inside and text[n - 1].strip()}
 
 
-def _as_lines(value) -> set[int]:
+def _as_lines(value, n_lines: int) -> set[int]:
+    """The line numbers of an answer's numbers and (first, last) ranges, each range cut to the
+    file's lines 1..n_lines (lines beyond them count for nothing, so (1, 10**9) builds no billion
+    numbers)."""
     out = set()
-    for v in value:
+    for v in items_of({"lines": value}, "lines", MAX_ANSWER_ITEMS):
         if isinstance(v, (tuple, list, range)):
-            v = list(v)
             if len(v) != 2:
-                raise Wrong(f"{v!r}: give a line number or a (first, last) range")
-            out |= set(range(int(v[0]), int(v[1]) + 1))
+                raise Wrong(f"{short(v)}: give a line number or a (first, last) range")
+            first, last = whole(v[0], "a range's first line"), whole(v[1], "a range's last line")
+            out |= set(range(max(first, 1), min(last, n_lines) + 1))
         else:
-            out.add(int(v))
+            out.add(whole(v, "a line number"))
     return out
 
 
 def _l04_outside(answer):
     truth = _lines_outside_segments()
     text = source.KERNEL_FILE.read_text().splitlines()
-    got = {n for n in _as_lines(field_of(answer, "lines")) if 0 < n <= len(text) and text[n - 1].strip()}
+    got = {n for n in _as_lines(field_of(answer, "lines"), len(text)) if 0 < n <= len(text) and text[n - 1].strip()}
     missing, extra = sorted(truth - got), sorted(got - truth)
     if extra:
         raise Wrong(f"lines {extra[:6]}{' ...' if len(extra) > 6 else ''} are inside a segment or outside the function")
@@ -1004,11 +1077,11 @@ ARTICLE_PARTS = {1: "Q 量化 (Q quantization)", 2: "打分 (scoring)", 3: "resc
 
 def _segment_key(k) -> int:
     try:
-        n = int(k)
-    except (TypeError, ValueError):
-        raise Wrong(f"keys are the segment numbers 1 to 4; got {k!r}") from None
+        n = whole(k, "a segment key")
+    except Wrong:
+        raise Wrong(f"keys are the segment numbers 1 to 4; got {short(k)}") from None
     if n not in ARTICLE_PARTS:
-        raise Wrong(f"keys are the segment numbers 1 to 4; got {k!r}")
+        raise Wrong(f"keys are the segment numbers 1 to 4; got {short(k)}")
     return n
 
 
@@ -1023,7 +1096,11 @@ def _l06_segments(answer, path=None):
     path = path or source.KERNEL_FILE
     segs = source.kernel_segments(path)
     if not isinstance(answer, Mapping):
+        if not isinstance(answer, (list, tuple)) or len(answer) > 16:
+            raise Wrong("give a dict {1: (start, end), 2: ..., 3: ..., 4: ...}")
         answer = dict(enumerate(answer, start=1))
+    if len(answer) > 16:
+        raise Wrong("give a dict {1: (start, end), 2: ..., 3: ..., 4: ...}: four segments")
     given = {_segment_key(k): v for k, v in answer.items()}
     problems = []
     for n, seg in segs.items():
@@ -1031,10 +1108,9 @@ def _l06_segments(answer, path=None):
             raise Wrong(f"segment {n} ({ARTICLE_PARTS[n]}) is missing")
         if not _filled(given[n]) or (isinstance(given[n], (tuple, list)) and not all(map(_filled, given[n]))):
             raise Blank(f"fill in segment {n}")
-        try:
-            start, end = (int(x) for x in given[n])
-        except (TypeError, ValueError):
-            raise Wrong(f"segment {n}: give (start line, end line); got {given[n]!r}") from None
+        if not isinstance(given[n], (tuple, list)) or len(given[n]) != 2:
+            raise Wrong(f"segment {n}: give (start line, end line); got {short(given[n])}")
+        start, end = (whole(x, f"segment {n}'s line") for x in given[n])
         # the marker lines themselves, or the first and last line between them, both count
         ok_start, ok_end = (seg.begin, seg.begin + 1), (seg.end - 1, seg.end)
         if start not in ok_start:

@@ -22,6 +22,7 @@ from . import native
 from . import validate as check
 from .cache import KVCacheQ8
 
+MAX_GROW_BYTES = 4 << 30  # what grow_layer may allocate: the cache at its last checkpoint and one fp32 chunk
 
 # ----------------------------------------------------------------------------- the arithmetic
 
@@ -55,10 +56,17 @@ def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=Non
     kernel reads it: ``(codes int8 [head_dim], raw scale float)``. The row comes from
     ``ffi.cast("int8_t *", pointer_table[t / kv_bs]) + (t % kv_bs) * kv_dim + kh_off``, the scale
     from the very pointer the kernel is handed (``k_scale + kh``) at index ``t * nkv``."""
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     if which not in ("k", "v"):
-        raise ValueError(f"which must be 'k' or 'v'; got {which!r}")
+        raise ValueError(f"which must be 'k' or 'v'; got {check.short(which)}")
     t = check.integer("t", t, minimum=0, below=cache.seq_len)
-    ffi = native.load()[0] if ffi is None else ffi
+    if ffi is None:
+        ffi = native.load()[0]
+    else:
+        import cffi
+        if not isinstance(ffi, cffi.FFI):
+            raise TypeError(f"ffi must be the cffi.FFI of lessonkit.native.load(); got {type(ffi).__name__}")
     w = locate(t, kv_head, cache.block_size, cache.n_kv_heads, cache.head_dim)
     base = int(cache.pointer_table(which)[w.block])
     row = ffi.cast("int8_t *", base) + w.offset
@@ -95,14 +103,25 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
     Returns ``(cache, rows)``: the cache at the last checkpoint and one dict per checkpoint with
     ``seq_len, n_blocks, nbytes`` (codes + scales of the tokens held), ``block_bytes`` (whole int8
     blocks of K and V), ``allocated_nbytes`` (blocks + the scale arrays' capacity)."""
+    if isinstance(checkpoints, (str, bytes)) or not hasattr(checkpoints, "__len__"):
+        raise TypeError(f"checkpoints must be a list of sequence lengths; got {type(checkpoints).__name__}")
+    check.at_most("len(checkpoints)", len(checkpoints), 1000, "checkpoints of one growth")
     points = [check.integer("checkpoint", c, minimum=1) for c in checkpoints]
     if not points or any(b <= a for a, b in zip(points, points[1:])):
         raise ValueError("checkpoints must be a non-empty increasing list of sequence lengths")
     chunk = check.integer("chunk", chunk, minimum=1)
+    # the sizes first: KVCacheQ8 allocates block_size x n_kv_heads scales as soon as it is made
+    nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)
+    hd = check.head_dim(head_dim)
+    bs = check.integer("block_size", block_size, minimum=1)
+    rows = -(-points[-1] // bs) * bs  # whole blocks
+    check.memory(f"a layer of {points[-1]} tokens ({nkv} kv heads x {hd}, blocks of {bs})",
+                 rows * (2 * nkv * hd + 2 * 4 * nkv) + 2 * chunk * nkv * hd * 4, MAX_GROW_BYTES,
+                 "use a shorter last checkpoint, fewer kv heads or a smaller chunk")
+    cache = KVCacheQ8(nkv, hd, bs)
     rng = np.random.default_rng(seed)
     K = rng.standard_normal((chunk, n_kv_heads, head_dim), dtype=np.float32)
     V = rng.standard_normal((chunk, n_kv_heads, head_dim), dtype=np.float32)
-    cache = KVCacheQ8(n_kv_heads, head_dim, block_size)
     rows = []
     for target in points:
         while cache.seq_len < target:

@@ -20,13 +20,14 @@ scheme and the engine's Q codes it reproduces the compiled kernel to float32 rou
 what makes a comparison of schemes through it fair."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import validate as check
 from .attention import attend
 from .cache import KVCacheQ8
+from .trace import run_traced
 from .qquant import q_block_scaled, round_codes
 from .quant import KVQ_INV
 from .validate import QBLOCK
@@ -134,7 +135,7 @@ def attention_batch(Q, K, V, scale: float | None = None) -> np.ndarray:
     Q = np.asarray(Q, np.float64)
     K = np.asarray(K, np.float64)
     V = np.asarray(V, np.float64)
-    scale = 1.0 / math.sqrt(K.shape[-1]) if scale is None else float(scale)
+    scale = check.scale(scale, K.shape[-1])
     s = scale * (np.atleast_2d(Q) @ K.T)
     w = np.exp(s - s.max(axis=1, keepdims=True))
     out = (w @ V) / w.sum(axis=1, keepdims=True)
@@ -147,8 +148,10 @@ def split_error(Q: np.ndarray, cache: KVCacheQ8, kv_head: int, K: np.ndarray, V:
     head and split its error against float64 attention on the unquantized rows ``K``, ``V``
     (float32 ``[seq_len, hd]``, the values the cache was filled with) into Q's part and K/V's
     part (``ErrorSplit``). The middle term uses the cache's own dequantized values."""
-    Q = np.atleast_2d(np.asarray(Q, np.float32))
-    scale = 1.0 / math.sqrt(cache.head_dim) if scale is None else float(scale)
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    Q = check.float32_like("Q", np.atleast_2d(Q), (None, cache.head_dim))
+    scale = check.scale(scale, cache.head_dim)
     kernel = np.stack([attend(q, cache, kv_head, scale=scale) for q in Q]).astype(np.float64)
     Kd, Vd = cache.dequantized(kv_head)
     return ErrorSplit(ref=attention_batch(Q, K, V, scale), float_q=attention_batch(Q, Kd, Vd, scale),
@@ -161,8 +164,10 @@ def attention_kl(q: np.ndarray, cache: KVCacheQ8, kv_head: int, K: np.ndarray,
     K (``[seq_len, hd]``) and those of the compiled kernel. The kernel never stores its weights:
     its scores ``s_t`` come from its trace, and the KL is taken from both score vectors in float64
     (``kl_from_scores``)."""
-    scale = 1.0 / math.sqrt(cache.head_dim) if scale is None else float(scale)
-    _, tr = attend(q, cache, kv_head, scale=scale, trace=True)
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    scale = check.scale(scale, cache.head_dim)
+    tr = run_traced(np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, fields=("s",))
     return kl_from_scores(scale * (np.asarray(K, np.float64) @ np.asarray(q, np.float64)), tr.s)
 
 

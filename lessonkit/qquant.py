@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import validate as check
 from .attention import scores_from_q_codes, softmax_weighted_v
 from .cache import KVCacheQ8
 from .quant import KVQ_INV
@@ -87,7 +88,7 @@ def attend_float_q(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) 
     """Attention with Q left unquantized (float64) against the cache's int8 K and V: the baseline
     that isolates what Q's quantization adds. float64 [hd]."""
     K, _ = cache.dequantized(kv_head)
-    s = (K.astype(np.float64) @ np.asarray(q, np.float64)) * scale
+    s = (K.astype(np.float64) @ np.asarray(q, np.float64)) * check.scale(scale, cache.head_dim)
     return softmax_weighted_v(s, cache, kv_head)
 
 
@@ -126,6 +127,7 @@ def rule_errors(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float, K: 
     ``out_vs_exact``: RMS of (output - float64 attention on the unquantized K, V).
     K, V: the float32 ``[seq_len, hd]`` rows of this kv head before quantization."""
     v, scales = q_block_scaled(q)
+    scale = check.scale(scale, cache.head_dim)
     base = attend_float_q(q, cache, kv_head, scale)
     s = scale * (np.asarray(K, np.float64) @ np.asarray(q, np.float64))
     w = np.exp(s - s.max())

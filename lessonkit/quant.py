@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import native
+from . import validate as check
 from .validate import QBLOCK, float32_array, head_dim
 
 KVQ_INV = np.float32(1.0) / np.float32(127.0)  # the kernel's KVQ_INV = 1.0f / 127.0f
@@ -34,19 +35,41 @@ def quantize_q(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def quantize_kv_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Quantize rows of K or V with the C quantizer: x float32 [n, hd] -> (codes int8 [n, hd],
     raw max scales float32 [n]). Dequantize with ``codes * (scales / 127)``."""
-    x = float32_array("x", x, (None, None))
+    x = _rows("x", x)
     codes = np.empty(x.shape, np.int8)
     scales = np.empty(x.shape[0], np.float32)
-    quantize_kv_rows_into(x, codes, scales)
+    _quantize_rows(x, codes, scales, *native.load())
     return codes, scales
 
 
 def quantize_kv_rows_into(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, ffi=None, lib=None) -> None:
-    """Write the codes of x [n, hd] into the contiguous int8 view ``codes`` [n, hd] and the raw
-    maxima into ``scales`` [n]; the caller has checked shapes and values (and may pass the
-    loaded ``ffi, lib`` when it quantizes many chunks)."""
-    if lib is None:
-        ffi, lib = native.load()
+    """Write the codes of x float32 [n, hd] into ``codes`` (int8 [n, hd]) and the raw maxima into
+    ``scales`` (float32 [n]); both must be writable, C-contiguous arrays of exactly those shapes,
+    since C writes n * hd codes and n scales wherever they point. ``ffi, lib``: a loaded library
+    (``lessonkit.native.load()``), for a caller that quantizes many chunks; default the workbook's.
+
+    Every argument is checked (O(1), plus one pass over x for NaN/Inf); the cache, which sizes
+    its own blocks, may call ``_quantize_rows`` directly after its own checks."""
+    x = _rows("x", x)
+    n, hd = x.shape
+    codes = check.int8_array("codes", codes, (n, hd), writable=True)
+    scales = check.float32_array("scales", scales, (n,), writable=True)
+    if np.may_share_memory(codes, x) or np.may_share_memory(scales, x) or np.may_share_memory(codes, scales):
+        raise ValueError("x, codes and scales must not overlap: C reads x while it writes the others")
+    _quantize_rows(x, codes, scales, *check.library(ffi, lib, ("kvq8_quantize_rows",)))
+
+
+def _rows(name: str, x) -> np.ndarray:
+    x = float32_array(name, x, (None, None))
+    n, hd = x.shape
+    check.c_int(f"{name}.shape[0] (rows)", n)      # C counts rows and values with int
+    check.c_int(f"{name}.shape[1] (values per row)", hd)
+    return x
+
+
+def _quantize_rows(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, ffi, lib) -> None:
+    """The C call itself, without checks: x [n, hd] float32, codes [n, hd] int8, scales [n] float32,
+    all C-contiguous (codes and scales writable), sizes below 2**31."""
     n, hd = x.shape
     lib.kvq8_quantize_rows(ffi.from_buffer("float[]", x), n, hd, hd,
                            ffi.from_buffer("int8_t[]", codes, require_writable=True), hd,

@@ -11,9 +11,12 @@ import numpy as np
 
 from . import native
 from . import validate as check
-from .attention import attend
 from .cache import KVCacheQ8
 from .synthetic import cache_with_scores
+from .trace import run_traced
+
+MAX_SCORES = 1 << 24        # scores of one sequence (realistic_scores, records_variance)
+MAX_COUNTED = 1 << 24       # tokens random_order_counts runs through the traced kernel in all
 
 
 def realistic_scores(n: int = 2000, seed: int = 0, sink: float = 7.0, level: float = 1.0,
@@ -32,6 +35,7 @@ def realistic_scores(n: int = 2000, seed: int = 0, sink: float = 7.0, level: flo
     - an attention sink: token 0's score is set to ``sink``.
     It is made up, not recorded from a model: it only imitates the features named above."""
     n = check.integer("n", n, minimum=2)
+    check.at_most("n", n, MAX_SCORES, "scores of one sequence")
     n_spikes = check.integer("n_spikes", n_spikes, minimum=0, below=n - 1)
     rng = np.random.default_rng(seed)
     t = np.arange(n)
@@ -49,19 +53,24 @@ def count_rescales(scores, head_dim: int = 32, block_size: int = 64) -> int:
     """How many times the compiled kernel rescaled (raised M) over ``scores``, read from its
     trace: ``cache_with_scores`` builds a cache whose kernel scores are ``scores``."""
     cache, q, scale = cache_with_scores(scores, head_dim=head_dim, block_size=block_size)
-    _, tr = attend(q, cache, 0, scale=scale, trace=True)
+    tr = run_traced(np.empty(cache.head_dim, np.float32), q, cache, 0, scale, fields=("ms",))
     return tr.n_rescales
 
 
 def random_order_counts(ns, trials: int = 50, seed: int = 0, head_dim: int = 32) -> np.ndarray:
     """Rescale counts of the compiled kernel for scores in random order: for each n in ``ns``,
     ``trials`` sequences of n independent standard-normal float32 scores (distinct values in a
-    uniformly random order). Returns int ``[len(ns), trials]``."""
+    uniformly random order). Returns int ``[len(ns), trials]``. At most MAX_COUNTED tokens in all
+    (sum(ns) x trials), checked before the first run."""
     trials = check.integer("trials", trials, minimum=1)
+    if isinstance(ns, (str, bytes)) or not hasattr(ns, "__len__"):
+        raise TypeError(f"ns must be a list of sequence lengths; got {type(ns).__name__}")
+    check.at_most("len(ns)", len(ns), 10_000, "sequence lengths of one call")
+    ns = [check.integer("n", n, minimum=1) for n in ns]
+    check.at_most("sum(ns) x trials", sum(ns) * trials, MAX_COUNTED, "tokens run through the traced kernel")
     rng = np.random.default_rng(seed)
     counts = np.zeros((len(ns), trials), np.int64)
     for i, n in enumerate(ns):
-        n = check.integer("n", int(n), minimum=1)
         for j in range(trials):
             counts[i, j] = count_rescales(rng.standard_normal(n, dtype=np.float32), head_dim)
     return counts
@@ -71,7 +80,8 @@ def records_variance(n: int) -> float:
     """Variance of the number of new maxima (records) among n distinct values in random order.
     Its mean is H_n (``lessonkit.softmax.harmonic``): value k is a record with probability 1/k,
     and these events are independent, so Var = sum 1/k (1 - 1/k) = H_n - H_n^(2)."""
-    k = np.arange(1, check.integer("n", n, minimum=1) + 1, dtype=np.float64)
+    n = check.at_most("n", check.integer("n", n, minimum=1), MAX_SCORES, "values summed")
+    k = np.arange(1, n + 1, dtype=np.float64)
     return float(np.sum(1.0 / k - 1.0 / k**2))
 
 
@@ -80,9 +90,12 @@ def attend_first(q: np.ndarray, cache: KVCacheQ8, kv_head: int, seq_len: int,
     """The compiled kernel ``flash_attn_single_q_q8_neon`` over the first ``seq_len`` tokens of
     ``cache`` only, 0 included (``lessonkit.attend`` refuses an empty cache; here the loop over
     t simply does not run). Returns float32 ``[head_dim]``."""
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))
+    kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     seq_len = check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)
-    scale = check.finite_float("scale", scale)
+    scale = check.scale(scale)
     ffi, lib = native.load()
     k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
     out = np.full(cache.head_dim, np.nan, np.float32)  # NaN until the kernel writes it

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import validate as check
+
+MAX_ONLINE = 1 << 20  # scores online() replays one by one in Python (about a second per 10^6)
 M_START = -1e9  # the kernel's start value of M (llama.cpp starts at -INFINITY)
 
 
@@ -32,8 +35,12 @@ def online(s, V=None, m_start: float = M_START, dtype=np.float64) -> OnlineRun:
     """The kernel's online softmax, one score at a time, in ``dtype`` (float64 to replay exactly
     in higher precision, float32 to mimic the kernel's arithmetic): on a new max, S and acc are
     multiplied by exp(M_old - s) and the new score weighs 1; otherwise it weighs exp(s - M)."""
+    if isinstance(s, np.ma.MaskedArray) or isinstance(V, np.ma.MaskedArray):
+        raise TypeError("online() takes plain arrays: pass s.filled(value) (and V.filled(value))")
     s = np.asarray(s, dtype)
-    n = s.shape[0]
+    if s.ndim != 1:
+        raise ValueError(f"s must be a 1-D array of scores; got shape {list(s.shape)}")
+    n = check.at_most("len(s)", s.shape[0], MAX_ONLINE, "scores replayed one by one in Python")
     V = None if V is None else np.asarray(V, dtype)
     M, S = dtype(m_start), dtype(0)
     acc = None if V is None else np.zeros(V.shape[1], dtype)
@@ -62,4 +69,7 @@ def online(s, V=None, m_start: float = M_START, dtype=np.float64) -> OnlineRun:
 
 def harmonic(n: int) -> float:
     """H_n = 1 + 1/2 + ... + 1/n: the expected number of new maxima among n scores in random order."""
+    n = check.integer("n", n, minimum=1)
+    if n > 1 << 24:  # no array of n values: H_n = ln n + gamma + 1/(2n) - 1/(12n^2), exact to float64 here
+        return float(np.log(n) + np.euler_gamma + 1 / (2 * n) - 1 / (12 * n * n))
     return float(np.sum(1.0 / np.arange(1, n + 1)))

@@ -22,7 +22,9 @@ it arrives, so the latency after the last chunk differs only by the attention wo
 results saved next to the notebook where it does not (macOS)."""
 from __future__ import annotations
 
+import errno
 import gc
+import itertools
 import json
 import math
 import os
@@ -42,6 +44,15 @@ from . import traffic
 from . import validate as check
 from .attention import attend
 from .cache import KVCacheQ8
+from .trace import run_traced
+
+MAX_CHUNKS = 1 << 16        # chunks of attend_in_chunks: one small cache and one traced call each
+MAX_STREAM_CHUNKS = 4096    # chunks of one streaming run
+MAX_INTERVAL_S = 1.0        # the producer's pause between two chunks
+MAX_STREAM_S = 120.0        # n_chunks x interval_s: one run's planned duration
+STALL_S = 10.0              # how long past interval_s the consumer waits for a chunk before giving up
+MAX_SIMULATIONS = 64        # valgrind runs of one simulations() call
+MAX_SIMULATED_TOKENS = 1 << 20
 
 
 # ----------------------------------------------------------------------------- partial states
@@ -62,8 +73,12 @@ def empty(head_dim: int) -> Partial:
 
 def partial_state(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: float | None = None) -> Partial:
     """The state (M, S, acc) of all tokens of ``cache``, read from the compiled kernel's trace
-    after its last token: ``tr.M[-1]``, ``tr.S[-1]``, ``tr.vkq[-1]``."""
-    _, tr = attend(q, cache, kv_head, scale=scale, trace=True)
+    after its last token: ``tr.M[-1]``, ``tr.S[-1]``, ``tr.vkq[-1]`` (the trace records only M, S
+    and VKQ here)."""
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    out = np.empty(cache.head_dim, np.float32)
+    tr = run_traced(out, q, cache, kv_head, scale, fields=("M", "S", "vkq"))
     return Partial(float(tr.M[-1]), float(tr.S[-1]), tr.vkq[-1].astype(np.float64), tr.seq_len)
 
 
@@ -107,8 +122,18 @@ def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_
     """Split K, V ``[n, head_dim]`` before each index in ``bounds`` (0 < b < n), compute each
     chunk's state with the traced kernel on a cache of that chunk alone, merge them in order.
     Returns (output float32, the chunks' states)."""
+    K = check.float32_array("K", K, (None, None))
     n = K.shape[0]
-    cuts = [0, *sorted(set(int(b) for b in bounds)), n]
+    if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__iter__"):
+        raise TypeError(f"bounds must be a sequence of split points; got {type(bounds).__name__}")
+    if isinstance(bounds, np.ndarray):
+        bounds = check.base_array("bounds", bounds)
+    points = list(itertools.islice(bounds, MAX_CHUNKS))  # never read a huge iterable to its end
+    if len(points) >= MAX_CHUNKS:
+        raise ValueError(f"bounds holds {MAX_CHUNKS} split points or more, above the cap of {MAX_CHUNKS} chunks "
+                         f"(one cache and one traced call each); use at most {MAX_CHUNKS - 1} split points")
+    bounds = [check.integer("split point", b) for b in points]
+    cuts = [0, *sorted(set(bounds)), n]
     if cuts[1] <= 0 or cuts[-2] >= n:
         raise ValueError(f"split points must lie strictly between 0 and {n}; got {sorted(bounds)}")
     parts = [partial_state(q, cache_of(K[a:b], V[a:b], block_size), 0, scale)
@@ -138,17 +163,69 @@ class StreamRun:
 
 
 def _producer(kv: np.memmap, K: np.ndarray, V: np.ndarray, chunk: int, interval_s: float,
-              announce: queue.Queue) -> None:
+              announce: queue.Queue, stop: threading.Event) -> None:
     """Write chunk after chunk of K and V into the writer's mapping ``kv`` [2, seq_len, head_dim]
     of the file (all K rows, then all V rows), one every interval_s, and announce each as
-    (chunk index, time it was written). The caller unmaps the file once the consumer is done:
-    unmapping a large mapping here would stall the consumer's page faults in the same process."""
-    for i, a in enumerate(range(0, K.shape[0], chunk)):
-        time.sleep(interval_s)
-        b = min(a + chunk, K.shape[0])
-        kv[0, a:b] = K[a:b]
-        kv[1, a:b] = V[a:b]
-        announce.put((i, time.perf_counter()))
+    ("chunk", index, time it was written); an error is announced as ("error", chunks written, the
+    exception) instead of ending the thread silently. ``stop`` ends it early (the consumer gave
+    up). The caller unmaps the file once the consumer is done: unmapping a large mapping here
+    would stall the consumer's page faults in the same process."""
+    written = 0
+    try:
+        for i, a in enumerate(range(0, K.shape[0], chunk)):
+            if stop.wait(interval_s):
+                return
+            b = min(a + chunk, K.shape[0])
+            kv[0, a:b] = K[a:b]
+            kv[1, a:b] = V[a:b]
+            announce.put(("chunk", i, time.perf_counter()))
+            written = i + 1
+    except BaseException as e:  # noqa: BLE001 - reported to the consumer, which raises it
+        announce.put(("error", written, e))
+
+
+def _next_chunk(announce: queue.Queue, producer: threading.Thread, i: int, n_chunks: int,
+                wait_s: float) -> tuple[int, float]:
+    """The next announcement: (chunk index, time written). A producer that failed, ended early or
+    announced nothing for ``wait_s`` seconds becomes a RuntimeError that says which."""
+    deadline = time.perf_counter() + wait_s
+    while True:
+        try:
+            msg = announce.get(timeout=0.25)  # wakes at once when a chunk is announced
+        except queue.Empty:
+            if producer.is_alive() and time.perf_counter() < deadline:
+                continue
+            try:
+                msg = announce.get_nowait()  # announced just before it ended
+            except queue.Empty:
+                if producer.is_alive():
+                    raise RuntimeError(f"the producer thread announced no chunk for {wait_s:.1f} s (the consumer "
+                                       f"waited for chunk {i + 1} of {n_chunks}): it stalled") from None
+                raise RuntimeError(f"the producer thread ended after announcing {i} of {n_chunks} chunks, "
+                                   "without an error") from None
+        if msg[0] == "error":
+            e = msg[2]
+            raise RuntimeError(f"the producer thread failed after writing {msg[1]} of {n_chunks} chunks: "
+                               f"{type(e).__name__}: {e}") from e
+        return msg[1], msg[2]
+
+
+def _file_of(path: Path, nbytes: int) -> None:
+    """Create the file at its full size with its blocks reserved: a write through a memory map into
+    a sparse file on a full disk is a SIGBUS, which would end the notebook's process; a refused
+    reservation is an OSError here instead. Where the system cannot reserve (macOS), the file is
+    only sized."""
+    with open(path, "wb") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, nbytes)
+        except AttributeError:
+            f.truncate(nbytes)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                f.truncate(nbytes)  # this file system cannot reserve blocks
+            else:
+                raise OSError(e.errno, f"cannot make a file of {nbytes / 2**20:.1f} MiB in {path.parent} "
+                                       f"({e.strerror}): pass directory= a folder with room") from None
 
 
 def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024,
@@ -164,27 +241,47 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     ``block_size`` tokens: KVCacheQ8.append touches every block's pointer, so few blocks keep
     that cost small) and run that backend over all of it once the last chunk has come. Python's garbage collector is paused during the run
     (as ``timeit`` does), so that a collection does not land in one run's latency. The file is
-    removed afterwards."""
+    removed afterwards.
+
+    Bounds: 1 <= chunk <= seq_len with at most MAX_STREAM_CHUNKS chunks; 0 <= interval_s <=
+    MAX_INTERVAL_S and chunks x interval_s <= MAX_STREAM_S; 1 <= block_size <= max(seq_len, 4096).
+    Every wait is bounded: a producer that fails, ends early or stalls (nothing announced for
+    interval_s + STALL_S seconds) becomes a RuntimeError that says what happened."""
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {check.short(mode)}")
     K = check.float32_array("K", K, (None, None))
     V = check.float32_array("V", V, K.shape)
-    chunk = check.integer("chunk", chunk, minimum=1)
     T, hd = K.shape
+    if T == 0:
+        raise ValueError("K and V hold no token: give at least one row")
+    check.head_dim(hd)
+    q = check.float32_array("q", q, (hd,))
+    scale = check.scale(scale, hd)
+    chunk = check.integer("chunk", chunk, minimum=1, below=T + 1)
     n_chunks = -(-T // chunk)
+    check.at_most(f"the number of chunks (seq_len {T} / chunk {chunk})", n_chunks, MAX_STREAM_CHUNKS,
+                  "chunks of one streaming run; use a larger chunk")
+    interval_s = check.finite_float("interval_s", interval_s, minimum=0.0, maximum=MAX_INTERVAL_S)
+    if n_chunks * interval_s > MAX_STREAM_S:
+        raise ValueError(f"{n_chunks} chunks x interval_s {interval_s:g} s = {n_chunks * interval_s:.0f} s, above the "
+                         f"cap of {MAX_STREAM_S:g} s per run; use a shorter interval or larger chunks")
+    block_size = check.integer("block_size", block_size, minimum=1, below=max(T, 4096) + 1)
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         path = Path(tmp) / "kv.f32"
-        writer = np.memmap(path, dtype=np.float32, mode="w+", shape=(2, T, hd))  # the file, full size
+        _file_of(path, 2 * T * hd * 4)
+        writer = np.memmap(path, dtype=np.float32, mode="r+", shape=(2, T, hd))  # the file, full size
         kv = np.memmap(path, dtype=np.float32, mode="r", shape=(2, T, hd))  # the consumer's mapping
         announce: queue.Queue = queue.Queue()
-        producer = threading.Thread(target=_producer, args=(writer, K, V, chunk, interval_s, announce))
+        stop = threading.Event()
+        producer = threading.Thread(target=_producer, args=(writer, K, V, chunk, interval_s, announce, stop),
+                                    name="lessonkit-stream-producer", daemon=True)
         state, full, done_prev, kept_up = empty(hd), KVCacheQ8(1, hd, block_size), 0.0, True
         gc_was_enabled = gc.isenabled()
         gc.disable()
         producer.start()
         try:
             for i in range(n_chunks):
-                j, t_arrived = announce.get(timeout=60)
+                j, t_arrived = _next_chunk(announce, producer, i, n_chunks, interval_s + STALL_S)
                 if i == n_chunks - 1:
                     kept_up = done_prev <= t_arrived
                 t0 = time.perf_counter()
@@ -205,7 +302,8 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
                         out = attend(q, full, 0, scale=scale, backend=mode)
                 done_prev = time.perf_counter()
         finally:
-            producer.join()
+            stop.set()  # a producer still sleeping between chunks ends now
+            producer.join(timeout=STALL_S)  # bounded: a write stuck on a slow disk is left to finish
             if gc_was_enabled:
                 gc.enable()
             del kv, writer
@@ -231,8 +329,18 @@ def simulations(configs, saved: Path | str, save: bool | None = None) -> tuple[d
     Where valgrind is installed, simulate every configuration; then, if ``save`` (default: the
     environment variable LESSONKIT_SAVE_RESULTS is "1"), write the results to ``saved`` as JSON.
     Where it is not (macOS), load the results saved in ``saved``. Returns ({(variant, seq_len,
-    preset): traffic.Simulated}, a note saying where the results came from)."""
-    configs = [(v, int(n), p) for v, n, p in configs]
+    preset): traffic.Simulated}, a note saying where the results came from). At most
+    MAX_SIMULATIONS configurations, each of at most MAX_SIMULATED_TOKENS tokens: a simulation
+    runs the kernel under valgrind, some 50 times slower than natively."""
+    if isinstance(configs, (str, bytes)) or not hasattr(configs, "__len__"):
+        raise TypeError(f"configs must be a list of (variant, seq_len, preset_name); got {type(configs).__name__}")
+    check.at_most("len(configs)", len(configs), MAX_SIMULATIONS, "valgrind simulations of one call")
+    try:
+        configs = [(v, check.integer("seq_len", n, minimum=1), p) for v, n, p in configs]
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"configs must be (variant, seq_len, preset_name) triples: {e}") from None
+    for _, n, _ in configs:
+        check.at_most("seq_len", n, MAX_SIMULATED_TOKENS, "tokens of one valgrind simulation")
     saved = Path(saved)
     if traffic.valgrind_available():
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2]) for c in configs}

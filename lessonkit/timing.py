@@ -1,23 +1,35 @@
 """Timing the compiled kernels (introduced in lesson 01): the call loop runs in C
 (native/fa_timing.c), Python takes the median of several repeats. Every timing a lesson shows is
-labelled with ``lessonkit.env.machine_label()``: on x86-64 it times SIMDe, not NEON."""
+labelled with ``lessonkit.env.machine_label()``: on x86-64 it times SIMDe, not NEON.
+
+A C loop cannot be interrupted (Ctrl-C waits for it), so every timing helper is bounded:
+at most ``MAX_CALLS`` calls in one loop, ``MAX_REPEATS`` repeats, and about ``MAX_SECONDS``
+seconds per timing call, calibration included. A ``number`` or ``repeats`` that would go past a
+cap is refused with a ValueError that names it, after one probe call has measured what a call
+costs. On a machine with several core types the timed region runs pinned to one of them
+(``lessonkit.env.pinned``; the big cores unless ``cores`` says otherwise)."""
 from __future__ import annotations
 
-import math
+import time
+import warnings
 
 import numpy as np
 
-from . import native
+from . import env, native
 from . import validate as check
 from .cache import KVCacheQ8
 
 VARIANTS = {"neon": 0, "scalar": 1, "two_pass_scores": 2, "two_pass_recompute": 3}  # fa_time_calls
 
 
+MAX_CALLS = 1 << 24     # calls in one C loop: about 1 s at the fastest call (seq_len 0, ~50 ns)
+MAX_REPEATS = 1000      # repeats of one timing
+MAX_SECONDS = 60.0      # wall time of one timing call, calibration and probe included
+MAX_MIN_REPEAT_S = 5.0  # the calibration target of one repeat
 def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str = "neon",
                 seq_len: int | None = None, scale: float | None = None, repeats: int = 7,
                 number: int | None = None, min_repeat_s: float = 0.02, cold: bool = False,
-                defines: dict | None = None) -> float:
+                defines: dict | None = None, cores: str | None = None) -> float:
     """Median nanoseconds per kernel call over ``repeats`` repeats of ``number`` back-to-back calls
     (warm: after the first call, whatever fits in the caches is there).
 
@@ -25,41 +37,93 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     seq_len 0 runs only segment 1 (Q to int8) and segment 4. ``number`` defaults to enough calls
     for one repeat to last about ``min_repeat_s`` seconds. ``cold=True`` instead times single
     calls after writing a buffer of 4 x the last-level cache (at least 64 MiB), so that the KV
-    comes from DRAM. ``defines`` selects a build, e.g. ``{"FA_PREFETCH": 0}`` (lesson 05)."""
+    comes from DRAM. ``defines`` selects a build, e.g. ``{"FA_PREFETCH": 0}`` (lesson 05): only the
+    tunables of ``lessonkit.native.DEFINES``, within their ranges.
+    ``cores``: which core type to time on (``lessonkit.env.timing_cores``; default the big cores).
+    Bounded by MAX_CALLS calls per repeat, MAX_REPEATS repeats and about MAX_SECONDS seconds."""
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))
+    kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     if backend not in VARIANTS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, VARIANTS))}; got {backend!r}")
+        raise ValueError(f"backend must be one of {', '.join(map(repr, VARIANTS))}; got {check.short(backend)}")
     T = cache.seq_len if seq_len is None else check.integer("seq_len", seq_len, minimum=0,
                                                              below=cache.seq_len + 1)
-    scale = 1.0 / math.sqrt(cache.head_dim) if scale is None else check.finite_float("scale", scale)
-    repeats = check.integer("repeats", repeats, minimum=1)
+    scale = check.scale(scale, cache.head_dim)
+    if not isinstance(cold, bool):
+        raise TypeError(f"cold must be True or False; got {check.short(cold)}")
+    repeats, number, min_repeat_s = check_counts(repeats, 1 if cold else number, min_repeat_s)
+    defines = native.check_defines(defines)  # before anything else: a bad -D never compiles
+    plan = env.timing_cores(cores)
     ffi, lib = native.load(defines=defines)
     out = np.empty(cache.head_dim, np.float32)
     k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
     args = (ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
             k, v, ks, vs, T, kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
 
-    if cold:
-        flush = _flush_buffer()
-        fbuf = ffi.from_buffer("unsigned char[]", flush, require_writable=True)
-        return float(np.median([lib.fa_time_call_cold(VARIANTS[backend], fbuf, flush.nbytes, *args)
-                                for _ in range(repeats)]))
+    with env.pinned(plan):
+        if cold:
+            flush = _flush_buffer()
+            fbuf = ffi.from_buffer("unsigned char[]", flush, require_writable=True)
+            return median_calls(lambda n: lib.fa_time_call_cold(VARIANTS[backend], fbuf, flush.nbytes, *args),
+                                repeats, 1, 0.0)
+        return median_calls(lambda n: lib.fa_time_calls(VARIANTS[backend], n, *args), repeats, number,
+                            min_repeat_s)
 
-    return median_calls(lambda n: lib.fa_time_calls(VARIANTS[backend], n, *args), repeats, number,
-                        min_repeat_s)
+
+def check_counts(repeats, number, min_repeat_s) -> tuple[int, int | None, float]:
+    """repeats, number (None: calibrated) and min_repeat_s, within the caps."""
+    repeats = check.integer("repeats", repeats, minimum=1)
+    check.at_most("repeats", repeats, MAX_REPEATS, "repeats of one timing")
+    if number is not None:
+        number = check.integer("number", number, minimum=1)
+        check.at_most("number", number, MAX_CALLS, "calls in one uninterruptible C loop")
+    min_repeat_s = check.finite_float("min_repeat_s", min_repeat_s, minimum=0.0, maximum=MAX_MIN_REPEAT_S)
+    if repeats * min_repeat_s > MAX_SECONDS:
+        raise ValueError(f"repeats x min_repeat_s = {repeats * min_repeat_s:g} s is above the cap of "
+                         f"{MAX_SECONDS:g} s per timing call; use fewer repeats or a smaller min_repeat_s")
+    return repeats, number, min_repeat_s
 
 
 def median_calls(run, repeats: int, number: int | None, min_repeat_s: float) -> float:
     """Median of ``repeats`` results of ``run(number)`` (a C loop of ``number`` calls returning ns
-    per call); ``number=None`` picks enough calls for one repeat to last ``min_repeat_s``."""
+    per call); ``number=None`` picks enough calls for one repeat to last ``min_repeat_s``, up to
+    MAX_CALLS. One probe call first measures what a call costs: a ``number`` or ``repeats`` whose
+    run would take more than MAX_SECONDS is refused (ValueError) before the long loops start; if
+    the machine turns slower than the probe said, the repeats stop at MAX_SECONDS and the median of
+    those done is returned, with a RuntimeWarning."""
+    repeats, number, min_repeat_s = check_counts(repeats, number, min_repeat_s)
+    start = time.perf_counter()
+    call_s = run(1) * 1e-9  # the probe, and the warm-up call: the caches hold what fits of its data
+    # what a repeat costs besides its calls (Python, and a cold call's flush of the caches)
+    overhead_s = max(time.perf_counter() - start - call_s, 0.0)
     if number is None:
         number = 1
-        while number < 1 << 30 and run(number) * number < min_repeat_s * 1e9:
-            number *= 4
-    number = check.integer("number", number, minimum=1)
-    return float(np.median([run(number) for _ in range(repeats)]))
+        while True:
+            call_s = run(number) * 1e-9
+            if number >= MAX_CALLS or number * call_s >= min_repeat_s:
+                break
+            if time.perf_counter() - start + 4 * number * call_s > MAX_SECONDS / 2:
+                break  # calibration must leave the repeats most of the budget
+            number = min(4 * number, MAX_CALLS)
+    per_repeat = overhead_s + number * call_s
+    need = repeats * per_repeat
+    if need > MAX_SECONDS:
+        fit_repeats = int(MAX_SECONDS // per_repeat)
+        fit_number = int((MAX_SECONDS / repeats - overhead_s) // max(call_s, 1e-12))
+        raise ValueError(f"{repeats} repeats x {number} calls of about {call_s * 1e3:.3g} ms would take about "
+                         f"{need:.0f} s, above the cap of {MAX_SECONDS:g} s per timing call; use "
+                         + (f"repeats <= {fit_repeats} or " if fit_repeats >= 1 else "")
+                         + (f"number <= {fit_number}" if fit_number >= 1 else "a shorter seq_len"))
+    results = []
+    deadline = start + MAX_SECONDS
+    for i in range(repeats):
+        results.append(run(number))
+        if i + 1 < repeats and time.perf_counter() > deadline:
+            warnings.warn(f"timing stopped after {i + 1} of {repeats} repeats at the cap of {MAX_SECONDS:g} s: "
+                          "the machine ran slower than the probe call said", RuntimeWarning, stacklevel=2)
+            break
+    return float(np.median(results))
 
 
 def _last_level_bytes() -> int:
@@ -74,8 +138,8 @@ _flush: list[np.ndarray] = []
 
 
 def _flush_buffer() -> np.ndarray:
-    """The buffer written before a cold call: 4 x the last-level cache, at least 64 MiB,
-    allocated once per process."""
+    """The buffer written before a cold call: 4 x the last-level cache, at least 64 MiB (at most
+    1 GiB, whatever /sys reports), allocated once per process."""
     if not _flush:
-        _flush.append(np.zeros(max(64 << 20, 4 * _last_level_bytes()), np.uint8))
+        _flush.append(np.zeros(min(1 << 30, max(64 << 20, 4 * _last_level_bytes())), np.uint8))
     return _flush[0]

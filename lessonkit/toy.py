@@ -11,6 +11,10 @@ so the sequence the kernel sees grows by one token per step. It prints the gener
     gen = generate(16, src_dir=copy)    # a copy of native/ that a student edited
     gen = generate(16, trace=True)      # the traced build; gen.traces[i] belongs to gen.calls[i]
 
+Bounds: at most MAX_STEPS steps (prompt + generated tokens), a model of at most MAX_WEIGHTS
+weights, and with trace=True at most TRACE_BYTES of kept traces (the traces of a generation grow
+with the square of its length: pass ``trace_fields`` to keep fewer fields).
+
 The model is not trained: its tokens mean nothing. What matters is the call pattern of a real
 decoder: per step, one kernel call per query head, each over every token so far.
 """
@@ -26,6 +30,11 @@ from . import native
 from . import validate as check
 from .attention import attend
 from .cache import KVCacheQ8
+from .trace import FIELDS, run_traced
+
+MAX_STEPS = 4096            # steps of one generation: one cache row and n_q_heads kernel calls each
+MAX_WEIGHTS = 1 << 26       # float32 weights of the toy model (256 MiB)
+TRACE_BYTES = 512 << 20     # the traces generate(trace=True) keeps
 
 
 @dataclass(frozen=True)
@@ -39,9 +48,27 @@ class ToyConfig:
     block_size: int = 4     # small, so that a short generation already spans several cache blocks
     seed: int = 0
 
+    def __post_init__(self):
+        for name in ("vocab", "d_model", "n_kv_heads", "group", "block_size"):
+            check.integer(f"ToyConfig.{name}", getattr(self, name), minimum=1)
+        check.integer("ToyConfig.seed", self.seed)
+        check.head_dim(self.head_dim)
+        if self.d_model % 2:
+            raise ValueError(f"ToyConfig.d_model must be even (sine and cosine position codes); got {self.d_model}")
+        check.at_most("the toy model's weights", self.n_weights, MAX_WEIGHTS, "float32 weights of the toy model")
+        check.at_most("ToyConfig.block_size", self.block_size, MAX_STEPS, "tokens per block of a toy cache")
+        check.at_most("the toy model's query heads (n_kv_heads x group)", self.n_q_heads, 64,
+                      "query heads of a toy model: each step calls the kernel once per head")
+
     @property
     def n_q_heads(self) -> int:
         return self.n_kv_heads * self.group
+
+    @property
+    def n_weights(self) -> int:
+        """float32 values of the model's weights (embedding, projections, unembedding)."""
+        q, kv = self.n_q_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        return 2 * self.vocab * self.d_model + self.d_model * (q + 2 * kv) + q * self.d_model
 
 
 @dataclass(frozen=True)
@@ -125,9 +152,20 @@ def _direct_kernel(ffi, lib):
     return kernel
 
 
+def trace_bytes(n_steps: int, config: ToyConfig, fields=FIELDS) -> int:
+    """Bytes of the traces of a generation of ``n_steps`` steps: every call of step i records
+    seq_len = i + 1 tokens, so the total grows with n_steps squared."""
+    hd, nblk = config.head_dim, config.head_dim // 32
+    per_token = {"dots": 4 * nblk, "k_rows": 8, "v_rows": 8, "s": 4, "M": 4, "S": 4, "ms": 4, "vkq": 4 * hd}
+    fixed = {"q_codes": hd, "q_scales": 4 * nblk}
+    calls = n_steps * config.n_q_heads
+    tokens = config.n_q_heads * n_steps * (n_steps + 1) // 2
+    return (tokens * sum(per_token.get(f, 0) for f in fields) + calls * sum(fixed.get(f, 0) for f in fields))
+
+
 def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug: bool = False,
              src_dir: Path | str | None = None, trace: bool = False, verbose: bool = True,
-             verify: str = "results") -> Generation:
+             trace_fields=None, verify: str = "results") -> Generation:
     """Generate ``n_tokens`` token ids greedily, one kernel call per query head per step.
 
     Step ``i`` feeds token ``i`` of (prompt + generated) at position ``i``, so the kernel's
@@ -138,24 +176,44 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
     (``lessonkit.native.load(debug=True)``, called directly through cffi, so that a debugger
     attached to this process stops in exactly that library); ``src_dir`` a copy of native/
     (with ``debug`` as given; ``verify`` as in ``lessonkit.native.load``, "crashes" for a copy broken
-    on purpose); ``trace=True`` the traced build, keeping one Trace per call."""
+    on purpose); ``trace=True`` the traced build, keeping one Trace per call, with
+    the fields ``trace_fields`` (default all; e.g. ``("s", "M", "S")`` for a long generation).
+    At most MAX_STEPS steps; with trace=True at most TRACE_BYTES of traces (``trace_bytes``)."""
     n_tokens = check.integer("n_tokens", n_tokens, minimum=1)
-    prompt = [int(t) for t in prompt]
+    check.at_most("n_tokens", n_tokens, MAX_STEPS, "steps of one toy generation")
+    if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
+        raise TypeError(f"prompt must be a list of token ids; got {type(prompt).__name__}")
+    check.at_most("len(prompt)", len(prompt), MAX_STEPS - n_tokens + 1, "steps of one toy generation: "
+                  f"len(prompt) + n_tokens - 1 <= {MAX_STEPS}")
+    prompt = [check.integer("a prompt id", t, minimum=0) for t in prompt]
     config = config or ToyConfig()
+    if not isinstance(config, ToyConfig):
+        raise TypeError(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}")
     if not prompt or not all(0 <= t < config.vocab for t in prompt):
         raise ValueError(f"prompt must be a non-empty list of ids in [0, {config.vocab})")
+    for name, flag in (("debug", debug), ("trace", trace), ("verbose", verbose)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False; got {check.short(flag)}")
     if trace and (debug or src_dir is not None):
         raise ValueError("trace=True runs the traced build of native/; leave debug and src_dir unset")
+    if trace_fields is not None and not trace:
+        raise ValueError("trace_fields chooses what trace=True records: pass trace=True too")
     model = ToyModel(config)
     traces = [] if trace else None
     if trace:
+        fields = FIELDS if trace_fields is None else tuple(trace_fields)
+        n_steps = len(prompt) + n_tokens - 1
+        check.memory(f"the traces of {n_steps} steps ({', '.join(fields)})", trace_bytes(n_steps, config, fields),
+                     TRACE_BYTES, "generate fewer tokens, or keep fewer fields, e.g. trace_fields=('s', 'M', 'S')")
+
         def kernel(q, cache, kv_head, scale):
-            out, tr = attend(q, cache, kv_head, scale=scale, trace=True)
-            traces.append(tr)
+            out = np.empty(cache.head_dim, np.float32)
+            traces.append(run_traced(out, q, cache, kv_head, scale, fields=fields))
             return out
         kind = "traced"
     elif debug or src_dir is not None:
-        kernel = _direct_kernel(*native.load(debug=debug, src_dir=src_dir, verify=verify))
+        ffi, lib = native.load(debug=debug, src_dir=src_dir, verify=verify)
+        kernel = _direct_kernel(*check.library(ffi, lib, ("flash_attn_single_q_q8_neon",)))
         kind = "copy" if src_dir is not None else "debug"
     else:
         def kernel(q, cache, kv_head, scale):

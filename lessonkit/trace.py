@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import native
+from . import validate as check
 
 
 @dataclass
 class Trace:
     """What the compiled kernel computed in one call, token by token."""
+    # run_traced(fields=...) may leave a field out: it is None then
     q_codes: np.ndarray   # int8 [hd]: Q after segment 1
     q_scales: np.ndarray  # float32 [hd/32]: one scale per 32-value block of Q
     dots: np.ndarray      # int32 [seq_len, hd/32]: the integer block dots of segment 2
@@ -38,30 +39,59 @@ class Trace:
 
     @property
     def seq_len(self) -> int:
-        return self.s.shape[0]
+        for a in (self.s, self.M, self.S, self.ms, self.k_rows, self.v_rows, self.dots, self.vkq):
+            if a is not None:
+                return a.shape[0]
+        raise ValueError("this trace recorded no per-token field")
 
 
-def run_traced(out: np.ndarray, q: np.ndarray, cache, kv_head: int, scale: float,
-               ffi=None, lib=None) -> Trace:
-    """Call the traced kernel, writing the output into ``out``; arguments already checked.
-    ``ffi, lib``: another build's library (lesson 06 traces an edited copy), default the workbook's."""
-    if lib is None:
-        ffi, lib = native.load()
+FIELDS = ("q_codes", "q_scales", "dots", "k_rows", "v_rows", "s", "M", "S", "ms", "vkq")
+_CTYPES = {"q_codes": "int8_t[]", "q_scales": "float[]", "dots": "int32_t[]", "k_rows": "uint64_t[]",
+           "v_rows": "uint64_t[]", "s": "float[]", "M": "float[]", "S": "float[]", "ms": "float[]",
+           "vkq": "float[]"}
+TRACED_FUNCTIONS = ("flash_attn_single_q_q8_neon_traced", "fa_trace_set")
+
+
+def run_traced(out: np.ndarray, q: np.ndarray, cache, kv_head: int, scale: float | None = None,
+               ffi=None, lib=None, fields=None) -> Trace:
+    """Call the traced kernel on query ``q`` (float32 ``[head_dim]``) over kv head ``kv_head`` of
+    ``cache``, writing the output into ``out`` (float32 ``[head_dim]``, writable); every argument
+    is checked first. ``ffi, lib``: another build's library (lesson 06 traces an edited copy),
+    default the workbook's. ``fields``: the Trace fields to record (default all of ``FIELDS``);
+    the others stay None and the kernel is handed NULL for them. ``vkq`` alone is
+    ``seq_len x head_dim`` floats: leave it out when only the scores or M and S are needed."""
+    from .cache import KVCacheQ8  # here: lessonkit.cache imports lessonkit.quant, which is light
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    hd = cache.head_dim
+    q = check.float32_array("q", q, (hd,))
+    out = check.float32_array("out", out, (hd,), writable=True)
+    kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
+    scale = check.scale(scale, hd)
+    if cache.seq_len == 0:
+        raise ValueError("the cache is empty: append at least one token before attending")
+    if fields is None:
+        fields = FIELDS
+    elif isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+        raise TypeError(f"fields must be a tuple of Trace field names, e.g. ('s', 'M', 'S'); got {check.short(fields)}")
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"fields {unknown} are not Trace fields; choose from {', '.join(FIELDS)}")
+    ffi, lib = check.library(ffi, lib, TRACED_FUNCTIONS)
     args = cache.kernel_args(kv_head, ffi)  # first: the trace is sized for the tokens the call reads
-    T, hd = args[4], cache.head_dim
+    T = args[4]  # (another thread may append meanwhile; this call reads only these T tokens)
     nblk = hd // 32
-    tr = Trace(q_codes=np.zeros(hd, np.int8), q_scales=np.zeros(nblk, np.float32),
-               dots=np.zeros((T, nblk), np.int32), k_rows=np.zeros(T, np.uint64),
-               v_rows=np.zeros(T, np.uint64), s=np.zeros(T, np.float32),
-               M=np.zeros(T, np.float32), S=np.zeros(T, np.float32),
-               ms=np.full(T, np.nan, np.float32), vkq=np.zeros((T, hd), np.float32))
-    c = ffi.new("fa_trace *")
+    shapes = {"q_codes": ((hd,), np.int8), "q_scales": ((nblk,), np.float32), "dots": ((T, nblk), np.int32),
+              "k_rows": ((T,), np.uint64), "v_rows": ((T,), np.uint64), "s": ((T,), np.float32),
+              "M": ((T,), np.float32), "S": ((T,), np.float32), "ms": ((T,), np.float32),
+              "vkq": ((T, hd), np.float32)}
+    arrays = {f: (np.full(shapes[f][0], np.nan, shapes[f][1]) if f == "ms" else np.zeros(*shapes[f]))
+              if f in fields else None for f in FIELDS}
+    tr = Trace(**arrays)
+    c = ffi.new("fa_trace *")  # every pointer starts NULL: the kernel skips what is not recorded
     keep = []  # the buffers must outlive the call
-    for field, ctype in (("q_codes", "int8_t[]"), ("q_scales", "float[]"), ("dots", "int32_t[]"),
-                         ("k_rows", "uint64_t[]"), ("v_rows", "uint64_t[]"),
-                         ("s", "float[]"), ("M", "float[]"), ("S", "float[]"), ("ms", "float[]"),
-                         ("vkq", "float[]")):
-        buf = ffi.from_buffer(ctype, getattr(tr, field), require_writable=True)
+    for field in fields:
+        buf = ffi.from_buffer(_CTYPES[field], getattr(tr, field), require_writable=True)
         keep.append(buf)
         setattr(c, field, buf)
     lib.fa_trace_set(c)

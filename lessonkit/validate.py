@@ -2,12 +2,15 @@
 names the argument, never a crash of the Jupyter kernel. Shared by every entry point."""
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 
 QBLOCK = 32       # Q is quantized in 32-value blocks
 HEAD_DIM_MAX = 256  # the kernel's fixed Q buffers
+C_INT_MAX = 2**31 - 1  # the C functions take their counts and sizes as int
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger values become inf when cffi hands them to C
 
 
 def head_dim(value) -> int:
@@ -18,43 +21,221 @@ def head_dim(value) -> int:
     return value
 
 
+def _scalar(value):
+    """A 0-d numpy array as its numpy scalar (np.array(3) is no numbers.Integral); others unchanged."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value[()]
+    return value
+
+
 def integer(name: str, value, minimum: int | None = None, below: int | None = None) -> int:
-    """An int (a numpy integer too, a bool not) within [minimum, below)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+    """An int (a numpy integer or a 0-d integer array too, a bool not) within [minimum, below)."""
+    value = _scalar(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int; got {type(value).__name__} {short(value)}")
     value = int(value)
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {value}")
+        raise ValueError(f"{name} must be at least {minimum}; got {short(value)}")
     if below is not None and value >= below:
-        raise ValueError(f"{name} must be below {below}; got {value}")
+        raise ValueError(f"{name} must be below {below}; got {short(value)}")
     return value
 
 
-def finite_float(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not np.isfinite(value):
+def c_int(name: str, value, minimum: int = 0, below: int | None = None) -> int:
+    """An integer that a C function takes as ``int``: also below 2**31."""
+    limit = C_INT_MAX + 1 if below is None else min(below, C_INT_MAX + 1)
+    return integer(name, value, minimum=minimum, below=limit)
+
+
+def finite_float(name: str, value, minimum: float | None = None, maximum: float | None = None) -> float:
+    """A finite real number (a numpy scalar or 0-d array too, a bool not), within [minimum, maximum]."""
+    value = _scalar(value)
+    if isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be one number; got an array of shape {list(value.shape)} "
+                        f"(pick one element, e.g. float({name}[0]))")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {short(value)}")
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond float's range, e.g. 10**400
+        raise ValueError(f"{name} must be finite; got {short(value)}, beyond the range of a float") from None
+    if not math.isfinite(value):
         raise ValueError(f"{name} must be finite; got {value}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum:g}; got {value:g}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum:g}; got {value:g}")
     return value
 
 
-def float32_array(name: str, a, shape: tuple) -> np.ndarray:
-    """A C-contiguous, finite float32 numpy array of the given shape (None: any length there)."""
+def scale(value, head_dim: int | None = None, name: str = "scale") -> float:
+    """The kernel's ``float scale``: None gives 1/sqrt(head_dim); else a finite real number that
+    float32 can hold. A Python float such as 1e39 is finite, but cffi converts it to the C float
+    inf, and every score becomes inf or NaN; so |scale| must be at most float32's largest value
+    (about 3.4e38). Every entry point that takes ``scale`` checks it here."""
+    if value is None:
+        if head_dim is None:
+            raise TypeError(f"{name} must be a real number; got None")
+        return 1.0 / math.sqrt(head_dim)
+    value = finite_float(name, value)
+    if abs(value) > FLOAT32_MAX:
+        raise ValueError(f"{name} must be at most {FLOAT32_MAX:.7g} in magnitude (the largest float32: the "
+                         f"kernel takes a C float, in which {value:g} is inf); got {value:g}")
+    return value
+
+
+# ----------------------------------------------------------------------------- arrays
+
+def base_array(name: str, a) -> np.ndarray:
+    """``a`` as a plain numpy ndarray (the same memory, never a copy).
+
+    A masked array is refused: C reads every entry, masked or not, so a masked NaN would reach the
+    kernel as if it were data. Other subclasses (np.memmap, np.matrix, ...) are viewed as the base
+    class, so that their shape, dtype and flags are the ones of the memory C reads, whatever the
+    subclass overrides; the checks that follow look at that view."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a numpy array; got {type(a).__name__}")
-    if a.dtype != np.float32:
-        raise TypeError(f"{name} must have dtype float32; got {a.dtype} "
-                        f"(convert with {name}.astype(np.float32))")
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array: the kernel has no mask and would read the masked entries "
+                        f"as data; pass {name}.filled(value) (e.g. {name}.filled(0)) or drop the masked rows")
+    if type(a) is not np.ndarray:
+        a = np.ndarray.view(a, np.ndarray)  # the base class's view: no subclass method runs on it
+    return a
+
+
+def _shape(name: str, a: np.ndarray, shape: tuple) -> None:
     if a.ndim != len(shape) or any(want is not None and got != want
                                    for got, want in zip(a.shape, shape)):
         want = "[" + ", ".join("n" if s is None else str(s) for s in shape) + "]"
         raise ValueError(f"{name} must have shape {want}; got {list(a.shape)}")
+
+
+def _layout(name: str, a: np.ndarray, writable: bool) -> None:
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (a slice or transpose is not); "
                          f"pass np.ascontiguousarray({name})")
-    if not np.isfinite(a).all():
+    if not a.flags.aligned:
+        raise ValueError(f"{name} is not aligned to its {a.itemsize}-byte elements (a view into a byte buffer "
+                         f"at an odd offset); pass {name}.copy()")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{name} must be writable (the function writes its result there); "
+                         f"pass a new array, e.g. np.empty({list(a.shape)}, np.{a.dtype.name})")
+
+
+def _dtype(name: str, a: np.ndarray, dtype) -> None:
+    want = np.dtype(dtype)
+    if a.dtype != want:  # a byte-swapped float32 ('>f4') differs too: C reads native order
+        raise TypeError(f"{name} must have dtype {want.name}; got {a.dtype.str if a.dtype.name == want.name else a.dtype} "
+                        f"(convert with {name}.astype(np.{want.name}))")
+
+
+def float32_array(name: str, a, shape: tuple, writable: bool = False, finite: bool = True) -> np.ndarray:
+    """A C-contiguous, aligned, finite float32 numpy array of the given shape (None: any length
+    there), as a plain ndarray (see ``base_array``). ``writable``: C writes into it (then its
+    values are not checked)."""
+    a = base_array(name, a)
+    _dtype(name, a, np.float32)
+    _shape(name, a, shape)
+    _layout(name, a, writable)
+    if finite and not writable and not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))[0]
         raise ValueError(f"{name} holds NaN or Inf (first at index {tuple(int(i) for i in bad)}); "
                          "the kernel needs finite values")
     return a
+
+
+def float32_like(name: str, a, shape: tuple) -> np.ndarray:
+    """Like ``float32_array``, for helpers that have always converted their input: a list or an
+    array of another real dtype becomes a C-contiguous float32 copy first (a masked array is still
+    refused, and values beyond float32's range become inf, which the finiteness check reports)."""
+    if isinstance(a, np.ma.MaskedArray):
+        base_array(name, a)  # raises, with the message about .filled
+    if not isinstance(a, np.ndarray):
+        if isinstance(a, (str, bytes)) or not hasattr(a, "__len__"):
+            raise TypeError(f"{name} must be a numpy array or a list of numbers; got {type(a).__name__}")
+        try:
+            a = np.asarray(a)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{name} must be a numpy array or a list of numbers: {e}") from None
+    a = base_array(name, a)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers; got dtype {a.dtype}")
+    if a.dtype != np.float32 or not (a.flags.c_contiguous and a.flags.aligned):
+        _shape(name, a, shape)  # before the copy: no copy of an array of the wrong size
+        with np.errstate(over="ignore"):
+            a = np.ascontiguousarray(a, np.float32)
+    return float32_array(name, a, shape)
+
+
+def int8_array(name: str, a, shape: tuple, writable: bool = False) -> np.ndarray:
+    """A C-contiguous int8 numpy array of the given shape, as a plain ndarray; ``writable``: C
+    writes into it."""
+    a = base_array(name, a)
+    _dtype(name, a, np.int8)
+    _shape(name, a, shape)
+    _layout(name, a, writable)
+    return a
+
+
+# ----------------------------------------------------------------------------- sizes and libraries
+
+def at_most(name: str, value: int, cap: int, why: str) -> int:
+    """Refuse a count above a documented cap, naming the cap and why it is there."""
+    if value > cap:
+        raise ValueError(f"{name} = {short(value)} is above the cap of {cap} ({why}); use at most {cap}")
+    return value
+
+
+def memory(what: str, nbytes: int, cap: int, fix: str = "ask for less") -> int:
+    """Refuse what would allocate more than ``cap`` bytes, before allocating it; ``fix`` says how."""
+    if nbytes > cap:
+        raise ValueError(f"{what} would need {nbytes / 2**20:,.0f} MiB, above the cap of {cap / 2**20:,.0f} MiB "
+                         f"that keeps the notebook's process alive; {fix}")
+    return nbytes
+
+
+def library(ffi, lib, functions: tuple[str, ...]):
+    """``(ffi, lib)`` to call ``functions`` in: both None gives the workbook's own build; else
+    ``lib`` must come from ``lessonkit.native.load(...)`` (e.g. an edited copy of native/), and each
+    function must have the C signature the workbook's header gives it: a changed signature would
+    make Python hand the wrong arguments to C."""
+    from . import native
+    if ffi is None and lib is None:
+        return native.load()
+    if ffi is None or lib is None:
+        raise TypeError("pass both ffi and lib (ffi, lib = lessonkit.native.load(...)), or neither")
+    import cffi
+    if not isinstance(ffi, cffi.FFI):
+        raise TypeError(f"ffi must be the cffi.FFI of lessonkit.native.load(); got {type(ffi).__name__}")
+    done = _checked_functions.get(id(lib))
+    if done is not None and done[0] is lib and done[1] is ffi and set(functions) <= done[2]:
+        return ffi, lib  # checked before: a cache appending many chunks pays this once
+    own_ffi, own_lib = native.load()
+    for fn in functions:
+        try:
+            theirs = ffi.getctype(ffi.typeof(getattr(lib, fn)))
+        except (AttributeError, TypeError, cffi.FFIError) as e:
+            raise TypeError(f"lib has no C function {fn} (lib must come from lessonkit.native.load(...)): "
+                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        ours = own_ffi.getctype(own_ffi.typeof(getattr(own_lib, fn)))
+        if theirs != ours:
+            raise TypeError(f"lib's {fn} has the C type {theirs}, not the workbook's {ours}: "
+                            "an edited header changed its signature; restore it in the copy")
+    # the entry holds lib and ffi themselves, so that their id cannot be reused by another object
+    _checked_functions[id(lib)] = (lib, ffi, set(functions) | (done[2] if done and done[0] is lib else set()))
+    return ffi, lib
+
+
+_checked_functions: dict[int, tuple] = {}
+
+
+def short(value, limit: int = 60) -> str:
+    """A repr for messages that never fails and never grows: a huge int (whose str() Python refuses
+    beyond 4300 digits) is shown by its number of bits, a long repr is cut."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)).bit_length() > 64:
+        return f"<an int of {abs(int(value)).bit_length()} bits>"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real message
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 5] + " ...>"
