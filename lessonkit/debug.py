@@ -352,8 +352,8 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
     if use_gdb is False:
         return from_trace("gdb not requested")
     if gdb is None:
-        why = ("gdb is not installed (Debian/Ubuntu: sudo apt install gdb; macOS: brew install gdb, "
-               "or do tier A by hand with lldb)")
+        why = ("gdb is not installed (Debian/Ubuntu: sudo apt install gdb; on an Apple Silicon Mac gdb does "
+               "not run: do tier A by hand with lldb, from Xcode's command line tools)")
         if use_gdb:
             raise RuntimeError(why)
         return from_trace(why)

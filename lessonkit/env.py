@@ -277,7 +277,10 @@ def check_setup() -> list[Check]:
         checks.append(Check("SIMDe headers", inc is not None,
                             "found" if inc else "missing", "every lesson (NEON off ARM)",
                             "pip install cmeel-simde  (or conda install -c conda-forge simde)"))
-    tools = [("gdb", ["gdb", "--version"], "lesson 06 (debugger exercise)", f"{inst} gdb"),
+    # Homebrew's gdb does not run on Apple Silicon; lldb (Xcode's command line tools) debugs there
+    gdb_install = ("gdb does not run on Apple Silicon: do lesson 06 by hand with lldb (xcode-select --install)"
+                   if sys.platform == "darwin" else f"{inst} gdb")
+    tools = [("gdb", ["gdb", "--version"], "lesson 06 (debugger exercise)", gdb_install),
              ("valgrind", ["valgrind", "--version"], "lesson 05 (cache simulation)",
               "sudo apt install valgrind  (not available on macOS: lesson 05 shows saved results)"),
              ("aarch64 cross compiler", ["aarch64-linux-gnu-gcc", "--version"],
