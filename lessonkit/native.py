@@ -507,7 +507,11 @@ def first_errors(text: str, keep: int = MAX_ERRORS_SHOWN) -> str:
 def _show_warnings(text: str) -> None:
     """Compiler warnings of a library that did build: an uninitialized variable is what a student
     needs to see. Shown at the first warning's file and line, once per process and library."""
-    diags = [d for d in _diagnostics(text) if d[0] == "warning"]
+    diags, seen = [], set()
+    for d in _diagnostics(text):
+        if d[0] == "warning" and d[1] not in seen:  # once: the traced build compiles the kernel again
+            seen.add(d[1])
+            diags.append(d)
     if not diags:
         return
     where = _DIAG.match(diags[0][1]).group("where").split(":")
@@ -709,9 +713,10 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
         if record.get("warnings"):
             _show_warnings(record["warnings"])
         if record.get("failures"):
-            warnings.warn(BuildWarning(f"loaded with verify={verify!r}: this build computes wrong "
-                                       f"results (as you meant it to?):\n{_failure_lines(record['failures'])}"),
-                          stacklevel=2)
+            # named after the call, not the caller's file: a notebook's cell has a temporary path
+            warnings.warn_explicit(BuildWarning(f"loaded with verify={verify!r}: this build computes wrong "
+                                                f"results (as you meant it to?):\n{_failure_lines(record['failures'])}"),
+                                   BuildWarning, "lessonkit.native.load", 0)
     ffi, lib = _libs[path]
     _current[slot] = (fp, ffi, lib, path)
     return ffi, lib
