@@ -252,7 +252,7 @@ def main() -> int:
     request = json.loads(sys.stdin.read())
     ffi = cffi.FFI()
     ffi.cdef("\n".join(l for l in request["header"].splitlines() if not l.lstrip().startswith("#")))
-    step(f"dlopen of the new library")
+    step("dlopen of the new library")
     lib = ffi.dlopen(request["library"])
     failures: list[str] = []
     rng = np.random.default_rng(20240902)

@@ -8,20 +8,17 @@ from __future__ import annotations
 import copy
 import functools
 import pickle
-import subprocess
 import sys
-import textwrap
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import lessonkit as lk
 from lessonkit import cache as cache_mod
+from childproc import assert_clean, run_python
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def tokens(seed, n, nkv, hd):
@@ -60,12 +57,7 @@ def same_as_fresh(c, K, V, q):
 def run_child(code: str, timeout: float = 120) -> str:
     """Run a Python script in a new process (this checkout's lessonkit); fail on any exit code but 0
     (a segfault is -11), with its output."""
-    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONFAULTHANDLER": "1",
-           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"exit code {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
+    return assert_clean(run_python(code, timeout))
 
 
 # ============================================================================ 1. read-only shape

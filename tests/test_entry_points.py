@@ -8,15 +8,11 @@ cases and reports, per case, the exception (type and message) or the repr of the
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-import subprocess
-import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +21,9 @@ import lessonkit as lk
 from lessonkit import beyond, bench, debug, env, precision, qquant, rescales, streaming, timing, toy, trace
 from lessonkit import validate as check
 
+from childproc import assert_clean, run_python
 from conftest import make_case
 
-REPO = Path(__file__).resolve().parent.parent
 
 # ============================================================================ the child runner
 
@@ -87,10 +83,7 @@ print(json.dumps(results))
 
 def run_child(cases: dict, timeout: float = 120.0) -> dict:
     """Run the cases {name: (expression, ...)} in one child Python; return {name: [kind, text]}."""
-    env_vars = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-                    OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", SETUP], input=json.dumps([(n, c[0]) for n, c in cases.items()]),
-                          capture_output=True, text=True, timeout=timeout, env=env_vars, cwd=REPO)
+    proc = run_python(SETUP, timeout, input=json.dumps([(n, c[0]) for n, c in cases.items()]))
     last = [l for l in proc.stderr.splitlines() if l.startswith("case ")][-1:]
     assert proc.returncode == 0, (f"the child died with code {proc.returncode} (negative: killed by that signal, "
                                   f"-11 is a segfault) during {last}:\n{proc.stderr[-3000:]}")
@@ -564,10 +557,7 @@ def test_pool_shut_down_at_exit():
         alive = [t.name for t in threading.enumerate() if t.name.startswith("lessonkit-split")]
         print(json.dumps([started, len(beyond._pool_now), alive]))
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert proc.returncode == 0, proc.stderr
-    started, left, alive = json.loads(proc.stdout.splitlines()[-1])
+    started, left, alive = json.loads(assert_clean(run_python(code, 60)).splitlines()[-1])
     assert started == (1 if beyond.POOL_WORKERS else 0) and left == 0 and alive == []
 
 
