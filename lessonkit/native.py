@@ -43,6 +43,8 @@ from pathlib import Path
 
 import cffi
 
+from . import validate as check
+
 REPO_DIR = Path(__file__).resolve().parent.parent
 NATIVE_DIR = REPO_DIR / "native"
 HEADER = "flash_attn_q8.h"
@@ -182,9 +184,7 @@ def check_defines(defines: dict | None) -> dict:
             known = ", ".join(f"{n} ({lo}..{hi})" for n, (lo, hi) in DEFINES.items())
             raise ValueError(f"unknown build define {name!r}; the tunables of native/ are {known}")
         lo, hi = DEFINES[name]
-        if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
-            raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
-        value = int(value.__index__())
+        value = check.integer(name, value)  # a -D value goes into C source text: an int, nothing else
         if not lo <= value <= hi:
             raise ValueError(f"{name} must be between {lo} and {hi}; got {value}")
         checked[name] = value
@@ -287,6 +287,11 @@ def build(debug: bool = False, dotprod: bool | None = None, defines: dict | None
     Raises BuildError with the compiler's first errors when the sources do not compile, and
     KernelCheckError when the new library crashes, hangs or computes wrong results in its check
     (see ``verify`` of ``load``)."""
+    return _build(debug, dotprod, defines, src_dir, build_dir, verify)[0]
+
+
+def _build(debug, dotprod, defines, src_dir, build_dir, verify) -> tuple[Path, dict]:
+    """build(), also returning the library's record (what load() needs to load it)."""
     if verify not in VERIFY_LEVELS:
         raise ValueError(f"verify must be one of {', '.join(map(repr, VERIFY_LEVELS))}; got {verify!r}")
     flags = compile_flags(debug, dotprod, defines)
@@ -331,7 +336,10 @@ def _c_files(folder: Path, sources: dict[str, bytes]) -> list[Path]:
     return [folder / name for name in sorted(sources) if name.endswith(".c")]
 
 
-def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> Path:
+def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tuple[Path, dict]:
+    """The checked library of these flags and the current sources, built if needed, and its record:
+    the SHA-256 it passed its check with, the header it was compiled with, the compiler's
+    warnings, the check's level and failures."""
     src_dir = _native_dir(src_dir)
     build_dir = Path(build_dir).resolve() if build_dir else build_dir_for(src_dir)
     cc = compiler()
@@ -342,23 +350,25 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> Pa
 
     record = _read_record(out)
     if record is not None and _level_ok(record, verify):
-        return out
+        return out, record
     if record is not None:  # built and intact, but checked less than now asked: check it again
         result = _smoke(out, header, verify)
-        _write_record(out, {**record, **result})
-        _judge(result, verify, out)
-        return out
+        record = {**record, **result}
+        _write_record(out, record)
+        _judge(result, verify)
+        return out, record
 
     with _workspace(build_dir) as work:
         tmp_src = _write_copy(work, src_dir.name, sources)
         tmp_lib = work / "lib.so"
         messages = _run_compiler(cc, flags, tmp_src, _c_files(tmp_src, sources), tmp_lib, src_dir)
         result = _smoke(tmp_lib, header, verify)
-        _judge(result, verify, None)  # raises before anything is published
+        _judge(result, verify)  # raises before anything is published
         _publish(tmp_lib, out)
-        _write_record(out, {"sha256": _sha256(out), "warnings": messages, "header": header, **result})
+        record = {"sha256": _sha256(out), "warnings": messages, "header": header, **result}
+        _write_record(out, record)
     _prune(build_dir, stem)
-    return out
+    return out, record
 
 
 class _workspace:
@@ -612,7 +622,7 @@ def _last_step(stderr) -> str:
     return steps[-1] if steps else ""
 
 
-def _judge(result: dict, verify: str, lib: Path | None) -> None:
+def _judge(result: dict, verify: str) -> None:
     """Raise KernelCheckError for a crash or hang (always) and for wrong results (verify="results").
     Wrong results allowed by verify="crashes" are shown by load() as a warning."""
     keep = ("Nothing new was loaded; what was loaded before keeps working. Fix the edit and run the "
@@ -695,12 +705,8 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
     cur = _current.get(slot)
     if cur is not None and cur[0] == fp:
         return cur[1], cur[2]
-    path = build(debug=debug, dotprod=dotprod, defines=defines, src_dir=src_dir, verify=verify)
+    path, record = _build(debug, dotprod, defines, src_dir, None, verify)
     if path not in _libs:
-        record = _read_record(path)
-        if record is None or "header" not in record:
-            raise BuildError(f"The library {path.name} changed on disk while it was being loaded; run "
-                             "the cell again.")
         ffi = _ffi_for(record["header"])  # the declarations it was compiled with
         try:
             _libs[path] = (ffi, ffi.dlopen(str(path)))
