@@ -46,6 +46,13 @@ def expect_refused(**load_args):
     else:
         raise SystemExit(f"a build that should be refused was loaded ({load_args})")
 
+def load_warned(**load_args):
+    # load() with every warning it gives recorded: (ffi, lib, [warnings])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ffi, lib = native.load(src_dir=src, **load_args)
+    return ffi, lib, caught
+
 ffi0, lib0 = native.load(src_dir=src)
 before = call(ffi0, lib0)
 state = {"unsaved": [1, 2, 3]}   # the student's work, which must survive
@@ -112,9 +119,7 @@ expect_refused(debug=True)
 def test_a_kernel_broken_on_purpose_loads_with_an_explicit_opt_in(run_case):
     out = run_case("""
 edit("scale *= 2.0f;")
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    ffi1, lib1 = native.load(src_dir=src, verify="crashes")
+ffi1, lib1, caught = load_warned(verify="crashes")
 assert any("computes wrong results" in str(w.message) for w in caught), [str(w.message) for w in caught]
 assert not np.allclose(call(ffi1, lib1), before)      # it really is the broken kernel
 # the opt-in still catches crashes
@@ -140,9 +145,7 @@ expect_refused()
 def test_compiler_warnings_of_a_build_that_succeeds_are_shown(run_case):
     out = run_case("""
 edit("float never_set; if (seq_len < 0) scale += never_set;")
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    ffi1, lib1 = native.load(src_dir=src)
+ffi1, lib1, caught = load_warned()
 msgs = [str(w.message) for w in caught if issubclass(w.category, native.BuildWarning)]
 assert msgs and "never_set" in msgs[0], msgs
 assert caught[0].filename == "native/flash_attn_q8_neon.c", caught[0].filename
