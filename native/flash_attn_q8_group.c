@@ -3,7 +3,7 @@
  *
  * Under grouped-query attention several query heads share one kv head (Qwen3-8B: 32 query heads
  * over 8 kv heads, G = 4 per group). The original engine, like the article's kernel, runs one call
- * per query head, so each of the G calls reads the same K and V rows again (GUIDE section 2):
+ * per query head, so each of the G calls reads the same K and V rows again (see docs/references.md):
  * "for each head: for each token". Here the two loops are interchanged, "for each token: for each
  * head": one walk over the tokens serves all G query heads, so each K row, V row and scale comes
  * from memory once, and heads 1 .. G-1 find it in the L1 cache. Every query head keeps its own Q

@@ -7,7 +7,7 @@
  *     M = max(M1, M2),  S = S1 e^(M1 - M) + S2 e^(M2 - M),  VKQ = VKQ1 e^(M1 - M) + VKQ2 e^(M2 - M),
  * and the output is VKQ / S. So one long sequence can be cut into chunks scanned in parallel
  * (lessonkit.attend_split runs them on threads and merges with lessonkit.streaming.merge).
- * The original engine has no such split (GUIDE section 2).
+ * The original engine has no such split (docs/references.md).
  *
  * Arguments: those of flash_attn_single_q_q8_neon, except
  *   vkq_out [hd], m_out, s_out   the state written (no attn_out);

@@ -1,5 +1,5 @@
 /* flash_attn_single_q_q8_scalar: the kernel's math in plain C, one statement per step of
- * GUIDE section 2, no intrinsics. It is the reference the NEON kernel is checked against,
+ * the article's section 2 (and docs/references.md), no intrinsics. It is the reference the NEON kernel is checked against,
  * so it is written for clarity, not speed: integer dots in int32, everything else in float,
  * in the same order of operations as the NEON kernel. */
 #include <math.h>

@@ -32,7 +32,7 @@ def test_trace_agrees_with_replay(seq_len, n_kv, hd, bs):
     np.testing.assert_array_equal(tr.M, np.maximum.accumulate(np.maximum(tr.s, np.float32(-1e9))))
     assert (np.diff(tr.M) >= 0).all()
     # S and the rescale events agree with a float64 replay of the same scores
-    replay = softmax.online(tr.s.astype(np.float64))  # GUIDE section 2's update, in float64
+    replay = softmax.online(tr.s.astype(np.float64))  # the kernel's online update (article section 2), in float64
     np.testing.assert_array_equal(tr.rescaled, replay.rescaled)
     np.testing.assert_allclose(tr.S, replay.S, rtol=1e-5)
     assert tr.rescaled[0] and tr.ms[0] == 0.0  # the first token always replaces M = -1e9

@@ -1,0 +1,46 @@
+"""What students read cites only what they have: no reference to the developers' notes ("GUIDE")
+anywhere in the repository, and nbval's markers as cell tags, not as lines in the student's view."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SKIP_DIRS = {".git", ".venv", ".build", "__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
+FORBIDDEN = "GUIDE"  # the developers' notes, which students never see
+
+
+def _files():
+    for path in REPO.rglob("*"):
+        if path.is_file() and not SKIP_DIRS & set(path.relative_to(REPO).parts) and path.suffix != ".pyc":
+            yield path
+
+
+def test_no_citation_of_the_developers_notes():
+    hits = []
+    for path in _files():
+        if path.resolve() == Path(__file__).resolve():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        hits += [f"{path.relative_to(REPO)}:{n}" for n, line in enumerate(text.splitlines(), 1) if FORBIDDEN in line]
+    assert not hits, f"cite the primary source (docs/references.md) instead: {hits}"
+
+
+def test_no_code_cell_shows_an_nbval_marker():
+    shown = []
+    for path in sorted((REPO / "notebooks").rglob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            lines = "".join(cell["source"]).splitlines() if cell["cell_type"] == "code" else []
+            if any(line.strip().startswith("# NBVAL") for line in lines):
+                shown.append(f"{path.name} cell {i}")
+    assert not shown, f"use the cell tags nbval-check-output etc. instead: {shown}"
+
+
+def test_lessons_link_the_references_that_exist():
+    refs = REPO / "docs" / "references.md"
+    assert refs.is_file()
+    linked = [p.name for p in (REPO / "notebooks").glob("*.ipynb") if "../docs/references.md" in p.read_text()]
+    assert linked, "no lesson links docs/references.md"
