@@ -5,7 +5,7 @@
  * The "== segment N ==" comments mark the article's four segments; lessonkit.source finds the
  * lessons' line ranges through them, so keep them when you edit.
  *
- * The SIMD helpers it calls (i8x16_dot_s32, vkq_add_i8x16, q_code, prefetch_token) are in q8_simd.h;
+ * The SIMD helpers it calls (i8x16_dot_s32, vkq_add_i8x16, q_code) are in q8_simd.h;
  * on x86 that header also turns expf into an inline version (libm's is a function call there).
  *
  * Compile lines (lessonkit.native.build() runs the right one for your machine):
@@ -24,14 +24,6 @@
 #define TRACE_RESCALE(t, ms)
 #define TRACE_K_ROW(t, kt)
 #define TRACE_TOKEN(t, vt, s, M, S, VKQ, hd)
-#endif
-
-/* Tokens scored together before the online softmax folds them in one by one. Every token still
- * goes through exactly the article's update, in order; scoring a few ahead only gives the CPU
- * independent work (the dot products of different tokens do not wait for each other), where
- * one token at a time makes it wait for each score, then each exp, then each weight. */
-#ifndef FA_TILE
-#define FA_TILE 8
 #endif
 
 void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict q,
@@ -61,56 +53,45 @@ void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict
     float VKQ[HD_MAX];         /* running sum of exp(s - M) * V, not yet divided by S */
     for (int i = 0; i < hd; i += 4) vst1q_f32(VKQ + i, vdupq_n_f32(0.0f));
 
-    float st[FA_TILE]; /* the scores of FA_TILE tokens, scored before the softmax folds them in */
-    for (int t0 = 0; t0 < seq_len; t0 += FA_TILE) {
-        const int t1 = t0 + FA_TILE < seq_len ? t0 + FA_TILE : seq_len;
-
-        /* == segment 2: score tokens t0 .. t1-1 == */
-        for (int t = t0; t < t1; t++) {
-            if (FA_PREFETCH > 0 && t + FA_PREFETCH < seq_len)
-                prefetch_token(k_cache_q8, v_cache_q8, t + FA_PREFETCH, kv_bs, kv_dim, kh_off, hd);
-            const int8_t *kt = k_cache_q8[t / kv_bs] + (size_t)(t % kv_bs) * kv_dim + kh_off;
-            float ks = kscale[(size_t)t * nkv] * KVQ_INV;
-            float s = 0.0f;
-            for (int b = 0; b < nblk; b++) {
-                /* the integer dot is the skeleton; the block's float scale is restored right after */
-                int32x4_t acc = vdupq_n_s32(0);
-                acc = i8x16_dot_s32(acc, vld1q_s8(qi + b * QBLK), vld1q_s8(kt + b * QBLK));
-                acc = i8x16_dot_s32(acc, vld1q_s8(qi + b * QBLK + 16), vld1q_s8(kt + b * QBLK + 16));
-                int32_t dot32 = vaddvq_s32(acc);
-                TRACE_DOT(t, b, dot32);
-                s += (float)dot32 * qsc[b];
-            }
-            s = s * ks * scale;
-            st[t - t0] = s;
-            TRACE_K_ROW(t, kt);
+    for (int t = 0; t < seq_len; t++) { /* one pass over the tokens: each K and V row is read once */
+        /* == segment 2: score token t == */
+        const int8_t *kt = k_cache_q8[t / kv_bs] + (size_t)(t % kv_bs) * kv_dim + kh_off;
+        float ks = kscale[(size_t)t * nkv] * KVQ_INV;
+        float s = 0.0f;
+        for (int b = 0; b < nblk; b++) {
+            /* the integer dot is the skeleton; the block's float scale is restored right after */
+            int32x4_t acc = vdupq_n_s32(0);
+            acc = i8x16_dot_s32(acc, vld1q_s8(qi + b * QBLK), vld1q_s8(kt + b * QBLK));
+            acc = i8x16_dot_s32(acc, vld1q_s8(qi + b * QBLK + 16), vld1q_s8(kt + b * QBLK + 16));
+            int32_t dot32 = vaddvq_s32(acc);
+            TRACE_DOT(t, b, dot32);
+            s += (float)dot32 * qsc[b];
         }
+        s = s * ks * scale;
+        TRACE_K_ROW(t, kt);
         /* == end segment 2 == */
 
-        /* == segment 3: online softmax, token by token: rescale on a new max, accumulate V == */
-        for (int t = t0; t < t1; t++) {
-            float s = st[t - t0];
-            float vsf; /* this token's weight exp(s - M), relative to the current max */
-            if (s > M) {
-                float ms = expf(M - s); /* shrinks everything summed so far to the new max */
-                TRACE_RESCALE(t, ms);
-                M = s;
-                S *= ms;
-                float32x4_t msv = vdupq_n_f32(ms);
-                for (int i = 0; i < hd; i += 4) vst1q_f32(VKQ + i, vmulq_f32(vld1q_f32(VKQ + i), msv));
-                vsf = 1.0f;
-            } else {
-                vsf = expf(s - M);
-            }
-            S += vsf;
-
-            /* VKQ += V_int8 * (vsf * vs): V stays int8 in memory, the weight stays fp32 */
-            const int8_t *vt = v_cache_q8[t / kv_bs] + (size_t)(t % kv_bs) * kv_dim + kh_off;
-            float vs = vscale[(size_t)t * nkv] * KVQ_INV;
-            float32x4_t w = vdupq_n_f32(vsf * vs);
-            for (int i = 0; i < hd; i += 16) vkq_add_i8x16(VKQ + i, vt + i, w);
-            TRACE_TOKEN(t, vt, s, M, S, VKQ, hd);
+        /* == segment 3: online softmax: rescale on a new max, accumulate V == */
+        float vsf; /* this token's weight exp(s - M), relative to the current max */
+        if (s > M) {
+            float ms = expf(M - s); /* shrinks everything summed so far to the new max */
+            TRACE_RESCALE(t, ms);
+            M = s;
+            S *= ms;
+            float32x4_t msv = vdupq_n_f32(ms);
+            for (int i = 0; i < hd; i += 4) vst1q_f32(VKQ + i, vmulq_f32(vld1q_f32(VKQ + i), msv));
+            vsf = 1.0f;
+        } else {
+            vsf = expf(s - M);
         }
+        S += vsf;
+
+        /* VKQ += V_int8 * (vsf * vs): V stays int8 in memory, the weight stays fp32 */
+        const int8_t *vt = v_cache_q8[t / kv_bs] + (size_t)(t % kv_bs) * kv_dim + kh_off;
+        float vs = vscale[(size_t)t * nkv] * KVQ_INV;
+        float32x4_t w = vdupq_n_f32(vsf * vs);
+        for (int i = 0; i < hd; i += 16) vkq_add_i8x16(VKQ + i, vt + i, w);
+        TRACE_TOKEN(t, vt, s, M, S, VKQ, hd);
         /* == end segment 3 == */
     }
 
