@@ -104,6 +104,107 @@ def gdb_path() -> str | None:
     return shutil.which("gdb")
 
 
+DEBUGGERS = ("gdb", "lldb")
+INSTALL = {
+    "gdb": "gdb is not installed (Debian/Ubuntu: sudo apt install gdb; on an Apple Silicon Mac gdb does "
+           "not run: use debugger=\"lldb\", from Xcode's command line tools)",
+    "lldb": "lldb is not installed (Debian/Ubuntu: sudo apt install lldb; macOS: lldb comes with Xcode's "
+            "command line tools: xcode-select --install)",
+}
+
+
+def lldb_path() -> str | None:
+    """Where lldb is: ``lldb`` on PATH; else the newest versioned ``lldb-NN`` on PATH (Debian and
+    Ubuntu install e.g. ``lldb-14`` and ``lldb-19`` side by side, the plain name only with the
+    ``lldb`` package); on macOS, Xcode's (``xcrun -f lldb``). None when there is none."""
+    found = shutil.which("lldb")
+    if found:
+        return found
+    versioned = []
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            names = os.listdir(d or ".")
+        except OSError:
+            continue
+        for n in names:
+            m = re.fullmatch(r"lldb-(\d+)", n)
+            full = os.path.join(d, n)
+            if m and os.access(full, os.X_OK):
+                versioned.append((int(m.group(1)), full))
+    if versioned:
+        return max(versioned)[1]
+    if sys.platform == "darwin" and shutil.which("xcrun"):
+        try:
+            out = subprocess.run(["xcrun", "-f", "lldb"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        path = out.stdout.strip()
+        if out.returncode == 0 and path and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def debugger_path(debugger: str = "gdb") -> str | None:
+    """The executable of ``debugger`` ("gdb" or "lldb"), None when it is not installed."""
+    return gdb_path() if _debugger_name(debugger) == "gdb" else lldb_path()
+
+
+def _debugger_name(debugger) -> str:
+    if debugger not in DEBUGGERS:
+        raise ValueError(f"debugger must be one of {', '.join(map(repr, DEBUGGERS))}; got "
+                         f"{check.short(debugger)}. Use debugger=\"lldb\" on macOS, \"gdb\" elsewhere; "
+                         "use_debugger=False makes the same records without a debugger (the traced build)")
+    return debugger
+
+
+# What each of lldb's breakpoints prints: lldb has no printf, so each stop runs one
+# ``frame variable`` and the set of names says which stop it was.
+LLDB_STOPS = {"enter": ("seq_len", "kh_off", "hd"), "token": ("t", "s", "M", "S"), "leave": ("S",)}
+
+
+def lldb_commands(bp: Breakpoints | None = None) -> str:
+    """The lldb command file of the batch run (without the final ``run``): the same three
+    breakpoints as ``gdb_commands``, each auto-continuing (``-G true``) after one ``frame
+    variable``. lldb keeps breakpoints pending until a library that has them is loaded."""
+    bp = bp or breakpoints()
+    where = {"enter": f"-n {bp.function}", "token": f"-f {bp.file} -l {bp.token_line}",
+             "leave": f"-f {bp.file} -l {bp.leave_line}"}
+    lines = ["settings set auto-confirm true"]
+    for kind, names in LLDB_STOPS.items():
+        lines.append(f'breakpoint set {where[kind]} -G true -C "frame variable {" ".join(names)}"')
+    return "\n".join(lines) + "\n"
+
+
+def parse_lldb_output(text: str) -> list[CallRecord]:
+    """Turn lldb's echo of the ``frame variable`` commands of ``lldb_commands`` and the values it
+    printed (``(float) M = 1.25``) into CallRecords, through the same parser as gdb's output."""
+    by_names = {names: kind for kind, names in LLDB_STOPS.items()}
+    cmd = re.compile(r"\(lldb\)\s+frame variable ((?:\w+ ?)+)\s*$")
+    val = re.compile(r"^\([^()]*\) (\w+) = (\S+)")
+    out, kind, want, got = [], None, (), {}
+
+    def flush():
+        if kind is not None:
+            out.append(f"{MARK}{kind} " + " ".join(f"{n}={got.get(n, '?')}" for n in want))
+
+    for line in text.splitlines():
+        m = cmd.search(line)
+        if m:
+            flush()
+            want = tuple(m.group(1).split())
+            kind, got = by_names.get(want), {}
+            continue
+        v = val.match(line.strip())
+        if kind is not None and v and v.group(1) in want:
+            got[v.group(1)] = v.group(2)
+            continue
+        if kind is not None and line.startswith("(lldb)"):
+            flush()
+            kind = None
+    flush()
+    return parse_gdb_output("\n".join(out))
+
+
 def line_functions(line: int, library: Path | str | None = None,
                    file: str = source.KERNEL_FILE.name) -> list[str]:
     """The functions of the debug library that have machine code for ``file:line``, as gdb's
@@ -186,11 +287,11 @@ def parse_gdb_output(text: str) -> list[CallRecord]:
 class Observation:
     """The records of one observed generation, and how they were obtained."""
     records: list[CallRecord]
-    source: str                    # "gdb" or "trace"
+    source: str                    # "gdb", "lldb" or "trace"
     n_tokens: int
     config: ToyConfig
     tokens: list[int] = field(default_factory=list)  # the generated ids, as the program printed them
-    commands: str = ""             # the gdb command file used ("" for the trace)
+    commands: str = ""             # the debugger's command file used ("" for the trace)
     message: str = ""              # why the trace was used, if it was
 
     @property
@@ -305,43 +406,74 @@ def _run_bounded(argv: list[str], timeout: float, **kw) -> subprocess.CompletedP
 
 def run_under_gdb(n_tokens: int = 16, config: ToyConfig | None = None, timeout: float = 120.0):
     """The batch run itself: (gdb's stdout, stderr, the command file). gdb must be installed."""
+    return run_under_debugger(n_tokens, config, timeout, "gdb")
+
+
+def run_under_debugger(n_tokens: int = 16, config: ToyConfig | None = None, timeout: float = 120.0,
+                       debugger: str = "gdb"):
+    """The batch run under ``debugger`` ("gdb" or "lldb"): (its stdout, stderr, the command
+    file). The debugger must be installed (RuntimeError saying what to install otherwise)."""
+    debugger = _debugger_name(debugger)
     n_tokens, timeout = _observed_tokens(n_tokens), _timeout(timeout)
     config = config or ToyConfig()
     if not isinstance(config, ToyConfig):
         raise TypeError(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}")
-    if gdb_path() is None:
-        raise RuntimeError("gdb is not installed (Debian/Ubuntu: sudo apt install gdb)")
+    exe = debugger_path(debugger)
+    if exe is None:
+        raise RuntimeError(INSTALL[debugger])
     native.build(debug=True)   # build in this process, so the child finds it ready
-    commands = gdb_commands()
+    child = [sys.executable, "-c", _child_code(n_tokens, config)]
     with tempfile.TemporaryDirectory() as tmp:
-        cmd_file = Path(tmp) / "tier_a.gdb"
-        cmd_file.write_text(commands + "run\n")
-        argv = [gdb_path(), "-batch", "-nx", "-iex", "set debuginfod enabled off",
-                "-iex", "set auto-load python-scripts off", "-x", str(cmd_file),
-                "--args", sys.executable, "-c", _child_code(n_tokens, config)]
+        if debugger == "gdb":
+            commands = gdb_commands()
+            cmd_file = Path(tmp) / "tier_a.gdb"
+            cmd_file.write_text(commands + "run\n")
+            argv = [exe, "-batch", "-nx", "-iex", "set debuginfod enabled off",
+                    "-iex", "set auto-load python-scripts off", "-x", str(cmd_file), "--args", *child]
+        else:
+            commands = lldb_commands()
+            cmd_file = Path(tmp) / "tier_a.lldb"
+            cmd_file.write_text(commands + "run\n")
+            # -x: no ~/.lldbinit; -b: batch, quit when the commands are done (lldb kills a
+            # program still running then; ours has exited by the end of the file's "run")
+            argv = [exe, "-x", "-b", "-s", str(cmd_file), "--", *child]
         proc = _run_bounded(argv, timeout, cwd=native.REPO_DIR, env=_child_env())
     return proc.stdout, proc.stderr, commands
 
 
 def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_gdb: bool | None = None,
-                       timeout: float = 120.0) -> Observation:
-    """Run ``lessonkit.toy.generate(n_tokens, debug=True)`` in a child Python under gdb (batch mode,
-    breakpoints pending until cffi loads the -O0 -g library) and return one CallRecord per kernel
-    call. The child loads the debug library itself, through ``lessonkit.native.load(debug=True)``,
-    so the breakpoints stop in the very code a student would step through.
+                       timeout: float = 120.0, debugger: str = "gdb",
+                       use_debugger: bool | None = None) -> Observation:
+    """Run ``lessonkit.toy.generate(n_tokens, debug=True)`` in a child Python under a debugger
+    (gdb or lldb, batch mode, breakpoints pending until cffi loads the -O0 -g library) and return
+    one CallRecord per kernel call. The child loads the debug library itself, through
+    ``lessonkit.native.load(debug=True)``, so the breakpoints stop in the very code a student
+    would step through.
 
-    ``use_gdb``: None (default) uses gdb where it is installed and works; without gdb, or when it
-    cannot run the program (e.g. a system that forbids ptrace), the records come from the traced
-    build instead and ``message`` says why. True requires gdb (raises RuntimeError otherwise);
-    False always uses the trace. At most MAX_OBSERVED_TOKENS tokens; ``timeout`` (seconds, at most
-    MAX_TIMEOUT_S) bounds the gdb run, which is killed when it passes."""
+    ``debugger``: "gdb" (default) or "lldb" (on macOS, and on Apple Silicon the only one that
+    runs); both set the same three breakpoints (``breakpoints()``) and give the same records;
+    ``Observation.source`` names the one used. Another name raises ValueError.
+
+    ``use_debugger`` (``use_gdb`` is its older name; give at most one): None (default) uses the
+    debugger where it is installed and works; without it, or when it cannot run the program (e.g.
+    a system that forbids ptrace), the records come from the traced build instead and ``message``
+    says why and what to install. True requires the debugger (RuntimeError saying what to install
+    otherwise); False always uses the trace. At most MAX_OBSERVED_TOKENS tokens; ``timeout``
+    (seconds, at most MAX_TIMEOUT_S) bounds the debugger run, which is killed when it passes.
+
+    Example (lesson 06): ``observe_generation(16, debugger="lldb").summary()``: 64 kernel calls
+    (4 query heads x 16 steps), seq_len 1..16, the loop ran seq_len times, M never decreased."""
+    debugger = _debugger_name(debugger)
     n_tokens, timeout = _observed_tokens(n_tokens), _timeout(timeout)
-    if use_gdb is not None and not isinstance(use_gdb, bool):
-        raise TypeError(f"use_gdb must be None, True or False; got {check.short(use_gdb)}")
+    if use_gdb is not None and use_debugger is not None:
+        raise TypeError("give use_debugger or its older name use_gdb, not both")
+    use = use_gdb if use_debugger is None else use_debugger
+    if use is not None and not isinstance(use, bool):
+        raise TypeError(f"use_debugger must be None, True or False; got {check.short(use)}")
     config = config or ToyConfig()
     if not isinstance(config, ToyConfig):
         raise TypeError(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}")
-    gdb = gdb_path()
+    exe = debugger_path(debugger)
     expected = generate(n_tokens, config=config, verbose=False).calls   # the call order, fast build
 
     def from_trace(why: str) -> Observation:
@@ -349,29 +481,29 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
         return Observation(records, "trace", n_tokens, config, tokens,
                            message=why + "; the records come from the traced build of the kernel instead")
 
-    if use_gdb is False:
-        return from_trace("gdb not requested")
-    if gdb is None:
-        why = ("gdb is not installed (Debian/Ubuntu: sudo apt install gdb; on an Apple Silicon Mac gdb does "
-               "not run: do tier A by hand with lldb, from Xcode's command line tools)")
-        if use_gdb:
-            raise RuntimeError(why)
-        return from_trace(why)
+    if use is False:
+        return from_trace(f"{debugger} not requested")
+    if exe is None:
+        if use:
+            raise RuntimeError(INSTALL[debugger])
+        return from_trace(INSTALL[debugger])
+    parse = parse_gdb_output if debugger == "gdb" else parse_lldb_output
     try:
-        out, err, commands = run_under_gdb(n_tokens, config, timeout)
-        records = parse_gdb_output(out)
+        out, err, commands = (run_under_gdb(n_tokens, config, timeout) if debugger == "gdb"
+                              else run_under_debugger(n_tokens, config, timeout, debugger))
+        records = parse(out)
         if len(records) != len(expected):
             tail = "\n".join((out + err).strip().splitlines()[-15:])
-            raise RuntimeError(f"gdb saw {len(records)} kernel calls, expected {len(expected)}; "
+            raise RuntimeError(f"{debugger} saw {len(records)} kernel calls, expected {len(expected)}; "
                                f"the end of its output:\n{tail}")
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
-        if use_gdb:
-            raise RuntimeError(f"the gdb run failed: {e}") from e
-        return from_trace(f"gdb could not run the generation ({str(e).splitlines()[0]})")
+        if use:
+            raise RuntimeError(f"the {debugger} run failed: {e}") from e
+        return from_trace(f"{debugger} could not run the generation ({str(e).splitlines()[0]})")
     _annotate(records, expected)
     m = re.search(r"generated token ids: \[([\d, ]*)\]", out)
     tokens = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
-    return Observation(records, "gdb", n_tokens, config, tokens, commands=commands)
+    return Observation(records, debugger, n_tokens, config, tokens, commands=commands)
 
 
 def by_hand_commands(n_tokens: int = 16, config: ToyConfig | None = None) -> str:

@@ -220,3 +220,78 @@ def test_truncation_break():
     np.testing.assert_array_equal(tr.q_codes, qquant.round_codes(v, "trunc"))   # numpy's own truncation
     assert tr.n_q_quantized == 1
     b.restore()
+
+
+LLDB_OUTPUT = """\
+(lldb) run
+1 location added to breakpoint 1
+(lldb)  frame variable seq_len kh_off hd
+(int) seq_len = 2
+(int) kh_off = 32
+(int) hd = 32
+(lldb)  frame variable t s M S
+(int) t = 0
+(float) s = -0.5
+(float) M = -0.5
+(float) S = 1
+(lldb)  frame variable t s M S
+(int) t = 1
+(float) s = 1.0E+1
+(float) M = 1.0E+1
+(float) S = 1.00000036
+(lldb)  frame variable S
+(float) S = 1.00000036
+Process 42 exited with status = 0 (0x00000000)
+"""
+
+
+def test_parse_lldb_output():
+    recs = debug.parse_lldb_output(LLDB_OUTPUT)
+    assert len(recs) == 1
+    r = recs[0]
+    assert (r.seq_len, r.kv_head, r.t, r.s, r.M, r.final_S) == (2, 1, [0, 1], [-0.5, 10.0], [-0.5, 10.0], 1.00000036)
+    with pytest.raises(ValueError, match="outside a kernel call"):
+        debug.parse_lldb_output(LLDB_OUTPUT.split("(lldb)  frame variable t s M S", 1)[1])
+    with pytest.raises(ValueError, match="line 1"):   # a value lldb did not print
+        debug.parse_lldb_output("(lldb)  frame variable seq_len kh_off hd\n(int) seq_len = 2\n")
+
+
+def test_debugger_names_and_missing_debuggers(monkeypatch):
+    with pytest.raises(ValueError, match="'gdb', 'lldb'.*use_debugger=False"):
+        debug.observe_generation(4, debugger="windbg")
+    with pytest.raises(TypeError, match="not both"):
+        debug.observe_generation(4, use_gdb=True, use_debugger=True)
+    monkeypatch.setattr(debug, "lldb_path", lambda: None)
+    with pytest.raises(RuntimeError, match="apt install lldb.*Xcode"):
+        debug.observe_generation(4, debugger="lldb", use_debugger=True)
+    obs = debug.observe_generation(4, debugger="lldb")
+    assert obs.source == "trace" and "apt install lldb" in obs.message
+
+
+def test_lldb_is_found_under_a_versioned_name(tmp_path, monkeypatch):
+    for n in ("lldb-14", "lldb-19", "lldb-server-19"):
+        (tmp_path / n).write_text("#!/bin/sh\n")
+        (tmp_path / n).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert debug.lldb_path() == str(tmp_path / "lldb-19")
+    (tmp_path / "lldb").write_text("#!/bin/sh\n")
+    (tmp_path / "lldb").chmod(0o755)
+    assert debug.lldb_path() == str(tmp_path / "lldb")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["gdb", "lldb"])
+def test_both_debuggers_give_the_same_records(which):
+    if debug.debugger_path(which) is None:
+        pytest.skip(debug.INSTALL[which])
+    obs = debug.observe_generation(16, debugger=which, use_debugger=True)
+    assert obs.source == which and len(obs.records) == 64          # 4 query heads x 16 steps
+    assert [r.seq_len for r in obs.records] == [i // 4 + 1 for i in range(64)]
+    assert all(r.iterations == r.seq_len and r.loop_runs_seq_len for r in obs.records)
+    assert all(r.M_non_decreasing for r in obs.records)
+    # both print 9 significant digits of a float32 (enough to round-trip it): same as the trace
+    recs, tokens = debug.records_from_trace(16)
+    assert obs.tokens == tokens
+    for g, t in zip(obs.records, recs):
+        np.testing.assert_allclose(g.M, t.M, rtol=1e-7)
+        np.testing.assert_allclose(g.S, t.S, rtol=1e-7)
