@@ -387,10 +387,12 @@ def _timeout(timeout) -> float:
     return value
 
 
-def _run_bounded(argv: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+def _run_bounded(argv: list[str], timeout: float, merge: bool = False, **kw) -> subprocess.CompletedProcess:
     """Run a command in its own process group; on timeout kill the whole group (gdb and the
-    program it debugs), then raise subprocess.TimeoutExpired."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    program it debugs), then raise subprocess.TimeoutExpired. ``merge``: stderr into stdout, in
+    the order they were written (a transcript)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge else subprocess.PIPE, text=True,
                             start_new_session=True, **kw)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -401,7 +403,7 @@ def _run_bounded(argv: list[str], timeout: float, **kw) -> subprocess.CompletedP
             pass
         proc.communicate()
         raise
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err or "")
 
 
 def run_under_gdb(n_tokens: int = 16, config: ToyConfig | None = None, timeout: float = 120.0):
@@ -853,3 +855,185 @@ def check_kernel(ffi=None, lib=None, tol: float = 1e-4) -> KernelCheck:
         err = float(np.abs(out - ref).max() / np.abs(ref).max())
         results.append(CaseResult(name, err, bool(err <= tol)))
     return KernelCheck(results, tol)
+
+
+# ============================================================================ by-hand sessions, captured
+
+SESSIONS_DIR = native.NATIVE_DIR / "tools" / "sessions"            # the command scripts (templates)
+TRANSCRIPTS_DIR = native.REPO_DIR / "notebooks" / "data"            # their committed, cleaned output
+SESSION_PROGRAM = "from lessonkit import native, toy; native.load(); toy.generate(4, debug=True)"
+REFRESH_COMMAND = ("python -c \"from lessonkit import debug; debug.refresh_transcripts()\"  "
+                   "# from the workbook's folder, after a change of native/")
+_SESSION_EXT = {"gdb": "gdb", "lldb": "lldb"}
+_PLACEHOLDER = re.compile(r"@(FUNCTION|FILE|DEBUG_LIBRARY|LINE\((.+?)\))@")
+
+
+def session_script(debugger: str = "gdb") -> Path:
+    """The command script of the by-hand session: ``native/tools/sessions/by_hand.gdb`` or
+    ``by_hand.lldb``. Its comments say why each command is there; ``@LINE(text)@`` marks a line
+    number that ``session_commands`` finds in the kernel source by its text."""
+    return SESSIONS_DIR / f"by_hand.{_SESSION_EXT[_debugger_name(debugger)]}"
+
+
+def session_commands(debugger: str = "gdb", library: Path | str | None = None) -> str:
+    """The by-hand session's commands with the current line numbers filled in (comments kept):
+    what a student types, one command a line, at the ``(gdb)`` or ``(lldb)`` prompt.
+    ``@DEBUG_LIBRARY@`` (lldb's ``-s``) becomes the debug library's file name (default: the
+    current debug build's; its name carries a hash of the sources and the compiler)."""
+    text = session_script(debugger).read_text()
+    lib_name = Path(library).name if library else None
+
+    def fill(m):
+        if m.group(1) == "FUNCTION":
+            return KERNEL
+        if m.group(1) == "FILE":
+            return source.KERNEL_FILE.name
+        if m.group(1) == "DEBUG_LIBRARY":
+            return lib_name or native.library_path(debug=True).name
+        return str(source.find_line(m.group(2)))
+
+    return "\n".join(l if l.lstrip().startswith("#") else _PLACEHOLDER.sub(fill, l)
+                     for l in text.splitlines()) + "\n"
+
+
+def session_start(debugger: str = "gdb") -> str:
+    """The shell command that starts the by-hand session, from the workbook's folder."""
+    if _debugger_name(debugger) == "gdb":
+        return f"gdb --args .venv/bin/python -c \"{SESSION_PROGRAM}\""
+    return f"lldb -- .venv/bin/python -c \"{SESSION_PROGRAM}\""
+
+
+def clean_transcript(text: str, debugger: str = "gdb", exe: str | None = None) -> str:
+    """A debugger's output made stable and path-free: addresses -> ``0x<addr>``, process and
+    thread ids -> ``<pid>``, the build's hash -> ``<hash>``, the workbook's folder -> ``<repo>``,
+    the Python environment -> ``<python>``. Debugger noise that depends on the machine, not on the
+    kernel, is dropped: lldb's echo of its own start-up, the Debian lldb 14 packaging error
+    ``No module named 'lldb.embedded_interpreter'`` (lldb's Python scripting is broken there; the
+    sessions never use it), missing-LZMA warnings about other libraries."""
+    repo = str(native.REPO_DIR)
+    prefixes = sorted({sys.prefix, sys.base_prefix, os.path.realpath(sys.base_prefix)}, key=len, reverse=True)
+    out = []
+    skip_tb = False
+    for line in text.splitlines():
+        if line.startswith("Traceback (most recent call last):"):
+            skip_tb = True
+            continue
+        if skip_tb:
+            if "lldb.embedded_interpreter" in line:
+                skip_tb = False
+            continue
+        if debugger == "lldb" and re.match(r"\(lldb\) (target create|settings set -- target\.run-args|command source)"
+                                           r"|Current executable set to|Executing commands in", line):
+            continue
+        if "No LZMA support found" in line:
+            continue
+        line = line.replace(repo, "<repo>")
+        for p in prefixes:
+            line = line.replace(p, "<python>")
+        if exe:
+            line = line.replace(exe, "<python>")
+        line = re.sub(r"0x[0-9a-fA-F]{5,}", "0x<addr>", line)
+        line = re.sub(r"(?i)(process|LWP|child process) \d+", r"\1 <pid>", line)
+        line = re.sub(r"(libflash_attn_q8(?:_debug)?)_[0-9a-f]{16}", r"\1_<hash>", line)
+        out.append(line.rstrip())
+    return "\n".join(out).strip("\n") + "\n"
+
+
+def run_session(debugger: str = "gdb", timeout: float = 120.0) -> str:
+    """Run the by-hand session (``session_commands``) under the real debugger, in batch mode, and
+    return the cleaned transcript (``clean_transcript``): the shell command that starts it, then
+    each command after its ``(gdb)``/``(lldb)`` prompt with the comments above it, then what the
+    debugger printed. Raises RuntimeError when the debugger is missing (saying what to install).
+
+    The numbers in it (Q's codes, scores, M, S) come from the toy model's fixed seed through this
+    machine's backend (``lessonkit.native.backend(debug=True)``); another CPU path may differ in
+    the last printed digits of a float, which is why ``transcripts_match`` masks floats."""
+    debugger = _debugger_name(debugger)
+    timeout = _timeout(timeout)
+    exe = debugger_path(debugger)
+    if exe is None:
+        raise RuntimeError(INSTALL[debugger])
+    native.build(debug=False)   # both builds ready before the child starts: it loads both
+    lib = native.build(debug=True)
+    commands = session_commands(debugger, lib)
+    child = [sys.executable, "-c", SESSION_PROGRAM]
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd_file = Path(tmp) / f"by_hand.{debugger}"
+        cmd_file.write_text(commands)
+        if debugger == "gdb":
+            # trace-commands echoes each command as "+cmd"; it and the options before it are
+            # not part of the student's session: they keep the batch run quiet and path-free
+            argv = [exe, "-q", "-batch", "-nx", "-iex", "set debuginfod enabled off",
+                    "-iex", "set auto-load python-scripts off", "-iex", "set trace-commands on",
+                    "-x", str(cmd_file), "--args", *child]
+        else:
+            argv = [exe, "-x", "-b", "-s", str(cmd_file), "--", *child]
+        proc = _run_bounded(argv, timeout, merge=True, cwd=native.REPO_DIR, env=_child_env())
+    text = proc.stdout
+    if debugger == "gdb":
+        text = _gdb_prompts(text, commands)
+    return f"$ {session_start(debugger)}\n" + clean_transcript(text, debugger, sys.executable)
+
+
+def _gdb_prompts(text: str, commands: str) -> str:
+    """gdb's ``+cmd`` echo -> ``(gdb) cmd``, with the script's comments above each command (gdb
+    does not echo comments; lldb does)."""
+    comments: list[list[str]] = []
+    pending: list[str] = []
+    for line in commands.splitlines():
+        if line.lstrip().startswith("#"):
+            pending.append(line)
+        elif line.strip():
+            comments.append(pending)
+            pending = []
+    out, i = [], 0
+    for line in text.splitlines():
+        if line.startswith("+") and not line.startswith("++"):
+            if i < len(comments):
+                out.extend(f"(gdb) {c}" for c in comments[i])
+            i += 1
+            out.append("(gdb) " + line[1:])
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def transcript_path(debugger: str = "gdb") -> Path:
+    """The committed transcript: ``notebooks/data/06_session_gdb.txt`` or ``06_session_lldb.txt``."""
+    return TRANSCRIPTS_DIR / f"06_session_{_debugger_name(debugger)}.txt"
+
+
+def saved_transcript(debugger: str = "gdb") -> str:
+    """The committed transcript of the by-hand session, for the lesson to show (made on the
+    machine and backend that ``refresh_transcripts`` ran on: x86-64 through SIMDe, -O0 -g)."""
+    return transcript_path(debugger).read_text()
+
+
+def refresh_transcripts(debuggers=DEBUGGERS) -> list[Path]:
+    """Re-run the by-hand sessions and write their transcripts to notebooks/data/ (after a change
+    of the kernel that moves its lines). Returns the files written."""
+    written = []
+    for d in debuggers:
+        path = transcript_path(d)
+        path.write_text(run_session(d))
+        written.append(path)
+    return written
+
+
+_FLOAT = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+(?=[eE]))(?:[eE][-+]?\d+)?(?![\w.])")
+
+
+def mask_floats(text: str) -> str:
+    """Floats (``-0.379045874``, ``1.0E+9``) -> ``<float>``: the comparison of transcripts keeps
+    the line numbers, the integers, the stops and their order, not the last digits of a float."""
+    return _FLOAT.sub("<float>", text)
+
+
+def transcripts_match(debugger: str = "gdb", timeout: float = 120.0) -> tuple[bool, str]:
+    """Re-run the session and compare it with the committed transcript, floats masked. Returns
+    (match, a unified diff of the masked texts, "" when they match)."""
+    import difflib
+    new, old = mask_floats(run_session(debugger, timeout)), mask_floats(saved_transcript(debugger))
+    diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                        str(transcript_path(debugger).name) + " (committed)", "this run", n=1))
+    return new == old, diff

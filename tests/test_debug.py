@@ -295,3 +295,37 @@ def test_both_debuggers_give_the_same_records(which):
     for g, t in zip(obs.records, recs):
         np.testing.assert_allclose(g.M, t.M, rtol=1e-7)
         np.testing.assert_allclose(g.S, t.S, rtol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["gdb", "lldb"])
+def test_committed_session_transcripts_are_current(which):
+    """The by-hand session, re-run, matches the committed transcript (floats masked: their last
+    digits depend on the CPU path). A change of the kernel that moves a line fails here."""
+    if debug.debugger_path(which) is None:
+        pytest.skip(debug.INSTALL[which])
+    ok, diff = debug.transcripts_match(which)
+    assert ok, (f"{debug.transcript_path(which).name} is out of date; refresh it with\n  "
+                f"{debug.REFRESH_COMMAND}\n{diff[:3000]}")
+
+
+def test_session_commands_take_their_lines_from_the_source():
+    for which in debug.DEBUGGERS:
+        cmds = debug.session_commands(which, library="libflash_attn_q8_debug_0123456789abcdef.so")
+        code = [l for l in cmds.splitlines() if l and not l.startswith("#")]
+        assert not any("@" in l and "LINE(" in l for l in code)
+        token = debug.breakpoints().token_line
+        assert any(l.endswith(f"{source.KERNEL_FILE.name}:{token}") or l.endswith(f"-l {token}") for l in code)
+        assert str(source.find_line("if (s > M) {")) in "\n".join(code)
+        saved = debug.saved_transcript(which)
+        assert f"({which}) " in saved and "/work/" not in saved and "0x<addr>" in saved
+
+
+def test_clean_transcript_removes_what_varies():
+    raw = (f"Traceback (most recent call last):\n  File \"<string>\", line 1\n"
+           "ModuleNotFoundError: No module named 'lldb.embedded_interpreter'\n"
+           f"at {native.REPO_DIR}/native/flash_attn_q8_neon.c:90 0x00007ffff3e6a936 process 15599 "
+           "libflash_attn_q8_debug_7b64937c93cc38d0.so seq_len=1\n")
+    assert debug.clean_transcript(raw, "lldb") == (
+        "at <repo>/native/flash_attn_q8_neon.c:90 0x<addr> process <pid> libflash_attn_q8_debug_<hash>.so seq_len=1\n")
+    assert debug.mask_floats("M = -0.379 S = 1 t=3 x 1.0E+9 line 90:41") == "M = <float> S = 1 t=3 x <float> line 90:41"
