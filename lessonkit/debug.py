@@ -1037,3 +1037,13 @@ def transcripts_match(debugger: str = "gdb", timeout: float = 120.0) -> tuple[bo
     diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
                                         str(transcript_path(debugger).name) + " (committed)", "this run", n=1))
     return new == old, diff
+
+
+ENGINE_RECIPE = TRANSCRIPTS_DIR / "06_engine_debug_recipe.md"
+
+
+def engine_debug_recipe() -> str:
+    """What to type to debug the real engine's kernel (``vllm_safetensors.c``, function
+    ``flash_attn_single_q_q8_neon``; line 6594 according to the article): a markdown text, labelled
+    "not run here" (the engine is not part of the workbook)."""
+    return ENGINE_RECIPE.read_text()

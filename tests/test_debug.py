@@ -329,3 +329,8 @@ def test_clean_transcript_removes_what_varies():
     assert debug.clean_transcript(raw, "lldb") == (
         "at <repo>/native/flash_attn_q8_neon.c:90 0x<addr> process <pid> libflash_attn_q8_debug_<hash>.so seq_len=1\n")
     assert debug.mask_floats("M = -0.379 S = 1 t=3 x 1.0E+9 line 90:41") == "M = <float> S = 1 t=3 x <float> line 90:41"
+
+
+def test_engine_recipe_is_labelled_not_run_here():
+    text = debug.engine_debug_recipe()
+    assert "not run here" in text.lower() and "6594" in text and "vllm_safetensors.c" in text and debug.KERNEL in text
