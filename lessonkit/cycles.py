@@ -126,7 +126,9 @@ def variants(native_dir: Path | None = None) -> list[Variant]:
 
 # ----------------------------------------------------------------------------- static asm loops
 
-_BRANCH = re.compile(r"^\s*(b(?:\.\w+)?|cbn?z|tbn?z)\s+(?:[^,]+,\s*)*(\.?L\w+)\s*$")
+_COND = "eq|ne|cs|hs|cc|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le|al"
+# b, b.cond and GNU's bcond (bne), cbz/cbnz, tbz/tbnz, to a local label
+_BRANCH = re.compile(rf"^\s*(b(?:\.?(?:{_COND}))?|cbn?z|tbn?z)\s+(?:[^,]+,\s*)*(\.?L\w+)\s*$")
 
 
 def asm_loops(asm: str, function: str) -> list[dict]:
