@@ -56,11 +56,13 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: setup build lab test test-c test-asan test-asan-py test-aarch64 test-py bench clean help
+.PHONY: setup build lab test test-c test-asan test-asan-py test-aarch64 test-py bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab"
 	@echo "make test   set up and run every test"
 	@echo "make bench  time the kernel against its variants and numpy (BENCH_ARGS=--quick)"
+	@echo "make bench-a76  llvm-mca ESTIMATES of cycles per token on the RK3588's cores (A76 via the"
+	@echo "  Neoverse N1 model, A55); needs llvm-19, gcc-aarch64-linux-gnu, qemu-user (CYCLES_ARGS=--quick)"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | clean"
 	@echo "DOTPROD=0 or DOTPROD=1 (aarch64): build and test without or with sdot, whatever the CPU"
 	@echo "  reports (e.g. make build DOTPROD=0); it sets LESSONKIT_DOTPROD"
@@ -166,6 +168,11 @@ test-py: setup
 # Speed is measured here, never in tests: ns per token, GB/s and the target ratios.
 bench: build
 	$(PY) -m lessonkit.bench $(BENCH_ARGS)
+
+# Estimated, never measured: llvm-mca's cycles per token of each kernel's token loop, cross-compiled
+# for aarch64 (no build of the local library needed); it skips with a message where tools are missing.
+bench-a76: setup
+	$(PY) -m lessonkit.cycles $(CYCLES_ARGS)
 
 clean:
 	rm -rf .build

@@ -1,0 +1,171 @@
+"""lessonkit.cycles: the registry, llvm-mca's output, the token loop found in a trace, expf inlined,
+the CLI. The estimates themselves are a model's, so no test asserts a cycle count of the kernel;
+the live checks assert what cannot be otherwise (a dependent chain costs at least its latencies)."""
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lessonkit import cycles, native
+
+DATA = Path(__file__).parent / "data"
+need_tools = pytest.mark.skipif(bool(cycles.missing_tools()),
+                                reason=f"needs {', '.join(cycles.missing_tools())} (Debian: llvm-19, "
+                                       "gcc-aarch64-linux-gnu, qemu-user)")
+need_mca = pytest.mark.skipif(shutil.which(cycles.MCA) is None, reason="needs llvm-mca-19 (Debian llvm-19)")
+need_cc = pytest.mark.skipif(shutil.which(cycles.CC) is None, reason="needs aarch64-linux-gnu-gcc")
+
+REGISTRY = r'''/* X(version, name, function, adds) */
+#define FA_VARIANTS(X) \
+  X(0, "scalar", flash_attn_single_q_q8_scalar, "plain C") \
+  X(1, "neon",   flash_attn_single_q_q8_neon,   "the article's loop") \
+  X(2, "tile4",  toy_tile4,                     "four tokens per \"tile\"")
+'''
+TOY = r'''#include "flash_attn_q8.h"
+/* a kernel-shaped toy whose token loop is known: one period handles 4 tokens */
+void toy_tile4(float *restrict attn_out, const float *restrict q, int8_t *const *k, int8_t *const *v,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)
+{
+    float acc = 0.0f;
+    for (int t = 0; t + 4 <= seq_len; t += 4)
+        acc = acc * scale + kscale[t] + kscale[t + 1] * 2.0f + kscale[t + 2] * 3.0f + kscale[t + 3];
+    attn_out[0] = acc;
+}
+'''
+
+
+def fixture_native(tmp_path, registry=True):
+    d = tmp_path / "native"
+    shutil.copytree(native.NATIVE_DIR, d, ignore=shutil.ignore_patterns("tests", "tools"))
+    if registry:
+        (d / "fa_variants.h").write_text(REGISTRY)
+        (d / "toy_tile4.c").write_text(TOY)
+    return d
+
+
+def test_registry_parsed(tmp_path):
+    vs = cycles.variants(fixture_native(tmp_path))
+    assert [(v.version, v.name, v.function) for v in vs] == [
+        (0, "scalar", "flash_attn_single_q_q8_scalar"), (1, "neon", "flash_attn_single_q_q8_neon"),
+        (2, "tile4", "toy_tile4")]
+    assert vs[2].adds == r'four tokens per \"tile\"'
+
+
+def test_without_registry_todays_kernels(tmp_path):
+    names = [v.function for v in cycles.variants(fixture_native(tmp_path, registry=False))]
+    assert "flash_attn_single_q_q8_neon" in names and "flash_attn_group_q8_neon" in names
+
+
+def test_registry_without_lines_is_an_error(tmp_path):
+    d = fixture_native(tmp_path, registry=False)
+    (d / "fa_variants.h").write_text("#define FA_VARIANTS(X)\n")
+    with pytest.raises(ValueError, match="no X"):
+        cycles.variants(d)
+
+
+def test_parse_captured_mca_output():
+    # captured on this machine: llvm-mca-19 -mcpu=neoverse-n1 -iterations=300 on the article
+    # kernel's token loop (-march=armv8.2-a+dotprod); the numbers are read from the file's lines
+    text = (DATA / "llvm_mca_n1_neon_token.txt").read_text()
+    r = cycles.parse_mca(text)
+    assert r["iterations"] == 300
+    assert r["total_cycles"] == int(re.search(r"Total Cycles:\s+(\d+)", text).group(1))
+    assert r["cycles_per_iteration"] == pytest.approx(r["total_cycles"] / 300)
+    # the largest of the two kinds wins, and the unit under the most pressure is named
+    assert r["bottleneck"].startswith("Resource Pressure N1UnitV1")
+
+
+def test_parse_mca_rejects_other_text():
+    with pytest.raises(ValueError):
+        cycles.parse_mca("not llvm-mca output")
+
+
+@need_mca
+def test_live_mca_dependent_chain_costs_its_latency():
+    # 8 fadds, each waiting for the one before: no model can run an iteration in fewer cycles than
+    # 8 fadd latencies (2 on both models); independent ones run faster than that chain
+    chain = ["fadd s0, s0, s1"] * 8
+    free = [f"fadd s{i}, s{i}, s9" for i in range(8)]
+    for cpu in cycles.CPUS:
+        dep, ind = cycles.mca(chain, cpu, 200), cycles.mca(free, cpu, 200)
+        assert dep["cycles_per_iteration"] >= 8 * 2 * 0.95, cpu
+        assert ind["cycles_per_iteration"] < dep["cycles_per_iteration"], cpu
+
+
+@need_cc
+def test_asm_loops_of_a_known_function(tmp_path):
+    src = tmp_path / "k.c"
+    src.write_text("void twice(float *x, int n) { for (int i = 0; i < n; i++) x[i] *= 2.0f; }\n")
+    asm = subprocess.run([cycles.CC, "-O1", "-S", "-o", "-", str(src)], capture_output=True, text=True,
+                         check=True).stdout
+    loops = cycles.asm_loops(asm, "twice")
+    assert len(loops) == 1
+    ops = [i.split()[0] for i in loops[0]["instructions"]]
+    assert "fadd" in ops or "fmul" in ops
+    assert any(o.startswith("ldr") for o in ops) and any(o.startswith("str") for o in ops)
+    assert ops[-1].startswith(("b", "cb"))
+
+
+@need_tools
+def test_token_loop_period_of_a_tile(tmp_path):
+    d = fixture_native(tmp_path)
+    vs = cycles.variants(d)
+    work = tmp_path / "w"
+    work.mkdir()
+    exe = cycles.build(work, vs, True, d)
+    loops = cycles.token_loops(exe, 2, "toy_tile4")
+    assert [lp["tokens_per_period"] for lp in loops] == [4.0]
+    ins = cycles.disassemble(loops[0]["words"], True)
+    assert any(i.startswith(("ldr", "ldp", "ld1")) for i in ins)  # the kscale loads of the tile
+    assert sum(i.startswith(("fadd", "fmadd", "fmul")) for i in ins) >= 4  # its four tokens' arithmetic
+    # the article kernel: one token per period, and its K-row dot (sdot) is in the block
+    neon = cycles.token_loops(exe, 1, "flash_attn_single_q_q8_neon")
+    assert [lp["tokens_per_period"] for lp in neon] == [1.0]
+    ins = cycles.disassemble(neon[0]["words"], True)
+    assert sum(i.startswith("sdot") for i in ins) == 2 * cycles.HD // 32
+
+
+def _libm_expf_words():
+    libm = Path(cycles.SYSROOT) / "lib" / "libm.so.6"
+    dump = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(libm)], capture_output=True, text=True,
+                          check=True).stdout
+    syms = subprocess.run(["aarch64-linux-gnu-objdump", "-T", str(libm)], capture_output=True, text=True,
+                          check=True).stdout
+    m = re.search(r"^([0-9a-f]+) g\s+DF \.text\s+([0-9a-f]+)\s+GLIBC_2\.27\s+expf$", syms, re.M)
+    start, size = int(m.group(1), 16), int(m.group(2), 16)
+    words = {}
+    for line in dump.splitlines():
+        mm = re.match(r"^\s*([0-9a-f]+):\s+([0-9a-f]{8})\s", line)
+        if mm and start <= int(mm.group(1), 16) < start + size:
+            words[int(mm.group(1), 16) - start] = int(mm.group(2), 16)
+    return [words[k] for k in sorted(words)]
+
+
+@need_tools
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-objdump") is None, reason="needs aarch64-linux-gnu-objdump")
+def test_expf_fast_path_is_inlined_in_the_block(tmp_path):
+    vs = cycles.variants()
+    i = [v.name for v in vs].index("neon")
+    exe = cycles.build(tmp_path, vs, True)
+    words = cycles.token_loops(exe, i, vs[i].function)[0]["words"]
+    expf = _libm_expf_words()
+    # at least 10 consecutive instructions of the block are glibc's expf, in its own order
+    text = " ".join(f"{w:08x}" for w in words)
+    runs = [" ".join(f"{w:08x}" for w in expf[k:k + 10]) for k in range(len(expf) - 9)]
+    assert any(r in text for r in runs)
+    # and llvm-mca is not handed a call (it would charge 100 cycles for it)
+    assert not any(re.match(r"bl\s|blr\s", x) for x in cycles.disassemble(words, True))
+
+
+@need_tools
+def test_quick_cli():
+    r = subprocess.run([sys.executable, "-m", "lessonkit.cycles", "--quick"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "ESTIMATES" in r.stdout and "Neoverse N1" in r.stdout
+    lines = [l for l in r.stdout.splitlines() if "/token" in l and "bottleneck:" in l]
+    assert {l.split()[1] for l in lines} == {"N1", "A55"}
