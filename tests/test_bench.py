@@ -2,10 +2,15 @@
 run produces every row and the report. Speed is never asserted here."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+import pytest
 
 import lessonkit as lk
-from lessonkit import bench, beyond
+from lessonkit import bench, beyond, llama_ggml
+
+needs_ggml = pytest.mark.skipif(llama_ggml.load()[0] is None, reason=str(llama_ggml.load()[1]))
 
 
 def test_numpy_variants_compute_attention():
@@ -21,11 +26,17 @@ def test_numpy_variants_compute_attention():
 def test_tiny_run_reports_every_row():
     result = bench.run([512], repeats=1)
     row = result["rows"][512]
-    assert set(row) == {*bench.KERNELS, "numpy_f32", "numpy_int8"}
+    want = {*bench.KERNELS, "numpy_f32", "numpy_int8"} | ({"fast"} if bench.fast_built() else set())
+    if llama_ggml.load()[0] is not None:
+        want |= set(bench.GGML_ROWS)
+    else:
+        assert result["skipped"]["ggml"].startswith("skipped: pip install -e '.[bench]'")
+    assert set(row) == want
     assert all(r["ns_per_token"] > 0 and r["gbps"] > 0 for r in row.values())
-    assert result["read_gbps"] > 0
+    assert result["read_gbps"] > 0 and result["read_gbps_2t"] > 0
     text = bench.report(result)
-    assert "single-thread read bandwidth" in text and "targets" in text
+    assert "read bandwidth (this run)" in text and "targets" in text
+    assert "llama.cpp's cited" not in text
 
 
 def test_beyond_rows_compute_attention():
@@ -57,6 +68,96 @@ def test_tiny_run_reports_beyond_rows_and_ratios():
     # the 256K targets appear only when 256K was measured; a fake 256K row shows them
     fake = dict(result, rows={262144: row})
     whats = [t[0] for t in bench.targets(fake)]
-    assert any("grouped call vs 4 per-head" in w for w in whats)
+    assert any("grouped call vs 4 calls of fast" in w for w in whats)
     assert any("2 threads vs 1 thread" in w for w in whats)
     assert bench.run([600], repeats=1)["rows"][600].keys().isdisjoint(bench.BEYOND)  # not below 8K by default
+
+
+@needs_ggml
+def test_ggml_rows_compute_attention_and_the_check_can_fail():
+    """llama.cpp's graph computes attention over ggml's q8_0 of the same K/V: within the stated
+    CHECK_RTOL of the float64 reference over the q8_0-rounded inputs, on 1 and 2 threads, 1 and 4
+    heads; and the check rejects a wrong answer (another head's output, a wrong scale)."""
+    cache, kv_head, q, K, V = bench.make_inputs(700)
+    scale = 1 / np.sqrt(bench.HEAD_DIM)
+    for qs in (q[None], bench.group_queries()):
+        want = llama_ggml.expected(qs, K, V, scale)
+        with llama_ggml.FlashAttnQ8(qs, K, V, scale, (1, 2)) as fa:
+            for t in (1, 2):
+                fa.compute(t)
+                assert llama_ggml.check_output(fa.output(), want) <= llama_ggml.CHECK_RTOL
+        # against the float reference (no rounding of q, K, V) it is only close: q8_0's own error
+        float_ref = np.stack([lk.reference.attention(x, K, V, scale) for x in qs])
+        assert np.abs(llama_ggml.attend(qs, K, V, scale) - float_ref).max() < 0.05 * np.abs(float_ref).max()
+    wrong_scale = llama_ggml.attend(q, K, V, 2 * scale)
+    with pytest.raises(AssertionError, match="above"):
+        llama_ggml.check_output(wrong_scale[None], llama_ggml.expected(q, K, V, scale))
+    qs = bench.group_queries()
+    got = llama_ggml.attend(qs, K, V, scale)
+    with pytest.raises(AssertionError, match="above"):
+        llama_ggml.check_output(got[::-1], llama_ggml.expected(qs, K, V, scale))  # heads swapped
+
+
+@needs_ggml
+def test_ggml_refuses_bad_inputs_before_c():
+    K = np.zeros((10, 128), np.float32)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        llama_ggml.FlashAttnQ8(np.zeros(100, np.float32), K[:, :100], K[:, :100])
+    with pytest.raises(ValueError, match="finite"):
+        llama_ggml.FlashAttnQ8(np.full(128, np.nan, np.float32), K, K)
+    with pytest.raises(ValueError, match="shape"):
+        llama_ggml.FlashAttnQ8(np.zeros(128, np.float32), K, K[:5])
+    with pytest.raises(ValueError, match="cap"):
+        llama_ggml.FlashAttnQ8(np.zeros(128, np.float32), K, K, threads=(10_000,))
+    with llama_ggml.FlashAttnQ8(np.zeros(128, np.float32), K, K, threads=(1,)) as fa:
+        with pytest.raises(ValueError, match="plans built"):
+            fa.compute(2)
+    with pytest.raises(RuntimeError, match="closed"):
+        fa.compute()
+
+
+def test_interleaved_alternates_and_takes_medians():
+    calls = []
+    ticks = {"a": itertools.count(10), "b": itertools.count(100)}
+
+    def make(name):
+        return lambda: calls.append(name) or next(ticks[name])
+
+    got = bench.interleaved({"a": make("a"), "b": make("b")}, rounds=3)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-ups, then rotated rounds
+    assert got == {"a": 12.0, "b": 102.0}  # medians of samples 11..13 and 101..103 (after warm-up)
+
+
+def _fake(fast_why=None, ggml=True, **ns):
+    """A result with the given ns/token per row at 8K and 256K (read bandwidth 10 GB/s)."""
+    rows = {T: {name: dict(ns_per_token=v, gbps=264 / v) for name, v in ns.items()} for T in (8192, 262144)}
+    skipped = {} if fast_why is None else {"fast": fast_why}
+    if not ggml:
+        skipped["ggml"] = "skipped: pip install -e '.[bench]' (no module named ggml)"
+    return dict(rows=rows, skipped=skipped, read_gbps=10.0, read_gbps_2t=15.0)
+
+
+def test_targets_met_and_miss():
+    good = _fake(neon=25.0, fast=10.0, ggml_h1_t1=40.0, numpy_f32=41.0, group4=13.0, split_1t=30.0, split_2t=18.0)
+    status = {what: (got, st) for what, got, _, st in bench.targets(good)}
+    assert all(st == "met" for _, st in status.values()), status
+    assert status["8K: fast vs the article kernel (neon), x faster"][0] == pytest.approx(2.5)
+    # 264 bytes / 10 ns = 26.4 GB/s against 10: share 2.64
+    assert status["256K: fast bytes/ns as a share of 1-thread read bandwidth"][0] == pytest.approx(2.64)
+    assert status["256K: GQA, 1 grouped call vs 4 calls of fast, x faster"][0] == pytest.approx(40 / 13)
+    bad = _fake(neon=20.0, fast=10.0, ggml_h1_t1=30.0, numpy_f32=39.0, group4=30.0, split_1t=30.0, split_2t=20.0)
+    bad["read_gbps"] = 40.0
+    assert all(st == "MISS" for *_, st in bench.targets(bad)), bench.targets(bad)
+
+
+def test_targets_without_fast_or_ggml_say_why():
+    r = _fake(fast_why="not built", ggml=False, neon=25.0, numpy_f32=41.0, split_1t=30.0, split_2t=18.0)
+    st = {what: s for what, _, _, s in bench.targets(r)}
+    assert st["8K: fast vs the article kernel (neon), x faster"] == "not built"
+    assert st["256K: split-KV 2 chunks, 2 threads vs 1 thread, x faster"] == "met"
+    r["skipped"].pop("fast")
+    r["rows"][8192]["fast"] = dict(ns_per_token=5.0, gbps=52.8)
+    assert st != (st2 := {what: s for what, _, _, s in bench.targets(r)})
+    assert st2["8K: fast vs llama.cpp q8_0, 1 head, 1 thread, x faster"].startswith("skipped: pip install")
+    del r["rows"][262144]
+    assert bench.targets(r)[-1][3].startswith("not measured")
