@@ -144,8 +144,12 @@ def check_quantizer(ffi, lib, failures, rng) -> None:
 
 
 def check_kernels(ffi, lib, failures, rng) -> None:
+    # the kernels flash_attn_q8.h declares, called by name; every registry entry (fa_variants.h, read
+    # from this library's own table) is called through fa_time_calls below
     kernels = ("flash_attn_single_q_q8_neon", "flash_attn_single_q_q8_scalar",
-               "flash_attn_two_pass_scores_q8", "flash_attn_two_pass_recompute_q8")
+               "flash_attn_two_pass_scores_q8", "flash_attn_two_pass_recompute_q8", "flash_attn_single_q_q8_fast")
+    step("fa_variant_count, fa_variant_name (the registry of native/fa_variants.h)")
+    registry = [ffi.string(lib.fa_variant_name(i)).decode() for i in range(lib.fa_variant_count())]
     for name, T, nkv, hd, bs, kh, kind in CASES:
         cache, q = make_case(ffi, lib, T, nkv, hd, bs, kh, kind, rng)
         scale = float(1.0 / np.sqrt(hd))
@@ -205,8 +209,8 @@ def check_kernels(ffi, lib, failures, rng) -> None:
         acc = sum(st[2] * np.exp(st[0] - M) for st in states)
         compare(failures, f"flash_attn_partial_q8_neon (chunks merged) on case '{name}'", acc / S, want)
 
-        # the timing loops compute what the kernels compute
-        for variant, fn in enumerate(kernels):
+        # the timing loops compute what the kernels compute: every registry entry
+        for variant, fn in enumerate(registry):
             out = np.full(hd, np.nan, np.float32)
             step(f"fa_time_calls (variant {variant}, {fn}) on case '{name}'")
             ns = lib.fa_time_calls(variant, 2, ffi.from_buffer("float[]", out), ffi.from_buffer("float[]", q),

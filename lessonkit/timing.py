@@ -16,10 +16,12 @@ import warnings
 import numpy as np
 
 from . import env, native
+from .variants import BY_NAME
 from . import validate as check
 from .cache import KVCacheQ8
 
-VARIANTS = {"neon": 0, "scalar": 1, "two_pass_scores": 2, "two_pass_recompute": 3}  # fa_time_calls
+# backend name -> fa_time_calls index, from the one registry (native/fa_variants.h)
+VARIANTS = {name: v.version for name, v in BY_NAME.items()}
 
 
 MAX_CALLS = 1 << 24     # calls in one C loop: about 1 s at the fastest call (seq_len 0, ~50 ns)
@@ -39,6 +41,8 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     calls after writing a buffer of 4 x the last-level cache (at least 64 MiB), so that the KV
     comes from DRAM. ``defines`` selects a build, e.g. ``{"FA_PREFETCH": 0}`` (lesson 05): only the
     tunables of ``lessonkit.native.DEFINES``, within their ranges.
+    ``backend``: any name of ``lessonkit.variants.VARIANTS`` (the article's kernel "neon", the
+    scalar reference, the numbered fast steps, "fast", the two-pass alternatives).
     ``cores``: which core type to time on (``lessonkit.env.timing_cores``; default the big cores).
     Bounded by MAX_CALLS calls per repeat, MAX_REPEATS repeats and about MAX_SECONDS seconds."""
     if not isinstance(cache, KVCacheQ8):

@@ -6,10 +6,22 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "flash_attn_q8.h"
+#include "fa_variants.h"
 
 typedef void (*fa_kernel)(float *restrict, const float *restrict, int8_t *const *, int8_t *const *,
     const float *restrict, const float *restrict, int, int, int, int, int, int, float);
+
+/* the registry, one row per X of fa_variants.h, in its order */
+static const struct { int version; const char *name; fa_kernel fn; const char *adds; } FA_TABLE[] = {
+#define FA_ROW(version, name, fn, adds) {version, name, fn, adds},
+    FA_VARIANTS(FA_ROW)
+#undef FA_ROW
+};
+
+int fa_variant_count(void) { return (int)(sizeof FA_TABLE / sizeof FA_TABLE[0]); }
+int fa_variant_version(int i) { return i >= 0 && i < fa_variant_count() ? FA_TABLE[i].version : -1; }
+const char *fa_variant_name(int i) { return i >= 0 && i < fa_variant_count() ? FA_TABLE[i].name : NULL; }
+const char *fa_variant_adds(int i) { return i >= 0 && i < fa_variant_count() ? FA_TABLE[i].adds : NULL; }
 
 static double now_ns(void)
 {
@@ -23,12 +35,11 @@ double fa_time_calls(int variant, int number, float *restrict attn_out, const fl
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)
 {
-    static const fa_kernel kernels[] = {flash_attn_single_q_q8_neon, flash_attn_single_q_q8_scalar,
-                                        flash_attn_two_pass_scores_q8, flash_attn_two_pass_recompute_q8};
-    if (variant < 0 || variant >= (int)(sizeof kernels / sizeof kernels[0]) || number < 1) return -1.0;
+    if (variant < 0 || variant >= fa_variant_count() || number < 1) return -1.0;
+    const fa_kernel kernel = FA_TABLE[variant].fn;
     double t0 = now_ns();
     for (int i = 0; i < number; i++)
-        kernels[variant](attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale,
+        kernel(attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale,
                          seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale);
     return (now_ns() - t0) / number;
 }

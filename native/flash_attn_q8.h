@@ -83,9 +83,23 @@ void fa_trace_set(fa_trace *trace);
 void kvq8_quantize_rows(const float *x, int n_rows, int hd, int x_stride,
     int8_t *codes, int code_stride, float *scales, int scale_stride);
 
-/* Call a kernel `number` times and return the mean ns per call (-1 for a bad variant or number).
- * variant: 0 flash_attn_single_q_q8_neon, 1 flash_attn_single_q_q8_scalar,
- * 2 flash_attn_two_pass_scores_q8, 3 flash_attn_two_pass_recompute_q8. */
+/* The fastest single-head variant (flash_attn_q8_steps.c; native/fa_variants.h says which steps it
+ * takes): the article's arguments and result, its loop tiled and vectorized. */
+void flash_attn_single_q_q8_fast(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
+/* The registry of native/fa_variants.h as the library holds it: entries 0 .. fa_variant_count()-1,
+ * each with its version number, name (lessonkit.timing's backend=) and the idea it adds;
+ * NULL or -1 outside that range. */
+int fa_variant_count(void);
+int fa_variant_version(int i);
+const char *fa_variant_name(int i);
+const char *fa_variant_adds(int i);
+
+/* Call registry entry `variant` `number` times and return the mean ns per call (-1 for a bad
+ * variant or number). */
 double fa_time_calls(int variant, int number, float *restrict attn_out, const float *restrict q,
     int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
     const float *restrict kscale, const float *restrict vscale,

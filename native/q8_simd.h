@@ -89,6 +89,120 @@ static inline void vkq_add_i8x16(float *vkq, const int8_t *v, float32x4_t w)
 #endif
 }
 
+/* Four 32-value block dots of one Q block against four K rows: [q.k0, q.k1, q.k2, q.k3] in int32.
+ * The four rows' lane sums are reduced together (two pairwise adds) instead of one horizontal add
+ * per row: the score step of the tiled variants (fa_online.h, fa_score4). */
+static inline int32x4_t i8x32_dot4_s32(const int8_t *q, const int8_t *k0, const int8_t *k1,
+    const int8_t *k2, const int8_t *k3)
+{
+#if !defined(__aarch64__) && defined(__AVX2__)
+    /* x86: Q widened to int16 once per block, each K half widened and multiply-added (vpmaddwd),
+     * then three horizontal adds leave each row's sum in its own lane of each 128-bit half. */
+    __m256i q0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
+    __m256i q1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
+#define Q8_DOT32(k) _mm256_add_epi32( \
+        _mm256_madd_epi16(q0, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(k)))), \
+        _mm256_madd_epi16(q1, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)((k) + 16)))))
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(Q8_DOT32(k0), Q8_DOT32(k1)),
+                                  _mm256_hadd_epi32(Q8_DOT32(k2), Q8_DOT32(k3)));
+#undef Q8_DOT32
+    return simde_int32x4_from_m128i(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+#else
+    int8x16_t qa = vld1q_s8(q), qb = vld1q_s8(q + 16);
+    int32x4_t z = vdupq_n_s32(0);
+    int32x4_t a0 = i8x16_dot_s32(i8x16_dot_s32(z, qa, vld1q_s8(k0)), qb, vld1q_s8(k0 + 16));
+    int32x4_t a1 = i8x16_dot_s32(i8x16_dot_s32(z, qa, vld1q_s8(k1)), qb, vld1q_s8(k1 + 16));
+    int32x4_t a2 = i8x16_dot_s32(i8x16_dot_s32(z, qa, vld1q_s8(k2)), qb, vld1q_s8(k2 + 16));
+    int32x4_t a3 = i8x16_dot_s32(i8x16_dot_s32(z, qa, vld1q_s8(k3)), qb, vld1q_s8(k3 + 16));
+    return vpaddq_s32(vpaddq_s32(a0, a1), vpaddq_s32(a2, a3));
+#endif
+}
+
+/* Columns of VKQ that the tiled variants hold in registers while a tile's V rows add into them:
+ * 32 floats, 8 NEON registers of 32 (2 AVX-512 ones); hd is a multiple of 32, so chunks tile it. */
+#define FA_VKQ_COLS 32
+
+/* vkq[0..32) += sum_{j<n} w[j] * vr[j][c .. c+32): the 32 accumulators stay in registers over the
+ * n rows. MAGIC 0 converts V with sxtl + scvtf (a widening to int32, then int -> float); MAGIC 1
+ * adds the int8 (widened to int16) to the bits of 1.5 * 2^23 = 12582912.0f (0x4B400000) and
+ * subtracts 12582912.0f: exact for every int8, and no scvtf. */
+#define Q8_MAGIC_BITS 0x4B400000
+#define Q8_MAGIC_F 12582912.0f
+static inline void vkq_cols_rows_impl(float *vkq, const int8_t *const *vr, int c, const float *w, int n,
+    int magic)
+{
+#if !defined(__aarch64__) && defined(__AVX512F__)
+    __m512 a0 = _mm512_loadu_ps(vkq), a1 = _mm512_loadu_ps(vkq + 16);
+    const __m512i mb = _mm512_set1_epi32(Q8_MAGIC_BITS);
+    const __m512 mf = _mm512_set1_ps(Q8_MAGIC_F);
+    for (int j = 0; j < n; j++) {
+        const int8_t *v = vr[j] + c;
+        __m512 wj = _mm512_set1_ps(w[j]);
+        __m512i i0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v));
+        __m512i i1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(v + 16)));
+        __m512 f0, f1;
+        if (magic) {
+            f0 = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_add_epi32(i0, mb)), mf);
+            f1 = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_add_epi32(i1, mb)), mf);
+        } else {
+            f0 = _mm512_cvtepi32_ps(i0);
+            f1 = _mm512_cvtepi32_ps(i1);
+        }
+        a0 = _mm512_fmadd_ps(f0, wj, a0);
+        a1 = _mm512_fmadd_ps(f1, wj, a1);
+    }
+    _mm512_storeu_ps(vkq, a0);
+    _mm512_storeu_ps(vkq + 16, a1);
+#else
+    float32x4_t a[8];
+    for (int i = 0; i < 8; i++) a[i] = vld1q_f32(vkq + 4 * i);
+    const int32x4_t mb = vdupq_n_s32(Q8_MAGIC_BITS);
+    const float32x4_t mf = vdupq_n_f32(Q8_MAGIC_F);
+    for (int j = 0; j < n; j++) {
+        const int8_t *v = vr[j] + c;
+        float32x4_t wj = vdupq_n_f32(w[j]);
+        for (int h = 0; h < 2; h++) {
+            int8x16_t v8 = vld1q_s8(v + 16 * h);
+            int16x8_t lo = vmovl_s8(vget_low_s8(v8)), hi = vmovl_high_s8(v8);
+            float32x4_t f[4];
+            if (magic) {
+                f[0] = vsubq_f32(vreinterpretq_f32_s32(vaddw_s16(mb, vget_low_s16(lo))), mf);
+                f[1] = vsubq_f32(vreinterpretq_f32_s32(vaddw_high_s16(mb, lo)), mf);
+                f[2] = vsubq_f32(vreinterpretq_f32_s32(vaddw_s16(mb, vget_low_s16(hi))), mf);
+                f[3] = vsubq_f32(vreinterpretq_f32_s32(vaddw_high_s16(mb, hi)), mf);
+            } else {
+                f[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+                f[1] = vcvtq_f32_s32(vmovl_high_s16(lo));
+                f[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+                f[3] = vcvtq_f32_s32(vmovl_high_s16(hi));
+            }
+            for (int i = 0; i < 4; i++) a[4 * h + i] = vfmaq_f32(a[4 * h + i], f[i], wj);
+        }
+    }
+    for (int i = 0; i < 8; i++) vst1q_f32(vkq + 4 * i, a[i]);
+#endif
+}
+/* sixteen int8 of V to four float32x4 by the magic-number add (as vkq_cols_rows_magic) */
+static inline void v_i8x16_to_f32_magic(const int8_t *v, float32x4_t f[4])
+{
+    const int32x4_t mb = vdupq_n_s32(Q8_MAGIC_BITS);
+    const float32x4_t mf = vdupq_n_f32(Q8_MAGIC_F);
+    int8x16_t v8 = vld1q_s8(v);
+    int16x8_t lo = vmovl_s8(vget_low_s8(v8)), hi = vmovl_high_s8(v8);
+    f[0] = vsubq_f32(vreinterpretq_f32_s32(vaddw_s16(mb, vget_low_s16(lo))), mf);
+    f[1] = vsubq_f32(vreinterpretq_f32_s32(vaddw_high_s16(mb, lo)), mf);
+    f[2] = vsubq_f32(vreinterpretq_f32_s32(vaddw_s16(mb, vget_low_s16(hi))), mf);
+    f[3] = vsubq_f32(vreinterpretq_f32_s32(vaddw_high_s16(mb, hi)), mf);
+}
+static inline void vkq_cols_rows(float *vkq, const int8_t *const *vr, int c, const float *w, int n)
+{
+    vkq_cols_rows_impl(vkq, vr, c, w, n, 0);
+}
+static inline void vkq_cols_rows_magic(float *vkq, const int8_t *const *vr, int c, const float *w, int n)
+{
+    vkq_cols_rows_impl(vkq, vr, c, w, n, 1);
+}
+
 /* The engine's float -> int8 cast for Q: round half away from zero, then clamp. */
 static inline int8_t q_code(float v)
 {
@@ -122,19 +236,6 @@ static inline float q8_expf(float x)
 }
 #define expf(x) q8_expf(x)
 #endif
-
-/* Segment 1 of the kernel as a function, for the comparison variants (the kernel itself keeps
- * its own copy inline, as the article shows it): Q to int8 codes qi and block scales qsc. */
-static inline void q8_quantize_q(const float *q, int nblk, int8_t *qi, float *qsc)
-{
-    for (int b = 0; b < nblk; b++) {
-        float qm = 0.0f;
-        for (int i = 0; i < QBLK; i++) qm = fmaxf(qm, fabsf(q[b * QBLK + i]));
-        if (qm < 1e-6f) qm = 1.0f;
-        qsc[b] = qm * KVQ_INV;
-        for (int i = 0; i < QBLK; i++) qi[b * QBLK + i] = q_code(q[b * QBLK + i] * (127.0f / qm));
-    }
-}
 
 /* Segment 2's score of one K row kt (before the K scale and the softmax scale). */
 static inline float q8_dot_row(const int8_t *qi, const float *qsc, const int8_t *kt, int nblk)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
+from lessonkit import native, variants
 from lessonkit.quant import quantize_q
 
 from conftest import make_case
@@ -67,10 +68,45 @@ def check_case(cache, q, K, V, scale=None):
         for variant in ("two_pass_scores", "two_pass_recompute"):  # article section 3's alternatives
             np.testing.assert_allclose(lk.attend(q, cache, kh, scale=scale, backend=variant), neon,
                                        rtol=0, atol=FLOAT32_SLACK * vmax, err_msg=f"{variant}, kv_head {kh}")
+        for v, out in registry_outputs(q, cache, kh, scale).items():  # every entry of fa_variants.h
+            np.testing.assert_allclose(out, scalar, rtol=0,
+                                       atol=NEON_VS_SCALAR_RTOL * max(np.abs(scalar).max(), 1e-30),
+                                       err_msg=f"registry variant {v} vs scalar, kv_head {kh}")
         bound = quantization_error_bound(q, K[:, kh], V[:, kh], cache, kh, s)
         err = np.abs(neon - ref).max()
         assert err <= bound + FLOAT32_SLACK * vmax, \
             f"kv_head {kh}: error {err:.3g} against float64 exceeds the quantization bound {bound:.3g}"
+
+
+def registry_outputs(q, cache, kv_head, scale) -> dict[str, np.ndarray]:
+    """Every registry variant's output, each run once through fa_time_calls(index, 1, ...) (the
+    library's table, in fa_variants.h's order), NaN-filled first so that a variant that writes
+    nothing fails. The two-pass ones too: 1e-5 of the scalar's max holds for them as well (same
+    quantized scores; the max known before the exps changes a few roundings)."""
+    ffi, lib = native.load()
+    if scale is None:
+        scale = 1.0 / math.sqrt(cache.head_dim)
+    q = np.ascontiguousarray(q, np.float32)
+    k, v, ks, vs, T, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
+    outs = {}
+    for var in variants.VARIANTS:
+        out = np.full(cache.head_dim, np.nan, np.float32)
+        ns = lib.fa_time_calls(var.version, 1, ffi.from_buffer("float[]", out, require_writable=True),
+                               ffi.from_buffer("float[]", q), k, v, ks, vs, cache.seq_len, kv_dim, kv_bs, nkv,
+                               kh_off, cache.head_dim, float(scale))
+        assert ns >= 0, f"fa_time_calls refused registry entry {var.version} ({var.name})"
+        outs[var.name] = out
+    return outs
+
+
+def test_registry_parsed_equals_library():
+    """lessonkit.variants parses native/fa_variants.h; the built library's own table must agree."""
+    ffi, lib = native.load()
+    lib_rows = variants.from_library(ffi, lib)
+    assert [(v.version, v.name, v.adds) for v in lib_rows] == \
+        [(v.version, v.name, v.adds) for v in variants.VARIANTS]
+    assert {"neon", "scalar", "two_pass_scores", "two_pass_recompute", "fast"} <= set(variants.BY_NAME)
+    assert lib.fa_variant_name(len(lib_rows)) == ffi.NULL and lib.fa_variant_version(-1) == -1
 
 
 GRID = list(itertools.product([32, 64, 96, 128, 256], [1, 7, 16, 64], [1, 2, 31, 33, 1000, 5000]))

@@ -29,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flash_attn_q8.h"
-#include "q8_simd.h"
+#include "fa_variants.h"
+#include "fa_online.h"
 
 /* Pass criterion, per output value: |neon - scalar| <= 1e-5 * max(1, max|scalar|) over the head's
  * hd outputs. The two kernels do the same integer dots and the same float operations; they can
@@ -140,14 +140,15 @@ static const char *const KIND_NAME[] = {"random", "zero first Q block", "large s
 
 typedef struct { int hd, kv_bs, seq_len, nkv; enum Kind kind; } Case;
 
-/* The kernels checked against the scalar reference: the NEON kernel and article section 3's
+/* The kernels checked against the scalar reference: every entry of the registry (fa_variants.h)
+ * but the reference itself -- the article's kernel, the numbered fast steps, the fast kernel, the
  * two-pass alternatives (same quantized math; only float rounding order differs). */
 typedef void (*Kernel)(float *restrict, const float *restrict, int8_t *const *, int8_t *const *,
     const float *restrict, const float *restrict, int, int, int, int, int, int, float);
-static const Kernel KERNELS[] = {flash_attn_single_q_q8_neon, flash_attn_two_pass_scores_q8,
-    flash_attn_two_pass_recompute_q8};
-static const char *const KERNEL_NAME[] = {"neon", "two_pass_scores", "two_pass_recompute",
-    "group", "partial+merge"};
+#define AS_KERNEL(version, name, fn, adds) fn,
+#define AS_NAME(version, name, fn, adds) name,
+static const Kernel KERNELS[] = {FA_VARIANTS(AS_KERNEL)};
+static const char *const KERNEL_NAME[] = {FA_VARIANTS(AS_NAME) "group", "partial+merge"};
 #define N_KERNELS (int)(sizeof KERNELS / sizeof KERNELS[0])
 #define K_GROUP N_KERNELS       /* lesson 08: flash_attn_group_q8_neon, query head g against the scalar kernel */
 #define K_SPLIT (N_KERNELS + 1) /* lesson 08: flash_attn_partial_q8_neon over chunks, merged, divided */
@@ -301,6 +302,7 @@ static Result run_heads(const Case *c, const Cache *cache, const float *q, float
         flash_attn_single_q_q8_scalar(scalar, q, cache->k, cache->v, cache->kscale + kh, cache->vscale + kh,
             c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
         for (int k = 0; k < N_KERNELS; k++) {
+            if (KERNELS[k] == flash_attn_single_q_q8_scalar) continue; /* the reference itself */
             fill_nan(neon, hd);
             KERNELS[k](neon, q, cache->k, cache->v, cache->kscale + kh, cache->vscale + kh,
                 c->seq_len, nkv * hd, c->kv_bs, nkv, kh * hd, hd, scale);
@@ -550,6 +552,69 @@ static int check_expf(int verbose)
     return ok;
 }
 
+/* The tiled variants' 4-lane exp (fa_expq_f32) within 2 ulp of libm's over the range they use,
+ * and 0 below -87 (the same contract as the scalar expf above). */
+static int check_vexp(int verbose)
+{
+    float worst = 0.0f, worst_x = 0.0f;
+    for (int i = 0; i <= 200000; i += 4) {
+        float x[4], got[4];
+        for (int u = 0; u < 4; u++) x[u] = -90.0f * (float)(i + u) / 200000.0f;
+        vst1q_f32(got, fa_expq_f32(vld1q_f32(x)));
+        for (int u = 0; u < 4; u++) {
+            float want = (expf)(x[u]);
+            float ulp = want > 0.0f ? nextafterf(want, INFINITY) - want : 0.0f;
+            float err = ulp > 0.0f ? fabsf(got[u] - want) / ulp : (got[u] == 0.0f ? 0.0f : INFINITY);
+            if (x[u] < -87.0f) err = got[u] == 0.0f ? 0.0f : INFINITY; /* flushed to 0 by design */
+            if (err > worst) { worst = err; worst_x = x[u]; }
+        }
+    }
+    int ok = worst <= 2.0f;
+    if (!ok || verbose) printf("%s fa_expq_f32: worst %.2f ulp (at x = %g) over [-90, 0]\n", ok ? "ok  " : "FAIL",
+        (double)worst, (double)worst_x);
+    return ok;
+}
+
+/* i8x32_dot4_s32: four 32-value int8 dots, each equal to the plain integer sum, on random and
+ * extreme (-128, 127) values; and the magic-number conversion exact for all 256 int8 values. */
+static int check_dot4_magic(int verbose)
+{
+    Lcg g = {11};
+    int bad = 0;
+    int8_t q[32], k[4][32];
+    for (int trial = 0; trial < 2000 && !bad; trial++) {
+        for (int i = 0; i < 32; i++) {
+            q[i] = trial < 2 ? (int8_t)(trial ? 127 : -128) : (int8_t)(lcg_next(&g) >> 24);
+            for (int r = 0; r < 4; r++) k[r][i] = trial < 2 ? (int8_t)-128 : (int8_t)(lcg_next(&g) >> 24);
+        }
+        int32_t got[4];
+        vst1q_s32(got, i8x32_dot4_s32(q, k[0], k[1], k[2], k[3]));
+        for (int r = 0; r < 4; r++) {
+            int32_t want = 0;
+            for (int i = 0; i < 32; i++) want += (int32_t)q[i] * k[r][i];
+            if (got[r] != want) {
+                printf("FAIL i8x32_dot4_s32 trial %d row %d: %d, want %d\n", trial, r, got[r], want);
+                bad = 1;
+            }
+        }
+    }
+    int8_t all[256];
+    for (int i = 0; i < 256; i++) all[i] = (int8_t)(i - 128);
+    for (int i = 0; i < 256 && !bad; i += 16) {
+        float32x4_t f[4];
+        float got[16];
+        v_i8x16_to_f32_magic(all + i, f);
+        for (int u = 0; u < 4; u++) vst1q_f32(got + 4 * u, f[u]);
+        for (int j = 0; j < 16; j++)
+            if (got[j] != (float)all[i + j]) {
+                printf("FAIL magic-number conversion of %d gave %g\n", all[i + j], (double)got[j]);
+                bad = 1;
+            }
+    }
+    if (verbose && !bad) printf("ok   i8x32_dot4_s32 equals the integer dots; magic conversion exact for all int8\n");
+    return !bad;
+}
+
 int main(int argc, char **argv)
 {
     int verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
@@ -562,13 +627,13 @@ int main(int argc, char **argv)
         else failed++;
     }
     int (*const quantizer_checks[])(int) = {quantizer_random, quantizer_extremes, quantizer_half_steps,
-        quantizer_zero_rows, check_dot_lanes, check_expf};
+        quantizer_zero_rows, check_dot_lanes, check_expf, check_vexp, check_dot4_magic};
     for (size_t j = 0; j < sizeof quantizer_checks / sizeof quantizer_checks[0]; j++) {
         if (quantizer_checks[j](verbose)) passed++;
         else failed++;
     }
 
-    printf("worst |kernel - scalar| / max(1, max|scalar|) over neon, both two-pass kernels, group and partial+merge: %.3g (tolerance %.0e)\n", (double)g_worst,
+    printf("worst |kernel - scalar| / max(1, max|scalar|) over every registry variant, group and partial+merge: %.3g (tolerance %.0e)\n", (double)g_worst,
         (double)REL_TOL);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

@@ -16,7 +16,7 @@
  *
  *   fa_driver VARIANT SEQ_LEN HD NKV KV_BS [warm|cold [EVICT_BYTES]]
  *   fa_driver method                                   (prints client-requests or toggle-collect)
- *   VARIANT: single | scalar | two_pass_scores | two_pass_recompute   (attention, kv head NKV - 1)
+ *   VARIANT: single (= neon) or any name of native/fa_variants.h  (attention, kv head NKV - 1)
  *            group<G> | per_head<G>, G = 1..8  (lesson 08: G query heads on kv head NKV - 1, in one
  *                                                call of flash_attn_group_q8_neon, or in G calls of
  *                                                the single-pass kernel; measured_group)
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flash_attn_q8.h"
+#include "fa_variants.h"
 
 #ifndef FA_CLIENT_REQUESTS /* -DFA_CLIENT_REQUESTS=0 forces the --toggle-collect build */
 #  if defined(__has_include)
@@ -147,10 +147,11 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    /* every registry name (fa_variants.h), and "single" (lessonkit.traffic's name for "neon") */
+#define DRIVER_ROW(version, name, fn, adds) {name, fn},
     static const struct { const char *name; Kernel k; } kernels[] = {
-        {"single", flash_attn_single_q_q8_neon}, {"scalar", flash_attn_single_q_q8_scalar},
-        {"two_pass_scores", flash_attn_two_pass_scores_q8},
-        {"two_pass_recompute", flash_attn_two_pass_recompute_q8}};
+        {"single", flash_attn_single_q_q8_neon}, FA_VARIANTS(DRIVER_ROW)};
+#undef DRIVER_ROW
     Kernel k = NULL;
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
         if (strcmp(variant, kernels[i].name) == 0) k = kernels[i].k;

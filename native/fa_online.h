@@ -1,0 +1,185 @@
+/* fa_online.h: the pieces every kernel variant shares, written once (article 9-2, section 2):
+ * the row address of token t in the block-pointer cache, Q's quantization (segment 1), the
+ * online-softmax step (segment 3: new max -> rescale S and VKQ; weight; S +=), the normalisation
+ * (segment 4), and the tile-wide forms of the same steps that the fast variants use
+ * (flash_attn_q8_steps.c), the two-pass variants, the split-KV kernel (flash_attn_q8_partial.c)
+ * and the grouped kernel (flash_attn_q8_group.c) -- as llama.cpp's one_chunk serves both full and
+ * partial ranges. The article's kernel (flash_attn_q8_neon.c) keeps its own copy of every step,
+ * written out, because it is the text the lessons display. */
+#ifndef FA_ONLINE_H
+#define FA_ONLINE_H
+#include "q8_simd.h"
+
+/* Tokens scored before the softmax folds them in, in the variants that tile (build define,
+ * lessonkit.native.DEFINES checks 1..256). 16: with VKQ held in registers across a tile, its load
+ * and store are paid once per 16 tokens; the tile's scores are 64 bytes, one cache line. */
+#ifndef FA_TILE
+#define FA_TILE 16
+/* The fast variant's token loop over [t_begin, t_end) from the online state (*M, *S, VKQ) on,
+ * for Q already quantized (flash_attn_q8_steps.c): the split-KV kernel runs it on its chunk. */
+void fa_fast_state(const int8_t *qi, const float *qsc, int nblk, int8_t *const *k_cache_q8,
+    int8_t *const *v_cache_q8, const float *kscale, const float *vscale, int t_begin, int t_end,
+    int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale, float *M, float *S, float *VKQ);
+
+#endif
+/* a tile's score array, rounded up to whole groups of 4 tokens (fa_score4 scores four at once) */
+#define FA_TILE4 ((FA_TILE + 3) / 4 * 4)
+
+/* the caller's contract on hd (lessonkit checks it first); a variant returns on anything else */
+static inline int fa_hd_ok(int hd) { return hd > 0 && hd <= HD_MAX && hd % QBLK == 0; }
+
+/* token t's row of one kv head: block t / kv_bs, row t % kv_bs, head offset kh_off */
+static inline const int8_t *fa_row(int8_t *const *cache, int t, int kv_bs, int kv_dim, int kh_off)
+{
+    return cache[t / kv_bs] + (size_t)(t % kv_bs) * kv_dim + kh_off;
+}
+
+/* segment 1: Q to int8 codes qi and one scale per 32-value block, qsc */
+static inline void fa_quantize_q(const float *q, int nblk, int8_t *qi, float *qsc)
+{
+    for (int b = 0; b < nblk; b++) {
+        float qm = 0.0f;
+        for (int i = 0; i < QBLK; i++) qm = fmaxf(qm, fabsf(q[b * QBLK + i]));
+        if (qm < 1e-6f) qm = 1.0f; /* an all-zero block would divide by zero */
+        qsc[b] = qm * KVQ_INV;
+        for (int i = 0; i < QBLK; i++) qi[b * QBLK + i] = q_code(q[b * QBLK + i] * (127.0f / qm));
+    }
+}
+
+/* VKQ[0..hd) *= f */
+static inline void fa_scale_vkq(float *VKQ, int hd, float f)
+{
+    float32x4_t fv = vdupq_n_f32(f);
+    for (int i = 0; i < hd; i += 4) vst1q_f32(VKQ + i, vmulq_f32(vld1q_f32(VKQ + i), fv));
+}
+
+/* segment 3, one token: a new max shrinks S and VKQ to it; returns the token's weight exp(s - M) */
+static inline float fa_online_token(float s, float *M, float *S, float *VKQ, int hd)
+{
+    float vsf;
+    if (s > *M) {
+        float ms = expf(*M - s);
+        *M = s;
+        *S *= ms;
+        fa_scale_vkq(VKQ, hd, ms);
+        vsf = 1.0f;
+    } else {
+        vsf = expf(s - *M);
+    }
+    *S += vsf;
+    return vsf;
+}
+
+/* out[0..hd) = VKQ[0..hd) * f */
+static inline void fa_scale_vkq_to(float *out, const float *VKQ, int hd, float f)
+{
+    float32x4_t fv = vdupq_n_f32(f);
+    for (int i = 0; i < hd; i += 4) vst1q_f32(out + i, vmulq_f32(vld1q_f32(VKQ + i), fv));
+}
+
+/* segment 4: out = VKQ / S (0 when no token had weight) */
+static inline void fa_normalize(float *out, const float *VKQ, float S, int hd)
+{
+    fa_scale_vkq_to(out, VKQ, hd, S > 0.0f ? 1.0f / S : 0.0f);
+}
+
+/* segment 2 for four tokens at once: the int32 block dots of four K rows reduced together
+ * (two pairwise adds give [dot k0, dot k1, dot k2, dot k3]) instead of one horizontal add per row,
+ * and each block's scale applied to the four as one vector. Same sums as q8_dot_row per lane. */
+static inline float32x4_t fa_score4(const int8_t *qi, const float *qsc, int nblk, const int8_t *k0,
+    const int8_t *k1, const int8_t *k2, const int8_t *k3)
+{
+    float32x4_t s = vdupq_n_f32(0.0f);
+    for (int b = 0; b < nblk; b++) {
+        int o = b * QBLK;
+        int32x4_t d = i8x32_dot4_s32(qi + o, k0 + o, k1 + o, k2 + o, k3 + o);
+        s = vfmaq_f32(s, vcvtq_f32_s32(d), vdupq_n_f32(qsc[b]));
+    }
+    return s;
+}
+
+/* segment 2 for tokens t0 .. t0+n-1 (n <= FA_TILE): st[j] = score of token t0 + j, four at a time;
+ * a last group of fewer than four repeats the last row and its extra lanes are ignored. */
+static inline void fa_score_tile(float *st, const int8_t *qi, const float *qsc, int nblk,
+    int8_t *const *k_cache_q8, const float *kscale, int t0, int n, int kv_dim, int kv_bs, int nkv,
+    int kh_off, float scale)
+{
+    for (int j = 0; j < n; j += 4) {
+        const int8_t *k[4];
+        float ks[4];
+        for (int u = 0; u < 4; u++) {
+            int t = t0 + (j + u < n ? j + u : n - 1);
+            k[u] = fa_row(k_cache_q8, t, kv_bs, kv_dim, kh_off);
+            ks[u] = kscale[(size_t)t * nkv] * KVQ_INV * scale;
+        }
+        vst1q_f32(st + j, vmulq_f32(fa_score4(qi, qsc, nblk, k[0], k[1], k[2], k[3]), vld1q_f32(ks)));
+    }
+}
+
+/* exp(x) for four x <= 0: q8_expf's reduction and polynomial in NEON intrinsics (SIMDe maps them
+ * on x86): x = n ln2 + r, exp(r) to r^7, times 2^n from the exponent bits; below -87 it is 0.
+ * Same accuracy class as q8_expf (within 2 ulp of expf). */
+static inline float32x4_t fa_expq_f32(float32x4_t x)
+{
+    uint32x4_t tiny = vcltq_f32(x, vdupq_n_f32(-87.0f));
+    x = vmaxq_f32(x, vdupq_n_f32(-87.0f));
+    float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
+    float32x4_t r = vfmaq_f32(x, n, vdupq_n_f32(-0.693359375f));
+    r = vfmaq_f32(r, n, vdupq_n_f32(2.12194440e-4f));
+    float32x4_t p = vdupq_n_f32(1.0f / 5040.0f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 720.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 120.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 24.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 6.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vbslq_f32(tiny, vdupq_n_f32(0.0f), vmulq_f32(p, vreinterpretq_f32_s32(e)));
+}
+
+/* segment 3 for a tile of n scores, with one rescale per tile: the tile's max m; if m > M, S and
+ * VKQ shrink once by exp(M - m) (instead of at every new max inside the tile); then the weights
+ * w[j] = exp(st[j] - M) four at a time, S += their sum. Mathematically the per-token step's
+ * result; the roundings differ (within the kernel tolerance). st has FA_TILE4 entries. */
+static inline void fa_online_tile(float *w, float *st, int n, float *M, float *S, float *VKQ, int hd)
+{
+    float m = *M;
+    for (int j = 0; j < n; j++) m = st[j] > m ? st[j] : m;
+    if (m > *M) {
+        float ms = expf(*M - m);
+        *S *= ms;
+        fa_scale_vkq(VKQ, hd, ms);
+        *M = m;
+    }
+    for (int j = n; j < (n + 3) / 4 * 4; j++) st[j] = -INFINITY; /* the padding lanes weigh 0 */
+    float32x4_t mv = vdupq_n_f32(*M), sum = vdupq_n_f32(0.0f);
+    for (int j = 0; j < n; j += 4) {
+        float32x4_t e = fa_expq_f32(vsubq_f32(vld1q_f32(st + j), mv));
+        vst1q_f32(w + j, e);
+        sum = vaddq_f32(sum, e);
+    }
+    *S += vaddvq_f32(sum);
+}
+
+/* segment 3's accumulation for a tile: VKQ += sum_j w[j] * V_j over the tile's n V rows, with a
+ * column chunk of VKQ held in registers while all n rows add into it (the load and store of VKQ
+ * paid once per tile, not once per token). */
+static inline void fa_vkq_tile(float *VKQ, const int8_t *const *vr, const float *w, int n, int hd)
+{
+    for (int c = 0; c < hd; c += FA_VKQ_COLS) vkq_cols_rows(VKQ + c, vr, c, w, n);
+}
+
+/* the same with V's int8 -> fp32 conversion by the magic-number add (q8_simd.h) */
+static inline void fa_vkq_tile_magic(float *VKQ, const int8_t *const *vr, const float *w, int n, int hd)
+{
+    for (int c = 0; c < hd; c += FA_VKQ_COLS) vkq_cols_rows_magic(VKQ + c, vr, c, w, n);
+}
+
+/* The fast variant's token loop over [t_begin, t_end) from the online state (*M, *S, VKQ) on,
+ * for Q already quantized (flash_attn_q8_steps.c): the split-KV kernel runs it on its chunk. */
+void fa_fast_state(const int8_t *qi, const float *qsc, int nblk, int8_t *const *k_cache_q8,
+    int8_t *const *v_cache_q8, const float *kscale, const float *vscale, int t_begin, int t_end,
+    int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale, float *M, float *S, float *VKQ);
+
+#endif
