@@ -48,7 +48,7 @@ def in_clone(clone: Path, code: str, timeout: float = 300) -> str:
     env = {"PYTHONPATH": os.pathsep.join([str(clone), str(REPO / "tests")]),
            "LESSONKIT_BUILD_DIR": "", "LESSONKIT_SAVE_RESULTS": ""}
     first = f"import lessonkit\nassert lessonkit.__file__.startswith({str(clone)!r})\n"
-    return assert_clean(run_python(first + textwrap.dedent(code), timeout=timeout, env=env))
+    return assert_clean(run_python(first + textwrap.dedent(code), timeout=timeout, env=env, cwd=clone))
 
 
 def copies(clone: Path) -> str:
@@ -173,7 +173,7 @@ def test_reset_names_a_lesson_that_exists(clone):
             except ValueError as e:
                 print("refused", repr(bad))
         print(workspace.find_lesson(4).name, workspace.find_lesson("04_kernel_walkthrough.ipynb").name)
-    """, env={"PYTHONPATH": os.pathsep.join([str(clone), str(REPO / "tests")])})
+    """, env={"PYTHONPATH": os.pathsep.join([str(clone), str(REPO / "tests")])}, cwd=clone)
     lines = assert_clean(out).splitlines()
     assert lines[:4] == ["refused '99'", "refused 'kernel'", "refused ''", "refused '../native'"]
     assert lines[4] == "04_kernel_walkthrough.ipynb 04_kernel_walkthrough.ipynb"
