@@ -99,7 +99,7 @@ def test_run_a_lesson_and_edit_the_kernel_copy_git_stays_clean(clone):
     assert student_lib.name != shipped_lib.name  # the edit was compiled: another hash, another file
     assert "student's note" in (work / "native" / "flash_attn_q8_neon.c").read_text()
 
-    assert porcelain(clone) == "", "running a lesson or building the kernel copy wrote into tracked files"
+    assert porcelain(clone) == "", "running a lesson or building the kernel copy left files that git sees"
     # ... and not because nothing was written: the work is there, ignored
     ignored = porcelain(clone, "--ignored")
     assert "!! my-work/" in ignored and "!! .build/" in ignored
