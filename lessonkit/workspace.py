@@ -207,7 +207,8 @@ def student_native() -> Path:
     """``my-work/native/``, your copy of ``native/`` to edit, made from ``native/`` on first use
     and never overwritten after; returns its path. Build and load it with
     ``lessonkit.native.load(src_dir=workspace.student_native())``: the same build, check in a
-    child process and cache as ``native/`` (its builds go to ``my-work/.build/``).
+    child process and cache as ``native/`` (its builds go to ``my-work/.build/``, or to
+    ``$LESSONKIT_BUILD_DIR`` if that is set).
     ``reset_native(confirm=True)`` starts over."""
     dest = WORK_DIR / "native"
     if dest.is_dir() and any(dest.iterdir()):

@@ -145,7 +145,15 @@ def test_copies_never_overwrite_and_reset_keeps_the_old_copy(clone):
     assert "(my notes)" in old1.read_text() and (work / "old" / "01_quantize_q.2.ipynb").is_file()
     assert "changed since" not in copies(clone)  # the fresh copy is of the current lesson
 
-    # The kernel copy: never overwritten; reset only when asked, and the edited copy is kept
+    # The kernel copy: an update of native/ is announced, never copied over it; reset only when
+    # asked, and the edited copy is kept
+    in_clone(clone, "from lessonkit import workspace\nworkspace.student_native()")
+    assert "native/ changed" not in copies(clone)
+    quant_c = clone / "native" / "kvq8_quant.c"
+    quant_c.write_text("/* an update */\n" + quant_c.read_text())
+    git(clone, "commit", "--quiet", "-am", "an update of native/")
+    assert "native/ changed since my-work/native was made" in copies(clone)
+    assert not (work / "native" / "kvq8_quant.c").read_text().startswith("/* an update */")
     out = in_clone(clone, """
         from lessonkit import workspace
         src = workspace.student_native()
