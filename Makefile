@@ -1,5 +1,6 @@
 # The workbook's two commands:
-#   make lab    set up .venv, build the kernel, open JupyterLab on lesson 00
+#   make lab    set up .venv, build the kernel, open JupyterLab on your copy of lesson 00
+#               (my-work/, git-ignored: lessonkit/workspace.py; make update, make reset LESSON=04)
 #   make test   set up .venv, build the kernel, run every test (C, sanitizers, pytest, notebooks)
 #
 # On aarch64, DOTPROD=0 or DOTPROD=1 forces the kernel's choice of the dot-product instruction
@@ -21,6 +22,9 @@ HOST_ARCH := $(shell uname -m)
 HOST_OS   := $(shell uname -s)
 # Jupyter refuses to run as root unless told; only root (a container, CI) gets the flag
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
+# The student's copies of the lessons and of native/ (lessonkit/workspace.py's WORK_DIR; in
+# .gitignore): lessons run and saved there, so git pull never meets a student's edit
+WORK := my-work
 
 ifneq ($(DOTPROD),)
   ifeq ($(filter 0 1,$(DOTPROD)),)
@@ -56,13 +60,15 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: setup build lab test test-c test-asan test-asan-py test-aarch64 test-py bench bench-a76 clean help
+.PHONY: setup build lab copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab"
 	@echo "make test   set up and run every test"
 	@echo "make bench  time the kernel against its variants and numpy (BENCH_ARGS=--quick)"
 	@echo "make bench-a76  llvm-mca ESTIMATES of cycles per token on the RK3588's cores (A76 via the"
 	@echo "  Neoverse N1 model, A55); needs llvm-19, gcc-aarch64-linux-gnu, qemu-user (CYCLES_ARGS=--quick)"
+	@echo "make update   git pull, then copy the lessons it brought into $(WORK)/ (yours stay as they are)"
+	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); make reset-native: the kernel copy"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | clean"
 	@echo "DOTPROD=0 or DOTPROD=1 (aarch64): build and test without or with sdot, whatever the CPU"
 	@echo "  reports (e.g. make build DOTPROD=0); it sets LESSONKIT_DOTPROD"
@@ -79,8 +85,31 @@ build: setup
 	$(PY) -m lessonkit build
 	$(PY) -m lessonkit build --debug
 
-lab: build
-	$(VENV)/bin/jupyter lab $(LAB_ARGS) --ServerApp.root_dir=. notebooks/00_start_here.ipynb
+# JupyterLab serves the whole checkout (native/ is browsable) and opens the student's copy of lesson 00
+lab: build copies
+	$(VENV)/bin/jupyter lab $(LAB_ARGS) --ServerApp.root_dir=. $(WORK)/00_start_here.ipynb
+
+# Copy each lesson that has no working copy yet into $(WORK)/; existing copies are never touched
+copies: setup
+	$(PY) -m lessonkit.workspace copies
+
+# The update: the new commits, then (in a new make, so that setup sees a changed pyproject.toml)
+# the copies of lessons the update added. A pull that stops on a conflict was meant for native/ or
+# notebooks/ edited in place: the README's "Your own copies" says how to keep that work.
+update:
+	git pull --ff-only || { echo "git pull failed: see 'Your own copies: update and reset' in README.md"; exit 1; }
+	$(MAKE) copies
+
+# Start one lesson over; the old copy moves to $(WORK)/old/. No setup: it needs only the .venv that
+# made the copies (the standard library does the work).
+reset:
+	@if [ -z "$(LESSON)" ]; then echo "say which lesson: make reset LESSON=04"; exit 1; fi
+	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it, and your copies"; exit 1; fi
+	$(PY) -m lessonkit.workspace reset "$(LESSON)"
+
+reset-native:
+	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it"; exit 1; fi
+	$(PY) -m lessonkit.workspace reset-native
 
 test: build test-c test-asan test-asan-py test-aarch64 test-py
 
@@ -175,4 +204,4 @@ bench-a76: setup
 	$(PY) -m lessonkit.cycles $(CYCLES_ARGS)
 
 clean:
-	rm -rf .build
+	rm -rf .build $(WORK)/.build

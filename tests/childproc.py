@@ -12,15 +12,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_python(code: str, timeout: float = 240, env: dict | None = None,
-               input: str | None = None) -> subprocess.CompletedProcess:
+               input: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``code`` (dedented) with this interpreter, lessonkit from this checkout and the tests'
     modules importable, one BLAS thread, and Python's fault handler on (a crash prints where);
-    ``env`` adds to the environment, ``input`` goes to stdin. Returns the finished process."""
+    ``env`` adds to the environment, ``input`` goes to stdin; ``cwd`` (default: this checkout) is
+    also the first entry of the child's sys.path. Returns the finished process."""
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
                 "PYTHONFAULTHANDLER": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
                 **(env or {})}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=REPO, input=input)
+                          timeout=timeout, env=full_env, cwd=cwd or REPO, input=input)
 
 
 def assert_clean(proc: subprocess.CompletedProcess) -> str:

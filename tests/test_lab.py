@@ -1,5 +1,6 @@
-"""`make lab` serves JupyterLab with lesson 00: run the Makefile's own target on a free local port
-and ask the server for the notebook. Loopback only; the server is stopped at the end."""
+"""`make lab` serves JupyterLab with the student's working copy of lesson 00 (my-work/, made by the
+target from notebooks/): run the Makefile's own target on a free local port and ask the server for
+the notebook. Loopback only; the server is stopped at the end."""
 from __future__ import annotations
 
 import json
@@ -47,10 +48,14 @@ def test_make_lab_serves_lesson_00(tmp_path):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        body = get_json(f"{base}/api/contents/notebooks/00_start_here.ipynb?token={token}",
+        body = get_json(f"{base}/api/contents/my-work/00_start_here.ipynb?token={token}",
                         time.monotonic() + 120, server)
         assert body["type"] == "notebook"
         assert body["content"]["cells"][0]["source"].startswith("# 00 · Start here")
+        # every lesson has its working copy (a student's earlier copy is theirs: not compared)
+        work = get_json(f"{base}/api/contents/my-work?token={token}", time.monotonic() + 10, server)
+        shipped = {p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+        assert shipped <= {f["name"] for f in work["content"]}
         # the whole repository is browsable, so native/*.c can be edited from JupyterLab
         native = get_json(f"{base}/api/contents/native?token={token}", time.monotonic() + 10, server)
         assert "flash_attn_q8_neon.c" in {f["name"] for f in native["content"]}

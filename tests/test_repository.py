@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SKIP_DIRS = {".git", ".venv", ".build", "__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
+# my-work/: the student's own copies (lessonkit/workspace.py), git-ignored, not the repository's text
+SKIP_DIRS = {".git", ".venv", ".build", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", "my-work"}
 FORBIDDEN = "GUIDE"  # the developers' notes, which students never see
 
 

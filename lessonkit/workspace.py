@@ -1,0 +1,289 @@
+"""Your own copies of the lessons and of the kernel, in ``my-work/`` (git-ignored; used by
+``make lab``, introduced in lesson 00).
+
+``notebooks/`` holds the lessons as the workbook ships them, with their outputs (the read-along
+text and what CI compares against), and ``native/`` the kernel as the article shows it. Both are
+tracked by git: a student who saved a run lesson or edited the C file there would get merge
+conflicts on the next ``git pull``. So the student works on copies that git ignores:
+
+    my-work/00_start_here.ipynb ...   one copy per lesson, made by ``make lab`` when it is missing
+    my-work/native/                   the student's copy of the kernel: student_native()
+    my-work/.build/                   the builds of that copy (native.build_dir_for)
+    my-work/old/                      what a reset moved aside; a reset never deletes anything
+
+A copy is never overwritten: ``make lab`` (and ``make update``, after ``git pull``) only adds the
+copies of lessons that have none yet, and says which lessons changed since their copy was made.
+``make reset LESSON=04`` moves your copy to ``my-work/old/`` and copies the shipped lesson again.
+
+The kernel copy, for a lesson that asks you to edit the C code (the exact call)::
+
+    import lessonkit as lk
+    from lessonkit import workspace
+    src = workspace.student_native()                      # my-work/native/, created on first use
+    ffi, lib = lk.native.load(src_dir=src)                # build, check and load YOUR copy
+    ffi, lib = lk.native.load(src_dir=src, verify="crashes")   # a copy you broke on purpose
+    lk.source.numbered_lines(1, 40, path=src / "flash_attn_q8_neon.c")   # show the copy's lines
+    workspace.reset_native(confirm=True)                  # start over (the old copy goes to my-work/old/)
+
+Builds of the copy go to ``my-work/.build/`` and pass the same check in a child process as builds
+of ``native/`` (``lessonkit.native.load``); ``native/`` itself stays as shipped.
+
+Why a module of its own and not part of native.py: the copies concern the lessons as much as the
+kernel, and this module uses the standard library only, so ``make reset`` works even when the
+kernel does not build.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+LESSONS_DIR = REPO_DIR / "notebooks"
+NATIVE_DIR = REPO_DIR / "native"
+# One folder at the same depth as notebooks/, so that the lessons' relative links
+# (../docs/references.md) work from the copies too. Listed in .gitignore.
+WORK_DIR = REPO_DIR / "my-work"
+OLD_DIR = WORK_DIR / "old"
+# sha256 of each shipped file when its copy was made: tells "the lesson changed in an update"
+# from "you changed your copy" without ever reading or touching the copy.
+MANIFEST = WORK_DIR / ".copied.json"
+LESSON_GLOB = "[0-9][0-9]_*.ipynb"
+
+
+def lessons() -> list[Path]:
+    """The shipped lessons, ``notebooks/NN_name.ipynb``, in order."""
+    return sorted(LESSONS_DIR.glob(LESSON_GLOB))
+
+
+def working_copy(lesson: Path | str) -> Path:
+    """The path of the working copy of a lesson (a path in notebooks/ or its file name)."""
+    return WORK_DIR / Path(lesson).name
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _sha256_tree(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(q for q in folder.rglob("*") if q.is_file()):
+        h.update(p.relative_to(folder).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _read_manifest() -> dict:
+    try:
+        data = json.loads(MANIFEST.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _record(updates: dict) -> None:
+    data = {**_read_manifest(), **updates}
+    tmp = MANIFEST.with_name(f"{MANIFEST.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, MANIFEST)
+
+
+def _place_new(tmp: Path, dest: Path) -> bool:
+    """Move the finished file ``tmp`` to ``dest`` unless ``dest`` exists; never overwrite.
+    True if placed. A hard link is atomic and fails on an existing name, so two processes making
+    copies at once cannot both write (or half-write) the same one."""
+    try:
+        os.link(tmp, dest)
+        tmp.unlink()
+        return True
+    except FileExistsError:
+        tmp.unlink()
+        return False
+    except OSError:  # a file system without hard links: check, then rename (a tiny race window)
+        if dest.exists():
+            tmp.unlink()
+            return False
+        os.replace(tmp, dest)
+        return True
+
+
+def _copy_new(src: Path, dest: Path) -> bool:
+    """Copy src to dest if dest does not exist; never overwrite. True if copied."""
+    if dest.exists():
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    shutil.copyfile(src, tmp)  # contents only: the copy is the student's file, with their mode
+    return _place_new(Path(tmp), dest)
+
+
+def _move_to_old(path: Path, stem: str, suffix: str) -> Path:
+    """Move ``path`` to ``my-work/old/<stem>.<n><suffix>`` with the first free n (1, 2, ...).
+    ``.ipynb`` stays last so that JupyterLab opens an old copy as a notebook."""
+    OLD_DIR.mkdir(parents=True, exist_ok=True)
+    taken = [int(m.group(1)) for p in OLD_DIR.iterdir()
+             if (m := re.fullmatch(re.escape(stem) + r"\.(\d+)" + re.escape(suffix), p.name))]
+    n = max(taken, default=0) + 1
+    while True:
+        dest = OLD_DIR / f"{stem}.{n}{suffix}"
+        n += 1
+        if dest.exists():
+            continue
+        if path.is_dir():
+            os.rename(path, dest)  # the folder moves whole, as the student left it
+            return dest
+        try:
+            os.link(path, dest)  # fails on an existing name: an old copy is never overwritten
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links on this file system
+            os.rename(path, dest)
+            return dest
+        path.unlink()
+        return dest
+
+
+def make_copies() -> dict[str, list[Path]]:
+    """Copy every shipped lesson that has no working copy yet into ``my-work/`` (what ``make lab``
+    runs first; after ``git pull`` it adds the lessons the update brought). Existing copies are
+    never touched. Returns ``{"copied": [...], "changed": [...]}``: the copies made now, and the
+    existing copies whose shipped lesson changed since the copy was made (``reset_lesson`` gets
+    the new one)."""
+    WORK_DIR.mkdir(exist_ok=True)
+    manifest = _read_manifest()
+    copied, changed, made = [], [], {}
+    for lesson in lessons():
+        dest = working_copy(lesson)
+        if _copy_new(lesson, dest):
+            copied.append(dest)
+            made[lesson.name] = _sha256_file(lesson)
+        elif lesson.name in manifest and manifest[lesson.name] != _sha256_file(lesson):
+            changed.append(dest)
+    if made:
+        _record(made)
+    if (WORK_DIR / "native").is_dir() and "native/" in manifest and manifest["native/"] != _sha256_tree(NATIVE_DIR):
+        changed.append(WORK_DIR / "native")
+    return {"copied": copied, "changed": changed}
+
+
+def find_lesson(which: str | int) -> Path:
+    """The shipped lesson named by its number (``"04"``, ``4``) or its name
+    (``"04_kernel_walkthrough"``, with or without ``.ipynb``)."""
+    text = str(which).strip()
+    if text.endswith(".ipynb"):
+        text = text[: -len(".ipynb")]
+    if re.fullmatch(r"\d{1,2}", text):
+        matches = sorted(LESSONS_DIR.glob(f"{int(text):02d}_*.ipynb"))
+    else:
+        matches = [p for p in lessons() if p.stem == Path(text).name]
+    if len(matches) != 1:
+        names = ", ".join(p.stem for p in lessons())
+        raise ValueError(f"no single lesson {which!r}; the lessons are {names} "
+                         f"(give the number, e.g. LESSON=04)")
+    return matches[0]
+
+
+def reset_lesson(which: str | int) -> tuple[Path, Path | None]:
+    """Start a lesson over (``make reset LESSON=04``): move its working copy to
+    ``my-work/old/<name>.<n>.ipynb`` and copy the shipped lesson again. Returns (the new copy, where
+    the old one went or None if there was none). Nothing is deleted."""
+    lesson = find_lesson(which)
+    dest = working_copy(lesson)
+    WORK_DIR.mkdir(exist_ok=True)
+    old = _move_to_old(dest, lesson.stem, ".ipynb") if dest.exists() else None
+    if not _copy_new(lesson, dest):  # another process made a copy in between: keep theirs
+        raise FileExistsError(errno.EEXIST, "a new working copy appeared during the reset; run it again", str(dest))
+    _record({lesson.name: _sha256_file(lesson)})
+    return dest, old
+
+
+def student_native() -> Path:
+    """``my-work/native/``, your copy of ``native/`` to edit, made from ``native/`` on first use
+    and never overwritten after; returns its path. Build and load it with
+    ``lessonkit.native.load(src_dir=workspace.student_native())``: the same build, check in a
+    child process and cache as ``native/`` (its builds go to ``my-work/.build/``, or to
+    ``$LESSONKIT_BUILD_DIR`` if that is set).
+    ``reset_native(confirm=True)`` starts over."""
+    dest = WORK_DIR / "native"
+    if dest.is_dir() and any(dest.iterdir()):
+        return dest
+    WORK_DIR.mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".native-", dir=WORK_DIR))
+    try:
+        # a finished copy appears under its name at once (rename), or not at all: a second
+        # Jupyter kernel calling this at the same time gets the first one's copy
+        shutil.copytree(NATIVE_DIR, tmp / "native", ignore=shutil.ignore_patterns("__pycache__"))
+        digest = _sha256_tree(tmp / "native")
+        try:
+            os.rename(tmp / "native", dest)  # replaces only an empty folder, never a copy with files
+            _record({"native/": digest})
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def reset_native(confirm: bool = False) -> tuple[Path, Path | None]:
+    """Start the kernel copy over: move ``my-work/native/`` to ``my-work/old/native.<n>/`` and copy
+    ``native/`` again. Asks for ``confirm=True``, because the libraries you load afterwards are
+    built from the shipped code, not from your edits. Returns (the new copy, where the old one
+    went or None)."""
+    if confirm is not True:
+        raise ValueError("reset_native moves your edited kernel (my-work/native/) to my-work/old/ and "
+                         "starts over from native/; call reset_native(confirm=True) to do it")
+    dest = WORK_DIR / "native"
+    old = _move_to_old(dest, "native", "") if dest.exists() else None
+    return student_native(), old
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO_DIR)) if path.is_relative_to(REPO_DIR) else str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lessonkit.workspace copies | reset LESSON | reset-native``: for the Makefile
+    (make lab, make update, make reset, make reset-native)."""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m lessonkit.workspace", description=main.__doc__)
+    sub = p.add_subparsers(dest="what", required=True)
+    sub.add_parser("copies", help="copy the lessons that have no working copy yet")
+    r = sub.add_parser("reset", help="move a lesson's working copy to my-work/old/ and copy it again")
+    r.add_argument("lesson", help="its number, e.g. 04")
+    sub.add_parser("reset-native", help="move my-work/native/ to my-work/old/ and copy native/ again")
+    args = p.parse_args(argv)
+    try:
+        if args.what == "copies":
+            result = make_copies()
+            for path in result["copied"]:
+                print(f"new working copy: {_shown(path)}")
+            for path in result["changed"]:
+                if path.name == "native":
+                    print(f"native/ changed since {_shown(path)} was made; `make reset-native` starts your "
+                          "copy over from it (yours is kept in my-work/old/)")
+                else:
+                    print(f"notebooks/{path.name} changed since your copy was made; `make reset "
+                          f"LESSON={path.name[:2]}` gives you the new one (yours is kept in my-work/old/)")
+        elif args.what == "reset":
+            new, old = reset_lesson(args.lesson)
+            print(f"{_shown(old)}: your previous copy" if old else "there was no working copy")
+            print(f"{_shown(new)}: a fresh copy of notebooks/{new.name}")
+        else:
+            new, old = reset_native(confirm=True)
+            print(f"{_shown(old)}: your previous kernel copy" if old else "there was no kernel copy")
+            print(f"{_shown(new)}: a fresh copy of native/")
+    except (ValueError, OSError) as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Working copies (lessonkit/workspace.py, make lab / update / reset): a student who runs a lesson,
+saves it and edits the kernel copy leaves git clean, so `git pull` never meets their work; making
+copies never overwrites one; a reset keeps the old copy.
+
+Each test works in a fresh `git clone` of this checkout's HEAD (what is committed, not the files
+being edited), with that clone's lessonkit imported in child processes: the folders it writes are
+the clone's, and a file it should not write shows up in the clone's `git status`."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from childproc import assert_clean, run_python
+
+REPO = Path(__file__).resolve().parent.parent
+JUPYTER = Path(sys.executable).with_name("jupyter")
+GIT_ID = ["-c", "user.name=workbook test", "-c", "user.email=test@example.invalid"]
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(),
+                                reason="needs git and a git checkout of the workbook")
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *GIT_ID, *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def clone(tmp_path) -> Path:
+    """A clone of this checkout's HEAD (detached: CI checks out a commit, not a branch)."""
+    head = git(REPO, "rev-parse", "HEAD").strip()
+    dest = tmp_path / "workbook"
+    git(tmp_path, "clone", "--quiet", "--no-checkout", str(REPO), str(dest))
+    git(dest, "checkout", "--quiet", "--detach", head)
+    return dest
+
+
+def in_clone(clone: Path, code: str, timeout: float = 300) -> str:
+    """Run code with the clone's lessonkit; builds go where they go by default (no
+    LESSONKIT_BUILD_DIR), so the test sees whether that place is ignored; no saved results."""
+    env = {"PYTHONPATH": os.pathsep.join([str(clone), str(REPO / "tests")]),
+           "LESSONKIT_BUILD_DIR": "", "LESSONKIT_SAVE_RESULTS": ""}
+    first = f"import lessonkit\nassert lessonkit.__file__.startswith({str(clone)!r})\n"
+    return assert_clean(run_python(first + textwrap.dedent(code), timeout=timeout, env=env, cwd=clone))
+
+
+def copies(clone: Path) -> str:
+    return in_clone(clone, "from lessonkit import workspace\nworkspace.main(['copies'])")
+
+
+def porcelain(clone: Path, *extra: str) -> str:
+    return git(clone, "status", "--porcelain", *extra)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not JUPYTER.exists(), reason="needs jupyter (nbconvert) beside this Python")
+def test_run_a_lesson_and_edit_the_kernel_copy_git_stays_clean(clone):
+    out = copies(clone)
+    work = clone / "my-work"
+    shipped = sorted((clone / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert shipped and all((work / p.name).read_bytes() == p.read_bytes() for p in shipped)
+    assert all(f"my-work/{p.name}" in out for p in shipped)
+
+    # Lesson 00 (about 7 s here; the fastest) executed and saved in place, from the working copy's
+    # folder, as a student's JupyterLab does it. nbconvert fails on a cell that raises.
+    lesson = work / "00_start_here.ipynb"
+    env = {**os.environ, "PYTHONPATH": str(clone), "LESSONKIT_BUILD_DIR": "", "LESSONKIT_SAVE_RESULTS": ""}
+    proc = subprocess.run([str(JUPYTER), "nbconvert", "--to", "notebook", "--execute", "--inplace",
+                           "--ExecutePreprocessor.timeout=600", lesson.name], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = json.loads(lesson.read_text())
+    counts = [c.get("execution_count") for c in ran["cells"] if c["cell_type"] == "code"]
+    assert counts and all(isinstance(n, int) for n in counts), "the copy was not executed and saved"
+    assert lesson.read_bytes() != (clone / "notebooks" / lesson.name).read_bytes()
+
+    # The kernel copy: edited, built, checked and loaded from my-work/native/, beside the shipped one
+    built = in_clone(clone, """
+        from pathlib import Path
+        from lessonkit import native, workspace
+        src = workspace.student_native()
+        kernel = src / "flash_attn_q8_neon.c"
+        kernel.write_text(kernel.read_text() + "\\n/* a student's note: the bytes changed, the code did not */\\n")
+        ffi, lib = native.load(src_dir=src)
+        print(native.build(src_dir=src))
+        print(native.build())
+        print(ffi.string(lib.fa_backend()).decode())
+    """).split()
+    student_lib, shipped_lib = map(Path, built[-3:-1])
+    assert student_lib.is_relative_to(work / ".build")
+    assert shipped_lib.is_relative_to(clone / ".build")
+    assert student_lib.name != shipped_lib.name  # the edit was compiled: another hash, another file
+    assert "student's note" in (work / "native" / "flash_attn_q8_neon.c").read_text()
+
+    assert porcelain(clone) == "", "running a lesson or building the kernel copy left files that git sees"
+    # ... and not because nothing was written: the work is there, ignored
+    ignored = porcelain(clone, "--ignored")
+    assert "!! my-work/" in ignored and "!! .build/" in ignored
+
+
+def test_copies_never_overwrite_and_reset_keeps_the_old_copy(clone):
+    work = clone / "my-work"
+    copies(clone)
+    mine = work / "01_quantize_q.ipynb"
+    mine.write_text(mine.read_text().replace("# 01", "# 01 (my notes)", 1))
+    assert "(my notes)" in mine.read_text()
+    (work / "02_online_softmax.ipynb").unlink()
+
+    # An update brings a new lesson and changes lesson 01
+    shutil.copyfile(clone / "notebooks" / "00_start_here.ipynb", clone / "notebooks" / "09_added.ipynb")
+    shipped01 = clone / "notebooks" / "01_quantize_q.ipynb"
+    nb = json.loads(shipped01.read_text())
+    nb["cells"][0]["source"] = ["# 01 · updated\n"] + nb["cells"][0]["source"][1:]
+    shipped01.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    git(clone, "add", "notebooks")
+    git(clone, "commit", "--quiet", "-m", "an update")
+
+    out = copies(clone)
+    assert "(my notes)" in mine.read_text(), "an existing working copy was overwritten"
+    assert (work / "09_added.ipynb").read_bytes() == (clone / "notebooks" / "09_added.ipynb").read_bytes()
+    assert (work / "02_online_softmax.ipynb").is_file()  # a copy the student deleted comes back
+    assert "notebooks/01_quantize_q.ipynb changed since your copy was made" in out
+    assert "00_start_here.ipynb changed" not in out
+
+    # make reset LESSON=01, twice: the shipped lesson again, each old copy kept under its own number
+    if shutil.which("make"):
+        reset = lambda: subprocess.run(["make", "-s", "reset", "LESSON=01", f"PY={sys.executable}"], cwd=clone,
+                                       env={**os.environ, "PYTHONPATH": str(clone)}, check=True,
+                                       capture_output=True, text=True).stdout
+    else:  # what the target runs
+        reset = lambda: in_clone(clone, "from lessonkit import workspace\nworkspace.main(['reset', '01'])")
+    first = reset()
+    old1 = work / "old" / "01_quantize_q.1.ipynb"
+    assert "my-work/old/01_quantize_q.1.ipynb" in first
+    assert "(my notes)" in old1.read_text()
+    assert mine.read_bytes() == shipped01.read_bytes()
+    reset()
+    assert "(my notes)" in old1.read_text() and (work / "old" / "01_quantize_q.2.ipynb").is_file()
+    assert "changed since" not in copies(clone)  # the fresh copy is of the current lesson
+
+    # The kernel copy: an update of native/ is announced, never copied over it; reset only when
+    # asked, and the edited copy is kept
+    in_clone(clone, "from lessonkit import workspace\nworkspace.student_native()")
+    assert "native/ changed" not in copies(clone)
+    quant_c = clone / "native" / "kvq8_quant.c"
+    quant_c.write_text("/* an update */\n" + quant_c.read_text())
+    git(clone, "commit", "--quiet", "-am", "an update of native/")
+    assert "native/ changed since my-work/native was made" in copies(clone)
+    assert not (work / "native" / "kvq8_quant.c").read_text().startswith("/* an update */")
+    out = in_clone(clone, """
+        from lessonkit import workspace
+        src = workspace.student_native()
+        (src / "q8_simd.h").write_text("/* edited */\\n" + (src / "q8_simd.h").read_text())
+        assert workspace.student_native() == src and (src / "q8_simd.h").read_text().startswith("/* edited */")
+        try:
+            workspace.reset_native()
+        except ValueError as e:
+            print("refused:", e)
+        new, old = workspace.reset_native(confirm=True)
+        print(new.relative_to(workspace.REPO_DIR), old.relative_to(workspace.REPO_DIR))
+    """)
+    assert "refused: " in out and out.split()[-2:] == ["my-work/native", "my-work/old/native.1"]
+    assert (work / "old" / "native.1" / "q8_simd.h").read_text().startswith("/* edited */")
+    assert (work / "native" / "q8_simd.h").read_bytes() == (clone / "native" / "q8_simd.h").read_bytes()
+    assert porcelain(clone) == ""
+
+
+def test_reset_names_a_lesson_that_exists(clone):
+    out = run_python("""
+        from lessonkit import workspace
+        for bad in ("99", "kernel", "", "../native"):
+            try:
+                workspace.find_lesson(bad)
+            except ValueError as e:
+                print("refused", repr(bad))
+        print(workspace.find_lesson(4).name, workspace.find_lesson("04_kernel_walkthrough.ipynb").name)
+    """, env={"PYTHONPATH": os.pathsep.join([str(clone), str(REPO / "tests")])}, cwd=clone)
+    lines = assert_clean(out).splitlines()
+    assert lines[:4] == ["refused '99'", "refused 'kernel'", "refused ''", "refused '../native'"]
+    assert lines[4] == "04_kernel_walkthrough.ipynb 04_kernel_walkthrough.ipynb"
