@@ -30,10 +30,11 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from . import beyond, env, native
+from . import env, kernels, native
 from . import timing
 from . import validate as check
 from .cache import KVCacheQ8
+from .kernels import split
 from .timing import time_kernel
 
 FULL_LENGTHS = (1024, 8192, 65536, 262144)
@@ -142,17 +143,17 @@ def time_beyond(cache: KVCacheQ8, kv_head: int, q: np.ndarray, repeats: int, cor
     """ns per call of lesson 08's four rows. The two split rows are timed in alternation (one call
     of each per round, after a warm-up), so that a busy moment of the machine hits both alike."""
     qs = group_queries()
-    ns = {name: beyond.time_group(qs, cache, kv_head, variant=name[:-1], repeats=repeats, cores=cores)
+    ns = {name: kernels.time_group(qs, cache, kv_head, variant=name[:-1], repeats=repeats, cores=cores)
           for name in ("group4", "per_head4")}
     number = max(1, 65536 // cache.seq_len)  # calls per sample: at least 64K tokens' worth
     runs: dict[str, list[float]] = {"split_1t": [], "split_2t": []}
     for threads in (1, 2):
-        beyond.attend_split(q, cache, kv_head, SPLIT_CHUNKS, threads)  # warm-up
+        split.attend_split(q, cache, kv_head, SPLIT_CHUNKS, threads)  # warm-up
     for _ in range(repeats):
         for threads in (1, 2):
             t0 = time.perf_counter_ns()
             for _ in range(number):
-                beyond.attend_split(q, cache, kv_head, SPLIT_CHUNKS, threads)
+                split.attend_split(q, cache, kv_head, SPLIT_CHUNKS, threads)
             runs[f"split_{threads}t"].append((time.perf_counter_ns() - t0) / number)
     ns.update({name: float(np.median(r)) for name, r in runs.items()})
     return ns
@@ -211,7 +212,7 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
     if beyond_lengths:
         progress("parallel capacity: the kernel on 2 threads against 1, on a 4K cache")
         cache4, kh4, q4 = make_inputs(4096)[:3]
-        result["parallel_capacity"] = beyond.parallel_capacity(q4, cache4, kh4, 2, number=200, cores=plan)
+        result["parallel_capacity"] = split.parallel_capacity(q4, cache4, kh4, 2, number=200, cores=plan)
     scale = 1 / math.sqrt(HEAD_DIM)
     for T in lengths:
         progress(f"seq_len {T}: building the cache")

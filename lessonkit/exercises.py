@@ -33,8 +33,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import debug, layout, native, qquant, rescales, softmax, source
-from .attention import attend
+from . import debug, layout, native, rescales, rounding, softmax, source
+from .kernels.attention import attend
 from .cache import KVCacheQ8
 from .quant import quantize_kv_rows, quantize_q
 from .synthetic import cache_with_scores
@@ -481,7 +481,7 @@ def l01_predict_q() -> np.ndarray:
 def _l01_predict_truth():
     q = l01_predict_q()
     codes, scales = kernel_q_codes(q)
-    ties = qquant.quantize_q_rule(q, "ties_even")[0]
+    ties = rounding.quantize_q_rule(q, "ties_even")[0]
     return float(scales[0]), [int(c) for c in codes[:4]], [i for i in range(4) if ties[i] != codes[i]]
 
 
@@ -497,7 +497,7 @@ def _l01_predict(answer):
     if wrong:
         i = wrong[0]
         raise Wrong(f"code {i} is not {got_codes[i]} (q[{i}] * 127 / qm in float32 is "
-                    f"{qquant.q_block_scaled(l01_predict_q())[0][i]:.7f}; the engine adds ±0.5, then truncates)")
+                    f"{rounding.q_block_scaled(l01_predict_q())[0][i]:.7f}; the engine adds ±0.5, then truncates)")
     got_ties = sorted(whole(t, "an index") for t in items_of(answer, "ties_even_changes", 64))
     if got_ties != ties:
         raise Wrong(f"ties-to-even changes the codes at indices {ties if ties else 'none'}, not {got_ties}: "
@@ -567,11 +567,11 @@ def _l01_per128_truth():
     saved = hd // _qblk() - 1   # one `s += dot32 * qsc[b]` multiply per block, against one for the whole head
     err32, err128 = [], []
     for seed in range(6):
-        q = qquant.outlier_q(hd, np.random.default_rng(100 + seed))
+        q = rounding.outlier_q(hd, np.random.default_rng(100 + seed))
         codes, sc = quantize_q(q)
         err32.append(np.sqrt(np.mean((codes * np.repeat(sc, 32) - q) ** 2)))
         qm = np.abs(q).max()
-        c128 = qquant.round_codes(q * np.float32(127 / qm), "engine")
+        c128 = rounding.round_codes(q * np.float32(127 / qm), "engine")
         err128.append(np.sqrt(np.mean((c128 * (qm / 127) - q) ** 2)))
     return saved, "per128" if np.mean(err128) > np.mean(err32) else "per32", float(np.mean(err128) / np.mean(err32))
 
@@ -594,7 +594,7 @@ def _l01_per128(answer):
 ex01_3 = Exercise(
     "01", "per128", "exercise 3: why not per 128?",
     "For head_dim 128: how many float multiplies per token would one scale for all 128 values save in "
-    "segment 2? On lesson 01's outlier queries (qquant.outlier_q), which gives the larger RMS error of the "
+    "segment 2? On lesson 01's outlier queries (rounding.outlier_q), which gives the larger RMS error of the "
     "dequantized Q: one scale per 128 ('per128') or per 32 ('per32')?",
     {"multiplies_saved_per_token": ..., "larger_q_error": ...}, _l01_per128,
     _l01_per128_truth,

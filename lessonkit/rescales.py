@@ -12,6 +12,7 @@ import numpy as np
 from . import native
 from . import validate as check
 from .cache import KVCacheQ8
+from .kernels.attention import call_kernel
 from .synthetic import cache_with_scores
 from .trace import run_traced
 
@@ -97,12 +98,8 @@ def attend_first(q: np.ndarray, cache: KVCacheQ8, kv_head: int, seq_len: int,
     seq_len = check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)
     scale = check.scale(scale)
     ffi, lib = native.load()
-    k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
     out = np.full(cache.head_dim, np.nan, np.float32)  # NaN until the kernel writes it
-    lib.flash_attn_single_q_q8_neon(ffi.from_buffer("float[]", out, require_writable=True),
-                                    ffi.from_buffer("float[]", q), k, v, ks, vs, seq_len,
-                                    kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
-    return out
+    return call_kernel(ffi, lib, out, q, cache, kv_head, scale, seq_len=seq_len)
 
 
 def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
-from lessonkit import debug, exercises as E, qquant, source
+from lessonkit import debug, exercises as E, rounding, source
 from lessonkit.quant import quantize_q
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
@@ -98,7 +98,7 @@ def right_ex06_segments(path=source.KERNEL_FILE):
 
 
 def right_ex06_rounding():
-    v, _ = qquant.q_block_scaled(E.l06_rounding_q())
+    v, _ = rounding.q_block_scaled(E.l06_rounding_q())
     frac = float(np.mean(np.trunc(v) != np.trunc(v + np.where(v >= 0, 0.5, -0.5).astype(np.float32))))
     return {"codes_changed_fraction": frac, "direction": "a"}
 
