@@ -6,7 +6,6 @@ import numpy as np
 
 import lessonkit as lk
 from lessonkit import bench, kernels
-from lessonkit.kernels import split
 
 
 def test_numpy_variants_compute_attention():
