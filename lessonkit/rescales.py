@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import native
+from . import plotstyle
 from . import validate as check
 from .cache import KVCacheQ8
 from .kernels.attention import call_kernel
@@ -106,6 +107,7 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     """Draw a kernel trace on two axes: scores, running max M and the rescale events on ``ax_m``;
     the running sum S (log scale) with the same events on ``ax_s``."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    plotstyle.use()
     t = np.arange(trace.seq_len)
     ev = np.flatnonzero(trace.rescaled)
     ax_m.plot(t, trace.s, ".", ms=2.5, color="0.6", label="score $s_t$")
@@ -114,7 +116,7 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
               label=f"rescale (new max): {ev.size}")
     ax_m.set_ylabel("score (logit, no unit)")
     ax_m.set_title(title)
-    ax_m.legend(loc="lower right", fontsize=10)
+    ax_m.legend(loc="lower right", fontsize=plotstyle.MIN_PT)
     ax_s.plot(t, trace.S, color="C2", lw=1.8, label="running sum $S_t$")
     ax_s.plot(ev, trace.S[ev], "v", color="C3", ms=9, ls="none", label="rescale")
     ax_s.set_yscale("log")
@@ -123,4 +125,6 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     ax_s.yaxis.set_minor_formatter(NullFormatter())
     ax_s.set_xlabel("token t (position in the KV cache)")
     ax_s.set_ylabel("$S_t$ (sum of weights, no unit)")
-    ax_s.legend(loc="lower right", fontsize=10)
+    ax_s.legend(loc="lower right", fontsize=plotstyle.MIN_PT)
+    for ax in (ax_m, ax_s):  # the axes were made by the caller, perhaps before the style was applied
+        plotstyle.apply(ax)
