@@ -52,9 +52,9 @@ CALLGRIND_H := /usr/include/valgrind/callgrind.h
 # equals the fast kernel's bit for bit only while the compiler fuses the same multiply-adds in both
 # copies (GCC's default -ffp-contract=fast), and the instrumentation changes where it fuses them.
 ASAN_PY_TESTS := tests/test_kernel_accuracy.py tests/test_bad_inputs.py tests/test_cache.py \
-  tests/test_trace.py tests/test_beyond.py tests/test_streaming.py tests/test_dataflow.py \
+  tests/test_trace.py tests/test_kernels_split.py tests/test_streaming.py tests/test_dataflow.py \
   tests/test_quant.py tests/test_layout.py tests/test_timing.py tests/test_softmax_synthetic.py \
-  tests/test_qquant.py tests/test_rescales.py tests/test_precision.py tests/test_toy.py \
+  tests/test_rounding.py tests/test_rescales.py tests/test_precision.py tests/test_toy.py \
   --deselect tests/test_trace.py::test_traced_output_equals_untraced_bit_for_bit
 ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py

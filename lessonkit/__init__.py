@@ -2,10 +2,10 @@
 
 Each helper's docstring names the lesson that introduces it. Notebooks import; they do not
 redefine."""
-from . import native, quant, reference
-from .attention import attend
-from .beyond import attend_group, attend_split
+from . import kernels, native, quant, reference
 from .cache import KVCacheQ8
+from .kernels import attend, attend_group, attend_split
 from .native import BuildError
 
-__all__ = ["attend", "attend_group", "attend_split", "KVCacheQ8", "BuildError", "native", "quant", "reference"]
+__all__ = ["attend", "attend_group", "attend_split", "KVCacheQ8", "BuildError", "kernels", "native", "quant",
+           "reference"]

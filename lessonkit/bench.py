@@ -37,10 +37,11 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from . import beyond, env, native
+from . import env, kernels, native
 from . import timing
 from . import validate as check
 from .cache import KVCacheQ8
+from .kernels import split
 from .timing import time_kernel
 
 FULL_LENGTHS = (1024, 8192, 65536, 262144)
@@ -305,7 +306,7 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
     if beyond_lengths:
         progress("parallel capacity: the kernel on 2 threads against 1, on a 4K cache")
         cache4, kh4, q4 = make_inputs(4096)[:3]
-        result["parallel_capacity"] = beyond.parallel_capacity(q4, cache4, kh4, 2, number=200, cores=plan)
+        result["parallel_capacity"] = split.parallel_capacity(q4, cache4, kh4, 2, number=200, cores=plan)
     if not fast_built():
         result["skipped"]["fast"] = "not built"
     scale = 1 / math.sqrt(HEAD_DIM)
@@ -331,11 +332,11 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
         if T in beyond_lengths:
             qs = group_queries()
             for variant in ("group", "per_head"):
-                contenders[f"{variant}4"] = (lambda variant=variant: beyond.time_group(
+                contenders[f"{variant}4"] = (lambda variant=variant: kernels.time_group(
                     qs, cache, kv_head, variant=variant, repeats=1, number=number, cores=plan))
             for threads in (1, 2):
                 contenders[f"split_{threads}t"] = _per_call(
-                    lambda threads=threads: beyond.attend_split(q, cache, kv_head, SPLIT_CHUNKS, threads), number)
+                    lambda threads=threads: split.attend_split(q, cache, kv_head, SPLIT_CHUNKS, threads), number)
         progress(f"seq_len {T}: {len(contenders)} contenders, {repeats} interleaved rounds")
         try:
             # BLAS only: a limit on OpenMP too (threadpoolctl's default) would also cap ggml's

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import plotstyle
 from . import validate as check
 from .quant import KVQ_INV
 from .source import SIMD_HEADER
@@ -214,6 +215,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     """Boxes and arrows of the single pass, annotated with this call's shapes and counts.
     Returns the matplotlib Axes."""
     import matplotlib.pyplot as plt
+    plotstyle.use()
     from matplotlib.patches import FancyBboxPatch, Patch
 
     if ax is None:
@@ -223,7 +225,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     ax.axis("off")
     hd, T, nblk = c.head_dim, c.seq_len, c.n_blocks_q
 
-    def box(x, y, w, h, text, seg=None, fs=11):
+    def box(x, y, w, h, text, seg=None, fs=plotstyle.MIN_PT):
         color = SEGMENT_COLORS.get(seg, "#f2f2f2")
         ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=color, ec="0.3", lw=1.2))
         ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fs)
@@ -232,7 +234,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
                     arrowprops=dict(arrowstyle="-|>", lw=1.6, color="0.2"))
         if text:
-            ax.text((x0 + x1) / 2 + dx, (y0 + y1) / 2 + dy, text, fontsize=9.5, color="0.15")
+            ax.text((x0 + x1) / 2 + dx, (y0 + y1) / 2 + dy, text, fontsize=plotstyle.MIN_PT, color="0.15")
 
     # segment 1, once
     box(0.2, 5.45, 2.3, 0.9, f"q  fp32 [{hd}]\n{c.q_bytes} B")
@@ -243,7 +245,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     ax.add_patch(FancyBboxPatch((0.1, 1.55), 12.8, 3.3, boxstyle="round,pad=0.05", fc="none",
                                 ec="0.35", lw=1.4, ls="--"))
     ax.text(12.8, 4.6, f"for t = 0 ... {T - 1}   (seq_len = {T}; each K row and V row read once)",
-            fontsize=11, weight="bold", ha="right")
+            fontsize=plotstyle.MIN_PT, weight="bold", ha="right")
     box(0.3, 2.6, 2.4, 1.45, f"K row t\nint8 [{hd}] = {hd} B\n+ kscale 4 B", seg=None)
     box(3.2, 2.45, 3.0, 1.75, f"segment 2: score\n{nblk} int32 block dots\n"
                               f"s = sum dot32*qsc[b]\n    * ks * scale", seg=2)
@@ -253,7 +255,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
                                f"+ vscale 4 B", seg=3)
     arrow(2.75, 3.3, 3.15, 3.3)
     arrow(4.7, 5.3, 4.7, 4.25)
-    ax.text(4.55, 5.1, "int8 Q codes + qsc,\nkept for the whole loop", ha="right", va="center", fontsize=9.5,
+    ax.text(4.55, 5.1, "int8 Q codes + qsc,\nkept for the whole loop", ha="right", va="center", fontsize=plotstyle.MIN_PT,
             color="0.15")
     arrow(6.25, 3.3, 6.65, 3.3, text="s", dx=-0.08, dy=0.1)
     arrow(9.65, 3.3, 10.05, 3.3, text="w", dx=-0.1, dy=0.1)
@@ -261,19 +263,19 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
                        f"{c.block_dots} int32 block dots\n"
                        f"V read: {T} x {hd} B = {kib(c.v_bytes)} (+ {kib(c.v_scale_bytes)} scales);  "
                        f"{c.expf_calls} expf, {c.rescales} rescales",
-            fontsize=10.5, color="0.1", va="center")
+            fontsize=plotstyle.MIN_PT, color="0.1", va="center")
     # segment 4, once
     sval = "" if final_S is None else f"\n(S = {final_S:.4g} here)"
     box(9.4, 0.1, 3.4, 1.15, f"segment 4: x 1/S, once\n{c.divisions} division + {c.out_multiplies} multiplies"
                              f"{sval}", seg=4)
     box(6.4, 0.25, 2.4, 0.9, f"attn_out\nfp32 [{hd}] = {4 * hd} B")
     arrow(11.1, 2.4, 11.1, 1.3)
-    ax.text(11.2, 1.95, "VKQ after\nthe last token", fontsize=9.5, color="0.15", va="center")
+    ax.text(11.2, 1.95, "VKQ after\nthe last token", fontsize=plotstyle.MIN_PT, color="0.15", va="center")
     arrow(9.35, 0.7, 8.85, 0.7)
     handles = [Patch(fc=SEGMENT_COLORS[n], ec="0.3",
                      label=f"segment {n}: lines {segments[n].begin}-{segments[n].end}") for n in (1, 2, 3, 4)]
-    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 0.0), fontsize=10,
-              title="native/flash_attn_q8_neon.c", title_fontsize=10, frameon=True)
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 0.0), fontsize=plotstyle.MIN_PT,
+              title="native/flash_attn_q8_neon.c", title_fontsize=plotstyle.MIN_PT, frameon=True)
     kh = "" if kv_head is None else f", kv head {kv_head}"
     ax.set_title(f"One call of flash_attn_single_q_q8_neon, as traced (head_dim {hd}, seq_len {T}{kh}):"
                  f" {kib(c.kv_bytes)} of K, V and scales read, once", fontsize=13)

@@ -39,7 +39,7 @@ import numpy as np
 
 from . import native, source
 from . import validate as check
-from .attention import attend
+from .kernels.attention import attend
 from .cache import KVCacheQ8
 from .synthetic import cache_with_scores
 from .trace import Trace, run_traced

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import native
+from . import plotstyle
 from . import validate as check
 from .cache import KVCacheQ8
 
@@ -145,6 +146,7 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
     the kernel walks. ``highlight=(t, kh)`` frames token t of kv head kh everywhere.
     Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
+    plotstyle.use()
     from matplotlib.patches import ConnectionPatch, Rectangle
 
     if which not in ("k", "v"):
@@ -184,24 +186,24 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
             if t >= T:
                 ax_b.add_patch(Rectangle((0, top(b) + r), kv_dim, 1, facecolor="0.85", edgecolor="0.6",
                                          hatch="//", lw=0.5))
-                ax_b.text(kv_dim / 2, y, "allocated, unused", ha="center", va="center", fontsize=10,
+                ax_b.text(kv_dim / 2, y, "allocated, unused", ha="center", va="center", fontsize=plotstyle.MIN_PT,
                           color="0.3")
             ax_b.text(kv_dim * 1.01, y, f"row {r}: t={t}" if t < T else f"row {r}: -", ha="left",
-                      va="center", fontsize=10, color=red if t == w.t else "black",
+                      va="center", fontsize=plotstyle.MIN_PT, color=red if t == w.t else "black",
                       fontweight="bold" if t == w.t else "normal")
         ax_b.add_patch(Rectangle((0, top(b)), kv_dim, bs, fill=False, edgecolor="black", lw=1.5))
     for kh in range(1, nkv):
         ax_b.axvline(kh * hd, color="black", lw=2)
     for kh in range(nkv):
         ax_b.text((kh + 0.5) * hd, -0.35, f"kv head {kh}\nkh_off = {kh * hd}", ha="center", va="bottom",
-                  fontsize=11, color=red if kh == w.kv_head else "black")
+                  fontsize=plotstyle.MIN_PT, color=red if kh == w.kv_head else "black")
     ax_b.add_patch(Rectangle((w.kh_off, top(w.block) + w.row), hd, 1, fill=False, edgecolor=red, lw=3.5))
     ax_b.set_xlim(0, kv_dim * 1.16)
     ax_b.set_ylim(height + 0.2, -2.6)
     ax_b.set_xticks([kh * hd for kh in range(nkv + 1)])
     ax_b.spines["bottom"].set_bounds(0, kv_dim)
     ax_b.set_xlabel(f"byte offset inside a row (one int8 code per value, value = code x scale / 127;\n"
-                    f"a row = kv_dim = {nkv} x {hd} = {kv_dim} bytes)", fontsize=11)
+                    f"a row = kv_dim = {nkv} x {hd} = {kv_dim} bytes)", fontsize=plotstyle.MIN_PT)
     ax_b.set_yticks([])
     for s in ("left", "right", "top"):
         ax_b.spines[s].set_visible(False)
@@ -211,7 +213,7 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
     cb = fig.colorbar(im, cax=cax, orientation="vertical")
     cax.yaxis.set_ticks_position("left")
     cax.yaxis.set_label_position("left")
-    cb.set_label("int8 code", fontsize=10)
+    cb.set_label("int8 code", fontsize=plotstyle.MIN_PT)
 
     # --- the pointer table: one entry per block, labelled, arrows to the blocks
     ph = 1.0
@@ -221,12 +223,12 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
         hit = b == w.block
         ax_p.add_patch(Rectangle((0.1, y), 0.8, ph, facecolor="#fde0dd" if hit else "white",
                                  edgecolor=red if hit else "black", lw=2.5 if hit else 1.2))
-        ax_p.text(0.5, y + ph / 2, f"[{b}]  &block {b}", ha="center", va="center", fontsize=11)
+        ax_p.text(0.5, y + ph / 2, f"[{b}]  &block {b}", ha="center", va="center", fontsize=plotstyle.MIN_PT)
         fig.add_artist(ConnectionPatch((0.9, y + ph / 2), (0, top(b)), "data", "data", axesA=ax_p, axesB=ax_b,
                                        arrowstyle="-|>", mutation_scale=14, lw=2 if hit else 1,
                                        color=red if hit else "0.3"))
     ax_p.text(0.5, y0 - 0.3, f"{name}\n(pointer table,\none int8_t * per block)", ha="center", va="bottom",
-              fontsize=11)
+              fontsize=plotstyle.MIN_PT)
     ax_p.set_xlim(0, 1)
     ax_p.set_ylim(height + 0.2, -2.6)
     ax_p.axis("off")
@@ -238,23 +240,23 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
         for kh in range(nkv):
             hit = (t, kh) == (w.t, w.kv_head)
             ax_s.text(kh + 0.5, t + 0.5, f"[{t * nkv + kh}] {scales[t, kh]:.2f}", ha="center", va="center",
-                      fontsize=9, color=red if hit else "black", fontweight="bold" if hit else "normal")
+                      fontsize=plotstyle.MIN_PT, color=red if hit else "black", fontweight="bold" if hit else "normal")
     ax_s.add_patch(Rectangle((w.kv_head, 0), 1, T, fill=False, edgecolor=red, lw=1.2, ls="--"))
     ax_s.add_patch(Rectangle((w.kv_head, w.t), 1, 1, fill=False, edgecolor=red, lw=3.5))
-    ax_s.set_xticks(np.arange(nkv) + 0.5, [f"kh={kh}" for kh in range(nkv)], fontsize=10)
-    ax_s.set_yticks(np.arange(T) + 0.5, [f"t={t}" for t in range(T)], fontsize=9)
+    ax_s.set_xticks(np.arange(nkv) + 0.5, [f"kh={kh}" for kh in range(nkv)], fontsize=plotstyle.MIN_PT)
+    ax_s.set_yticks(np.arange(T) + 0.5, [f"t={t}" for t in range(T)], fontsize=plotstyle.MIN_PT)
     ax_s.tick_params(axis="y", labelright=True, labelleft=False, right=True, left=False)
-    ax_s.set_xlabel(f"kv head ([flat index] raw max|x|)\none row = nkv = {nkv} floats", fontsize=10)
+    ax_s.set_xlabel(f"kv head ([flat index] raw max|x|)\none row = nkv = {nkv} floats", fontsize=plotstyle.MIN_PT)
     ax_s.set_title(f"{sname} = {'k' if which == 'k' else 'v'}_scale + {w.kv_head}:\n"
                    f"{sname}[{w.t} * {nkv}] = {'k' if which == 'k' else 'v'}_scale[{w.flat_scale_index}], stride {nkv}",
-                   fontsize=11, color=red)
+                   fontsize=plotstyle.MIN_PT, color=red)
     # --- the same scale array as it lies in memory: the kernel hops nkv floats per token
     n = T * nkv
     for i in range(n):
         t, kh = divmod(i, nkv)
         mine = kh == w.kv_head
         ax_f.add_patch(Rectangle((i, 0), 1, 1, facecolor="#fde0dd" if mine else "white", edgecolor="0.4", lw=0.8))
-        ax_f.text(i + 0.5, 0.5, f"{t},{kh}", ha="center", va="center", fontsize=8 if n > 40 else 9)
+        ax_f.text(i + 0.5, 0.5, f"{t},{kh}", ha="center", va="center", fontsize=plotstyle.MIN_PT)
         if mine and t + 1 < T:
             ax_f.annotate("", xy=(i + nkv + 0.5, 1.0), xytext=(i + 0.5, 1.0),
                           arrowprops=dict(arrowstyle="-|>", color=red, lw=1.2, connectionstyle="arc3,rad=-0.45"))
@@ -269,7 +271,7 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
         ax_f.spines[s].set_visible(False)
     ax_f.set_xlabel(f"index into {'k' if which == 'k' else 'v'}_scale (floats; cell = token,kv head); "
                     f"red arcs: the kernel's steps of nkv = {nkv} from {sname} = "
-                    f"{'k' if which == 'k' else 'v'}_scale + {w.kv_head}", fontsize=11)
+                    f"{'k' if which == 'k' else 'v'}_scale + {w.kv_head}", fontsize=plotstyle.MIN_PT)
 
     fig.suptitle(f"KVCacheQ8 {which.upper()} side: {T} tokens, {nkv} kv heads x head_dim {hd}, kv_bs {bs} "
                  f"({nb} blocks); token t={w.t}, kv head kh={w.kv_head} framed in red", fontsize=13)

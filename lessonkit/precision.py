@@ -25,22 +25,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import validate as check
-from .attention import attend
 from .cache import KVCacheQ8
+from .kernels.attention import attend
+from .reference import attention
+from .rounding import q_block_scaled, round_codes
 from .trace import run_traced
-from .qquant import q_block_scaled, round_codes
 from .quant import KVQ_INV
 from .validate import QBLOCK
 
 #: the K/V quantization schemes ``dequantized`` knows
 SCHEMES = ("engine", "q8_0", "fp16_channels", "fp16")
-
-SCHEME_LABELS = {
-    "engine": "this engine: 1 raw-max fp32 scale per (token, head)",
-    "q8_0": "q8_0 (numpy): 1 fp16 scale per 32 values",
-    "fp16_channels": "what-if (numpy): outlier channels kept in fp16",
-    "fp16": "fp16 (numpy): every value as float16, no scales",
-}
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -54,13 +48,6 @@ def rel_error(out, ref, channels=None) -> np.ndarray | float:
         out, ref = out[..., channels], ref[..., channels]
     r = np.linalg.norm(out - ref, axis=-1) / np.linalg.norm(ref, axis=-1)
     return float(r) if np.ndim(r) == 0 else r
-
-
-def softmax(s) -> np.ndarray:
-    """Softmax of a score vector in float64 (max subtracted first)."""
-    s = np.asarray(s, np.float64)
-    w = np.exp(s - s.max())
-    return w / w.sum()
 
 
 def kl_divergence(p, q) -> float:
@@ -129,19 +116,6 @@ class ErrorSplit:
                 for name in ("total", "q_part", "kv_part")}
 
 
-def attention_batch(Q, K, V, scale: float | None = None) -> np.ndarray:
-    """softmax(scale * K q) V in float64 for every row q of ``Q [n, hd]`` (or one ``q [hd]``), over
-    ``K, V [seq_len, hd]``: ``lessonkit.reference.attention`` for a batch of queries."""
-    Q = np.asarray(Q, np.float64)
-    K = np.asarray(K, np.float64)
-    V = np.asarray(V, np.float64)
-    scale = check.scale(scale, K.shape[-1])
-    s = scale * (np.atleast_2d(Q) @ K.T)
-    w = np.exp(s - s.max(axis=1, keepdims=True))
-    out = (w @ V) / w.sum(axis=1, keepdims=True)
-    return out[0] if Q.ndim == 1 else out
-
-
 def split_error(Q: np.ndarray, cache: KVCacheQ8, kv_head: int, K: np.ndarray, V: np.ndarray,
                 scale: float | None = None) -> ErrorSplit:
     """Run the compiled kernel for every query of ``Q`` (float32 ``[n, hd]``) over ``cache``'s kv
@@ -154,7 +128,7 @@ def split_error(Q: np.ndarray, cache: KVCacheQ8, kv_head: int, K: np.ndarray, V:
     scale = check.scale(scale, cache.head_dim)
     kernel = np.stack([attend(q, cache, kv_head, scale=scale) for q in Q]).astype(np.float64)
     Kd, Vd = cache.dequantized(kv_head)
-    return ErrorSplit(ref=attention_batch(Q, K, V, scale), float_q=attention_batch(Q, Kd, Vd, scale),
+    return ErrorSplit(ref=attention(Q, K, V, scale), float_q=attention(Q, Kd, Vd, scale),
                       kernel=kernel)
 
 
@@ -268,7 +242,8 @@ def attend_dequantized(Q: np.ndarray, Kd: np.ndarray, Vd: np.ndarray, scale: flo
     engine's int8 Q (segment 1, ``dequantized_q``), as the kernel does; without, it is used as it
     is. float64, the shape of Q."""
     Q = dequantized_q(Q) if quantize_query else np.asarray(Q, np.float64)
-    return attention_batch(Q, Kd, Vd, scale)
+    out = attention(np.atleast_2d(Q), Kd, Vd, scale)  # one matrix product, whatever Q's shape
+    return out[0] if Q.ndim == 1 else out
 
 
 def attend_scheme(Q: np.ndarray, K: np.ndarray, V: np.ndarray, scheme: str = "engine",

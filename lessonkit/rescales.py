@@ -10,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import native
+from . import plotstyle
 from . import validate as check
 from .cache import KVCacheQ8
+from .kernels.attention import call_kernel
 from .synthetic import cache_with_scores
 from .trace import run_traced
 
@@ -97,18 +99,15 @@ def attend_first(q: np.ndarray, cache: KVCacheQ8, kv_head: int, seq_len: int,
     seq_len = check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)
     scale = check.scale(scale)
     ffi, lib = native.load()
-    k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
     out = np.full(cache.head_dim, np.nan, np.float32)  # NaN until the kernel writes it
-    lib.flash_attn_single_q_q8_neon(ffi.from_buffer("float[]", out, require_writable=True),
-                                    ffi.from_buffer("float[]", q), k, v, ks, vs, seq_len,
-                                    kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
-    return out
+    return call_kernel(ffi, lib, out, q, cache, kv_head, scale, seq_len=seq_len)
 
 
 def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     """Draw a kernel trace on two axes: scores, running max M and the rescale events on ``ax_m``;
     the running sum S (log scale) with the same events on ``ax_s``."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    plotstyle.use()
     t = np.arange(trace.seq_len)
     ev = np.flatnonzero(trace.rescaled)
     ax_m.plot(t, trace.s, ".", ms=2.5, color="0.6", label="score $s_t$")
@@ -117,7 +116,7 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
               label=f"rescale (new max): {ev.size}")
     ax_m.set_ylabel("score (logit, no unit)")
     ax_m.set_title(title)
-    ax_m.legend(loc="lower right", fontsize=10)
+    ax_m.legend(loc="lower right", fontsize=plotstyle.MIN_PT)
     ax_s.plot(t, trace.S, color="C2", lw=1.8, label="running sum $S_t$")
     ax_s.plot(ev, trace.S[ev], "v", color="C3", ms=9, ls="none", label="rescale")
     ax_s.set_yscale("log")
@@ -126,4 +125,6 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     ax_s.yaxis.set_minor_formatter(NullFormatter())
     ax_s.set_xlabel("token t (position in the KV cache)")
     ax_s.set_ylabel("$S_t$ (sum of weights, no unit)")
-    ax_s.legend(loc="lower right", fontsize=10)
+    ax_s.legend(loc="lower right", fontsize=plotstyle.MIN_PT)
+    for ax in (ax_m, ax_s):  # the axes were made by the caller, perhaps before the style was applied
+        plotstyle.apply(ax)

@@ -42,7 +42,7 @@ import numpy as np
 
 from . import traffic
 from . import validate as check
-from .attention import attend
+from .kernels.attention import attend
 from .cache import KVCacheQ8
 from .trace import run_traced
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import native
 from . import validate as check
-from .attention import attend
+from .kernels.attention import attend, call_kernel
 from .cache import KVCacheQ8
 from .trace import FIELDS, run_traced
 
@@ -144,11 +144,7 @@ class ToyModel:
 def _direct_kernel(ffi, lib):
     """A kernel function that calls ``lib.flash_attn_single_q_q8_neon`` straight through cffi."""
     def kernel(q, cache, kv_head, scale):
-        out = np.empty(cache.head_dim, np.float32)
-        lib.flash_attn_single_q_q8_neon(
-            ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
-            *cache.kernel_args(kv_head, ffi), cache.head_dim, scale)
-        return out
+        return call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale)
     return kernel
 
 

@@ -7,8 +7,8 @@ import numbers
 
 import numpy as np
 
-QBLOCK = 32       # Q is quantized in 32-value blocks
-HEAD_DIM_MAX = 256  # the kernel's fixed Q buffers
+from .header import HD_MAX as HEAD_DIM_MAX  # the kernel's fixed Q buffers
+from .header import QBLK as QBLOCK  # Q is quantized in blocks of QBLK values
 C_INT_MAX = 2**31 - 1  # the C functions take their counts and sizes as int
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger values become inf when cffi hands them to C
 
@@ -239,3 +239,18 @@ def short(value, limit: int = 60) -> str:
     except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real message
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit - 5] + " ...>"
+
+
+
+def attention_call(cache, kv_head, scale_value) -> tuple[int, float]:
+    """The checks every attention kernel's call shares: ``cache`` a lessonkit.KVCacheQ8 holding at
+    least one token, ``kv_head`` one of its kv heads, ``scale_value`` a float32-sized number (None:
+    1/sqrt of the cache's head_dim). Returns (kv_head, scale) as the kernel takes them."""
+    from .cache import KVCacheQ8  # here, not at the top: lessonkit.cache imports this module
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    kv_head = integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
+    checked = scale(scale_value, cache.head_dim)
+    if cache.seq_len == 0:
+        raise ValueError("the cache is empty: append at least one token before attending")
+    return kv_head, checked

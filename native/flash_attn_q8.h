@@ -6,6 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The kernels' fixed sizes, defined here once: the C files use them, and lessonkit.header reads
+ * these three lines (NAME and a whole number) instead of repeating the numbers in Python. */
+#define QBLK 32    /* Q is quantized in blocks of 32 values, like llama.cpp's q8_0 */
+#define HD_MAX 256 /* the kernels' fixed Q buffers hold at most 256 values of Q */
+#define GQA_MAX 8  /* query heads per grouped call (flash_attn_group_q8_neon's fixed buffers) */
+
 /* Article 9-2, section 2: decode attention for one query over the q8 KV cache, one pass.
  * The NEON build on aarch64, SIMDe's emulation of the same intrinsics elsewhere. */
 void flash_attn_single_q_q8_neon(float *restrict attn_out, const float *restrict q,

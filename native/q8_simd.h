@@ -18,8 +18,8 @@
 #endif
 
 #define KVQ_INV (1.0f / 127.0f) /* K/V scales are stored as raw max|x|; code * max / 127 is the value */
-#define QBLK 32                 /* Q is quantized in blocks of 32 values, like llama.cpp's q8_0 */
-#define HD_MAX 256              /* the fixed buffers below hold at most 256 values of Q */
+#include "flash_attn_q8.h"      /* QBLK, HD_MAX, GQA_MAX: the sizes C and lessonkit share, */
+                                /* defined once there (lessonkit reads them from that header) */
 
 /* Dot product of 16 int8 pairs, added into 4 int32 lanes: lane j gets a[4j..4j+3] . b[4j..4j+3]. */
 static inline int32x4_t i8x16_dot_s32(int32x4_t acc, int8x16_t a, int8x16_t b)

@@ -7,6 +7,14 @@ import pytest
 import lessonkit as lk
 
 
+def pytest_configure(config):
+    """One marker per exercise (``pytest -m ex03_address``), read from the exercises' registry so
+    that a lesson module's new exercise is registered without a hand-kept list."""
+    from lessonkit import exercises
+    for ex in exercises.ALL:
+        config.addinivalue_line("markers", f"{ex.marker}: lesson {ex.lesson} {ex.title} (lessonkit.exercises)")
+
+
 def make_case(seed: int, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int):
     """(cache, q, K, V) with K, V float32 [seq_len, n_kv_heads, head_dim] and q [head_dim]."""
     rng = np.random.default_rng(seed)

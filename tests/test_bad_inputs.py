@@ -30,7 +30,7 @@ def test_empty_cache(small_case):
 ])
 def test_bad_q(small_case, q, exc, words):
     cache = small_case[0]
-    for backend in lk.attention.BACKENDS:
+    for backend in lk.kernels.attention.BACKENDS:
         with pytest.raises(exc, match=words):
             lk.attend(q, cache, 0, backend=backend)
 
@@ -113,7 +113,8 @@ def test_bad_cache_reads(small_case):
 
 
 @pytest.mark.parametrize("q,K,V,words", [
-    (np.ones((2, 4)), np.ones((3, 4)), np.ones((3, 4)), r"q must have shape \[hd\]"),
+    (np.ones((2, 2, 4)), np.ones((3, 4)), np.ones((3, 4)), r"q must have shape \[hd\] or \[n, hd\]"),
+    (np.ones((2, 5)), np.ones((3, 4)), np.ones((3, 4)), r"K must have shape \[seq_len, 5\]"),
     (np.ones(4), np.ones((3, 5)), np.ones((3, 4)), r"K must have shape \[seq_len, 4\]"),
     (np.ones(4), np.ones((3, 4)), np.ones((2, 4)), "same number"),
     (np.ones(4), np.ones((0, 4)), np.ones((0, 4)), ">= 1"),

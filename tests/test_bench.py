@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
-from lessonkit import bench, beyond, llama_ggml
+from lessonkit import bench, llama_ggml
 
 needs_ggml = pytest.mark.skipif(llama_ggml.load()[0] is None, reason=str(llama_ggml.load()[1]))
 
@@ -49,7 +49,7 @@ def test_beyond_rows_compute_attention():
     want = np.stack([lk.attend(qs[g], cache, kv_head) for g in range(bench.GQA_G)])
     for variant in ("group", "per_head"):
         out = np.full(qs.shape, np.nan, np.float32)
-        assert beyond.time_group(qs, cache, kv_head, variant=variant, repeats=1, number=2, out=out) > 0
+        assert kernels.time_group(qs, cache, kv_head, variant=variant, repeats=1, number=2, out=out) > 0
         np.testing.assert_allclose(out, want, rtol=0, atol=1e-5 * np.abs(want).max(), err_msg=variant)
     for threads in (1, 2):
         got = lk.attend_split(q, cache, kv_head, bench.SPLIT_CHUNKS, threads)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
-from lessonkit import debug, native, qquant, source, toy
+from lessonkit import debug, native, rounding, source, toy
 
 GDB_OUTPUT = """\
 Breakpoint 1 (flash_attn_single_q_q8_neon) pending.
@@ -216,8 +216,8 @@ def test_truncation_break():
     cache = lk.KVCacheQ8(1, 64, 16)
     cache.append(np.ones((3, 1, 64), np.float32), np.ones((3, 1, 64), np.float32))
     tr = debug.trace_with(b.ffi, b.lib, q, cache, 0, 0.125)
-    v, _ = qquant.q_block_scaled(q)
-    np.testing.assert_array_equal(tr.q_codes, qquant.round_codes(v, "trunc"))   # numpy's own truncation
+    v, _ = rounding.q_block_scaled(q)
+    np.testing.assert_array_equal(tr.q_codes, rounding.round_codes(v, "trunc"))   # numpy's own truncation
     assert tr.n_q_quantized == 1
     b.restore()
 

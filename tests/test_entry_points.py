@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
-from lessonkit import beyond, bench, debug, env, precision, qquant, rescales, streaming, timing, toy, trace
+from lessonkit import bench, debug, env, kernels, precision, rescales, rounding, streaming, timing, toy, trace
+from lessonkit.kernels import split
 from lessonkit import validate as check
 
 from childproc import assert_clean, run_python
@@ -31,9 +32,10 @@ SETUP = """
 import json, sys, tempfile, time
 import numpy as np
 import lessonkit as lk
-from lessonkit import (beyond, bench, debug, env, exercises, layout, native, quant, rescales, softmax,
+from lessonkit import (bench, debug, env, exercises, kernels, layout, native, quant, rescales, softmax,
                        streaming, synthetic, timing, toy, trace)
 from lessonkit import validate as check
+from lessonkit.kernels import split
 ffi, lib = native.load()
 rng = np.random.default_rng(1)
 cache = lk.KVCacheQ8(2, 64, 16)
@@ -165,24 +167,23 @@ BUFFER_CASES = {
     "time define huge": ("timing.time_kernel(q, cache, defines={'FA_TILE': 10**7})", "ValueError", "FA_TILE must be between 1 and 256"),
     "time cold flag": ("timing.time_kernel(q, cache, cold='yes')", "TypeError", "cold must be True or False"),
     "median repeats": ("timing.median_calls(lambda n: 1.0, 0, None, 0.02)", "ValueError", "repeats must be at least 1"),
-    "group qs": ("beyond.time_group(qs[:, :32].copy(), cache)", "ValueError", "shape"),
-    "group out dtype": ("beyond.time_group(qs, cache, out=np.empty((4, 64)))", "TypeError", "out must have dtype float32"),
-    "group out shape": ("beyond.time_group(qs, cache, out=np.empty((3, 64), np.float32))", "ValueError",
+    "group qs": ("kernels.time_group(qs[:, :32].copy(), cache)", "ValueError", "shape"),
+    "group out dtype": ("kernels.time_group(qs, cache, out=np.empty((4, 64)))", "TypeError", "out must have dtype float32"),
+    "group out shape": ("kernels.time_group(qs, cache, out=np.empty((3, 64), np.float32))", "ValueError",
                         "out must have shape [4, 64]"),
-    "group out read-only": ("beyond.time_group(qs, cache, out=np.broadcast_to(np.float32(0), (4, 64)))",
+    "group out read-only": ("kernels.time_group(qs, cache, out=np.broadcast_to(np.float32(0), (4, 64)))",
                             "ValueError", "C-contiguous"),
-    "group out ro": ("beyond.time_group(qs, cache, out=(lambda a: (a.setflags(write=False), a)[1])(np.empty((4, 64), "
+    "group out ro": ("kernels.time_group(qs, cache, out=(lambda a: (a.setflags(write=False), a)[1])(np.empty((4, 64), "
                      "np.float32)))", "ValueError", "out must be writable"),
-    "split n_chunks": ("beyond.time_split(q, cache, n_chunks=0)", "ValueError", "n_chunks must be at least 1"),
-    "capacity threads": ("beyond.parallel_capacity(q, cache, 0, 65)", "ValueError", "cap of 64"),
-    "capacity number": ("beyond.parallel_capacity(q, cache, 0, 2, number=0)", "ValueError", "number must be at least 1"),
+    "capacity threads": ("split.parallel_capacity(q, cache, 0, 65)", "ValueError", "cap of 64"),
+    "capacity number": ("split.parallel_capacity(q, cache, 0, 2, number=0)", "ValueError", "number must be at least 1"),
     # split-KV and GQA
-    "partial end": ("beyond.partial(q, cache, 0, 0, 10**9)", "ValueError", "t_end must be below 41"),
-    "partial begin": ("beyond.partial(q, cache, 0, -1, 5)", "ValueError", "t_begin must be at least 0"),
-    "partial empty range": ("beyond.partial(q, cache, 0, 9, 3)", "ValueError", "holds no token"),
-    "chunks past end": ("beyond.attend_chunks(q, cache, 0, [5, 10**12])", "ValueError", "would be empty"),
-    "chunks endless": ("beyond.attend_chunks(q, cache, 0, iter(range(1, 10**12)))", "ValueError", "cap of 65536"),
-    "chunks str": ("beyond.attend_chunks(q, cache, 0, '12')", "TypeError", "bounds must be a sequence"),
+    "partial end": ("split.partial(q, cache, 0, 0, 10**9)", "ValueError", "t_end must be below 41"),
+    "partial begin": ("split.partial(q, cache, 0, -1, 5)", "ValueError", "t_begin must be at least 0"),
+    "partial empty range": ("split.partial(q, cache, 0, 9, 3)", "ValueError", "holds no token"),
+    "chunks past end": ("split.attend_chunks(q, cache, 0, [5, 10**12])", "ValueError", "would be empty"),
+    "chunks endless": ("split.attend_chunks(q, cache, 0, iter(range(1, 10**12)))", "ValueError", "cap of 65536"),
+    "chunks str": ("split.attend_chunks(q, cache, 0, '12')", "TypeError", "bounds must be a sequence"),
     "split chunks cap": ("lk.attend_split(q, cache, 0, 10**6, 1)", "ValueError", "cap of 65536"),
     "group G": ("lk.attend_group(np.ones((9, 64), np.float32), cache, 0)", "ValueError", "between 1 and 8"),
     # the benchmark's read-bandwidth probe
@@ -225,7 +226,7 @@ SUBCLASS_CASES = {
     "quantize_q masked": ("quant.quantize_q(masked_q)", "TypeError", "masked"),
     "split masked": ("lk.attend_split(masked_q, cache, 0, 2, 2)", "TypeError", "masked"),
     "group masked": ("lk.attend_group(np.ma.masked_array(qs), cache, 0)", "TypeError", "masked"),
-    "partial masked": ("beyond.partial(masked_q, cache, 0, 0, 9)", "TypeError", "masked"),
+    "partial masked": ("split.partial(masked_q, cache, 0, 0, 9)", "TypeError", "masked"),
     "time masked": ("timing.time_kernel(masked_q, cache)", "TypeError", "masked"),
     "traced masked": ("trace.run_traced(out64, masked_q, cache, 0)", "TypeError", "masked"),
     "call masked": ("debug.call_kernel(ffi, lib, masked_q, cache, 0, 0.1)", "TypeError", "masked"),
@@ -276,21 +277,20 @@ def scale_calls(case):
         "attend traced": lambda s: lk.attend(q, cache, 0, scale=s, trace=True)[0],
         "attend_group": lambda s: lk.attend_group(qs, cache, 0, scale=s),
         "attend_split": lambda s: lk.attend_split(q, cache, 0, 2, 2, scale=s),
-        "attend_chunks": lambda s: beyond.attend_chunks(q, cache, 0, [7], scale=s)[0],
-        "partial": lambda s: beyond.partial(q, cache, 0, 0, 40, scale=s).acc,
+        "attend_chunks": lambda s: split.attend_chunks(q, cache, 0, [7], scale=s)[0],
+        "partial": lambda s: split.partial(q, cache, 0, 0, 40, scale=s).acc,
         "run_traced": lambda s: (trace.run_traced(out, q, cache, 0, s), out.copy())[1],
         "call_kernel": lambda s: debug.call_kernel(ffi, lib, q, cache, 0, s),
         "trace_with": lambda s: debug.trace_with(ffi, lib, q, cache, 0, s).s,
         "attend_first": lambda s: rescales.attend_first(q, cache, 0, 40, s),
         "time_kernel": lambda s: timing.time_kernel(q, cache, scale=s, repeats=1, number=1),
-        "time_group": lambda s: beyond.time_group(qs, cache, scale=s, repeats=1, number=1),
-        "time_split": lambda s: beyond.time_split(q, cache, scale=s, repeats=1),
+        "time_group": lambda s: kernels.time_group(qs, cache, scale=s, repeats=1, number=1),
         "partial_state": lambda s: streaming.partial_state(q, cache, 0, s).acc,
         "run_stream": lambda s: streaming.run_stream(q, K, V, "neon", chunk=20, interval_s=0.0, scale=s).out,
-        "scores_numpy": lambda s: lk.attention.scores_numpy(q, cache, 0, s),
+        "scores_numpy": lambda s: lk.reference.scores_numpy(q, cache, 0, s),
         "precision split": lambda s: precision.split_error(q, cache, 0, K, V, s).kernel,
         "precision kl": lambda s: precision.attention_kl(q, cache, 0, K, s),
-        "qquant float q": lambda s: qquant.attend_float_q(q, cache, 0, s),
+        "rounding float q": lambda s: rounding.attend_float_q(q, cache, 0, s),
     }
 
 
@@ -338,11 +338,9 @@ def test_timing_caps_refused_before_the_loops(case):
     with pytest.raises(ValueError, match="min_repeat_s must be finite"):
         timing.time_kernel(q, cache, min_repeat_s=float("nan"))
     with pytest.raises(ValueError, match="cap of 60 s"):
-        beyond.time_group(np.stack([q, q]), cache, repeats=1000, number=timing.MAX_CALLS)
+        kernels.time_group(np.stack([q, q]), cache, repeats=1000, number=timing.MAX_CALLS)
     with pytest.raises(ValueError, match="cap of 60 s"):
-        beyond.time_split(q, cache, repeats=1000, number=timing.MAX_CALLS)
-    with pytest.raises(ValueError, match="cap of 60 s"):
-        beyond.parallel_capacity(q, cache, 0, 64, number=timing.MAX_CALLS, repeats=1000)
+        split.parallel_capacity(q, cache, 0, 64, number=timing.MAX_CALLS, repeats=1000)
     assert time.perf_counter() - t0 < 10  # refused after a probe call, not after the loops
 
 
@@ -524,19 +522,19 @@ def test_trace_fallback_keeps_only_what_the_records_need(monkeypatch):
 # ============================================================================ 5. one split pool
 
 def test_one_split_pool_of_fixed_size():
-    beyond.shutdown_pool()
+    split.shutdown_pool()
     cache, q, _, _ = make_case(5, 200, 1, 64, 16)
     want = lk.attend(q, cache, 0)
     before = threading.active_count()
-    assert beyond.POOL_WORKERS + 1 <= max(2, os.cpu_count() or 1)  # with the caller: at most the cores
+    assert split.POOL_WORKERS + 1 <= max(2, os.cpu_count() or 1)  # with the caller: at most the cores
     peak = 0
     for n_threads in range(1, 65):
         got = lk.attend_split(q, cache, 0, 8, n_threads)
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max(), err_msg=f"{n_threads} threads")
         peak = max(peak, sum(t.name.startswith("lessonkit-split") for t in threading.enumerate()))
-    assert peak <= beyond.POOL_WORKERS
-    assert threading.active_count() <= before + beyond.POOL_WORKERS
-    beyond.shutdown_pool()
+    assert peak <= split.POOL_WORKERS
+    assert threading.active_count() <= before + split.POOL_WORKERS
+    split.shutdown_pool()
     assert not [t for t in threading.enumerate() if t.name.startswith("lessonkit-split")]
     np.testing.assert_allclose(lk.attend_split(q, cache, 0, 8, 4), want, rtol=0, atol=2e-5 * np.abs(want).max())
 
@@ -547,23 +545,23 @@ def test_pool_shut_down_at_exit():
         import atexit, json, threading
         import numpy as np
         import lessonkit as lk
-        from lessonkit import beyond
+        from lessonkit.kernels import split
         c = lk.KVCacheQ8(1, 64, 16)
         x = np.ones((100, 1, 64), np.float32)
         c.append(x, x)
         lk.attend_split(np.ones(64, np.float32), c, 0, 4, 4)
-        started = len(beyond._pool_now)
+        started = len(split._pool_now)
         atexit._run_exitfuncs()  # what the interpreter runs at exit
         alive = [t.name for t in threading.enumerate() if t.name.startswith("lessonkit-split")]
-        print(json.dumps([started, len(beyond._pool_now), alive]))
+        print(json.dumps([started, len(split._pool_now), alive]))
     """)
     started, left, alive = json.loads(assert_clean(run_python(code, 60)).splitlines()[-1])
-    assert started == (1 if beyond.POOL_WORKERS else 0) and left == 0 and alive == []
+    assert started == (1 if split.POOL_WORKERS else 0) and left == 0 and alive == []
 
 
 def test_usable_cores_follow_the_cpu_set(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert beyond.usable_cores() == 1
+    assert split.usable_cores() == 1
     cache, q, _, _ = make_case(6, 50, 1, 64, 16)
     before = sum(t.name.startswith("lessonkit-split") for t in threading.enumerate())
     lk.attend_split(q, cache, 0, 5, 64)  # one usable core: the calling thread alone
@@ -723,16 +721,14 @@ def test_timing_helpers_run_pinned(board, monkeypatch, case):
 
     real_median = timing.median_calls
     monkeypatch.setattr(timing, "median_calls", during("time_kernel", real_median))
-    monkeypatch.setattr(beyond, "median_calls", during("time_group", real_median))
-    monkeypatch.setattr(beyond, "attend_split", during("time_split", beyond.attend_split))
-    monkeypatch.setattr(beyond, "_refuse_long", during("parallel_capacity", beyond._refuse_long))
+    monkeypatch.setattr(kernels.attention, "median_calls", during("time_group", real_median))
+    monkeypatch.setattr(split, "_refuse_long", during("parallel_capacity", split._refuse_long))
 
     timing.time_kernel(q, cache, repeats=1, number=2)
-    beyond.time_group(np.stack([q, q]), cache, repeats=1, number=2)
-    beyond.time_split(q, cache, repeats=1)
-    beyond.parallel_capacity(q, cache, 0, 2, number=2, repeats=1)
+    kernels.time_group(np.stack([q, q]), cache, repeats=1, number=2)
+    split.parallel_capacity(q, cache, 0, 2, number=2, repeats=1)
     names = {n for n, mask in seen}
-    assert names == {"time_kernel", "time_group", "time_split", "parallel_capacity"}  # _refuse_long: time_split too
+    assert names == {"time_kernel", "time_group", "parallel_capacity"}
     assert all(mask == {4, 5, 6, 7} for _, mask in seen), seen
     assert fake.masks[7] == set(range(8))
     fake.calls.clear()

@@ -13,16 +13,17 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
-from lessonkit import debug, exercises as E, qquant, source
+from lessonkit import debug, exercises as E, rounding, source
 from lessonkit.quant import quantize_q
 
-PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+# exercises whose right and wrong answers are tested by a test of their own below, not by CASES
+OWN_TESTS = {"ex06_tier_a": "test_tier_a"}
 
 
 # ----------------------------------------------------------------------------- right answers
 
 def right_ex00_backends():
-    K, V, q, kh = E.lesson00_data()
+    K, V, q, kh = E.core.lesson00_data()
     cache = lk.KVCacheQ8(8, 128, 64)
     cache.append(K, V)
     outs = {b: lk.attend(q, cache, kh, backend=b) for b in ("neon", "scalar", "numpy")}
@@ -34,7 +35,7 @@ def right_ex00_backends():
 
 
 def right_ex01_outlier():
-    q, q_out = E.l01_outlier_q()
+    q, q_out = E.lesson01.l01_outlier_q()
     distinct = lambda v: len(np.unique(np.delete(quantize_q(v)[0][:32], 5)))  # noqa: E731 (numpy segment 1)
     return {"distinct_with_outlier": distinct(q_out), "distinct_without": distinct(q)}
 
@@ -66,7 +67,7 @@ def invariant_final_max(s, M, V):
 
 
 def right_ex03_per_head():
-    K = E.l03_loud_head_K()
+    K = E.lesson03.l03_loud_head_K()
     T, nkv, hd = K.shape
     x = K.astype(np.float64)
 
@@ -98,7 +99,7 @@ def right_ex06_segments(path=source.KERNEL_FILE):
 
 
 def right_ex06_rounding():
-    v, _ = qquant.q_block_scaled(E.l06_rounding_q())
+    v, _ = rounding.q_block_scaled(E.lesson06.l06_rounding_q())
     frac = float(np.mean(np.trunc(v) != np.trunc(v + np.where(v >= 0, 0.5, -0.5).astype(np.float32))))
     return {"codes_changed_fraction": frac, "direction": "a"}
 
@@ -146,16 +147,33 @@ CASES = [
 ]
 
 
-def _with_marker(case):
-    """Give each case its exercise's marker (pytest -m ex03_address) and id."""
-    if hasattr(case, "values"):
-        ex = case.values[0]
-        return pytest.param(*case.values, marks=[*case.marks, getattr(pytest.mark, ex.marker)], id=ex.marker)
-    return pytest.param(*case, marks=getattr(pytest.mark, case[0].marker), id=case[0].marker)
+def _exercise_of(case):
+    return case.values[0] if hasattr(case, "values") else case[0]
 
 
-@pytest.mark.parametrize("ex,right,wrong,words", [_with_marker(c) for c in CASES])
+BY_MARKER = {_exercise_of(c).marker: c for c in CASES}
+
+
+def _registry_cases():
+    """One test per registered exercise (lessonkit.exercises.ALL, every lesson module), with its
+    marker (pytest -m ex03_address) and id; an exercise without a case in CASES still gets one,
+    which fails: every exercise added to a lesson module needs a right and a wrong answer here."""
+    for ex in E.ALL:
+        if ex.marker in OWN_TESTS:
+            continue
+        case = BY_MARKER.get(ex.marker)
+        marks = [getattr(pytest.mark, ex.marker)]
+        if case is None:
+            yield pytest.param(ex, None, None, None, marks=marks, id=ex.marker)
+        elif hasattr(case, "values"):
+            yield pytest.param(*case.values, marks=[*case.marks, *marks], id=ex.marker)
+        else:
+            yield pytest.param(*case, marks=marks, id=ex.marker)
+
+
+@pytest.mark.parametrize("ex,right,wrong,words", list(_registry_cases()))
 def test_right_and_wrong_answer(ex, right, wrong, words, capsys):
+    assert right is not None, f"{ex.marker} has no case: add its right and wrong answer to CASES"
     right = right() if callable(right) else right
     ok = ex.check(right)
     assert ok.status == E.CORRECT, ok.message
@@ -231,11 +249,13 @@ def test_solutions_print_a_right_answer(capsys):
     assert ex.check(ex.answer())
 
 
-def test_every_exercise_has_a_registered_marker():
-    text = PYPROJECT.read_text()
-    markers = re.search(r"markers = \[(.*?)\]", text, re.S).group(1)
-    for ex in E.ALL:
-        assert f'"{ex.marker}:' in markers, f"register {ex.marker} in pyproject.toml"
-    assert len({ex.marker for ex in E.ALL}) == len(E.ALL) == 20
-    assert {c.values[0].marker if hasattr(c, "values") else c[0].marker for c in CASES} | {"ex06_tier_a"} \
-        == {ex.marker for ex in E.ALL}
+def test_every_exercise_has_a_registered_marker_and_a_case(pytestconfig):
+    """conftest.py registers each exercise's marker from the registry; every case in CASES belongs
+    to a registered exercise, and each exercise is tested by a case or by its own test."""
+    registered = {line.split(":", 1)[0] for line in pytestconfig.getini("markers")}
+    markers = [ex.marker for ex in E.ALL]
+    assert len(set(markers)) == len(markers), "two exercises share a marker"
+    assert set(markers) <= registered
+    assert set(BY_MARKER) <= set(markers), "a case of CASES is for no registered exercise"
+    assert set(BY_MARKER) | set(OWN_TESTS) == set(markers)
+    assert all(callable(globals().get(name)) for name in OWN_TESTS.values())

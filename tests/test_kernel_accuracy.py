@@ -153,7 +153,7 @@ def test_scores_below_start_of_M_give_zero():
     cache.append(np.abs(rng.standard_normal((50, 1, 64), dtype=np.float32)),
                  rng.standard_normal((50, 1, 64), dtype=np.float32))
     scale = -1e12  # every score about -1e12 * (positive dot) < -1e9
-    for backend in lk.attention.BACKENDS:
+    for backend in lk.kernels.attention.BACKENDS:
         out = lk.attend(q, cache, 0, scale=scale, backend=backend)
         assert np.array_equal(out, np.zeros(64, np.float32)), backend
 

@@ -10,7 +10,7 @@ import pytest
 
 import lessonkit as lk
 from lessonkit import precision as P
-from lessonkit import qquant
+from lessonkit import rounding
 from lessonkit.quant import quantize_kv_rows, quantize_q
 
 from conftest import make_case
@@ -56,29 +56,29 @@ def test_kl_divergence_known_values():
 def test_kl_from_scores_matches_and_survives_underflow():
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal(30), rng.standard_normal(30)
-    assert P.kl_from_scores(a, b) == pytest.approx(P.kl_divergence(P.softmax(a), P.softmax(b)), rel=1e-10)
+    assert P.kl_from_scores(a, b) == pytest.approx(P.kl_divergence(lk.reference.softmax(a), lk.reference.softmax(b)), rel=1e-10)
     assert P.kl_from_scores(a, a) == 0.0
     # two tokens; the approximate scores put token 1 1000 behind: its weight underflows to 0
     s_p, s_q = np.array([0.0, 0.0]), np.array([0.0, -1000.0])
-    assert P.softmax(s_q)[1] == 0.0
-    assert P.kl_divergence(P.softmax(s_p), P.softmax(s_q)) == math.inf
+    assert lk.reference.softmax(s_q)[1] == 0.0
+    assert P.kl_divergence(lk.reference.softmax(s_p), lk.reference.softmax(s_q)) == math.inf
     # exact: 0.5 log(0.5 / 1) + 0.5 log(0.5 / e^-1000) = 500 - ln 2
     assert P.kl_from_scores(s_p, s_q) == pytest.approx(500.0 - math.log(2), rel=1e-9)
-    np.testing.assert_allclose(P.log_softmax([1.0, 2.0]), np.log(P.softmax([1.0, 2.0])), rtol=1e-12)
+    np.testing.assert_allclose(P.log_softmax([1.0, 2.0]), np.log(lk.reference.softmax([1.0, 2.0])), rtol=1e-12)
 
 
 def test_softmax_sums_to_one_and_is_shift_invariant():
     s = np.array([1000.0, 1001.0, 999.0])
-    w = P.softmax(s)
+    w = lk.reference.softmax(s)
     assert w.sum() == pytest.approx(1.0)
-    np.testing.assert_allclose(w, P.softmax(s - 1000.0), rtol=1e-12)
+    np.testing.assert_allclose(w, lk.reference.softmax(s - 1000.0), rtol=1e-12)
     e = np.exp([0.0, 1.0, -1.0])
     np.testing.assert_allclose(w, e / e.sum(), rtol=1e-12)
 
 
 def _reordering_bound(q, K, V, scale: float) -> np.ndarray:
     """How far two float64 evaluations of softmax(scale K q) V may lie apart, per output component,
-    when they add the same terms in different orders (attention_batch multiplies a matrix of
+    when they add the same terms in different orders (a batch multiplies a matrix of
     queries, reference.attention one query at a time: BLAS sums each dot product, and the sums
     over tokens, in another order). With u = 2^-53 and gamma_n = n u / (1 - n u), the standard
     bound for a sum of n terms is |computed - exact| <= gamma_n * sum |terms|. To first order:
@@ -99,15 +99,15 @@ def _reordering_bound(q, K, V, scale: float) -> np.ndarray:
     return 2 * ((w * rel_w) @ np.abs(V) / D + out * (w * rel_w).sum() / D + u * out)
 
 
-def test_attention_batch_equals_reference_per_query():
+def test_batch_attention_equals_one_query_attention():
     """Same math, other summation order: equal within the rounding bound of _reordering_bound, which
     is below 1e-12 of the largest output here (the differences seen are a few thousandths of it,
     about 1e-12 relative to a component); a change of the scale by 1e-11 relative exceeds it."""
     _, q, K, V = make_case(seed=2, seq_len=70, n_kv_heads=1, head_dim=64, block_size=16)
     K0, V0 = K[:, 0], V[:, 0]
     Q = np.stack([q, 2 * q, -q]).astype(np.float32)
-    got = P.attention_batch(Q, K0, V0, 0.3)
-    off = P.attention_batch(Q, K0, V0, 0.3 * (1 + 1e-11))  # a real, tiny difference
+    got = lk.reference.attention(Q, K0, V0, 0.3)
+    off = lk.reference.attention(Q, K0, V0, 0.3 * (1 + 1e-11))  # a real, tiny difference
     for i in range(3):
         ref = lk.reference.attention(Q[i], K0, V0, 0.3)
         bound = _reordering_bound(Q[i], K0, V0, 0.3)
@@ -115,7 +115,7 @@ def test_attention_batch_equals_reference_per_query():
         assert (np.abs(got[i] - ref) <= bound).all(), (np.abs(got[i] - ref) / bound).max()
         assert (np.abs(off[i] - ref) > bound).any()
     ref = lk.reference.attention(q, K0, V0)
-    assert (np.abs(P.attention_batch(q, K0, V0) - ref) <= _reordering_bound(q, K0, V0, 1 / 8)).all()
+    assert (np.abs(lk.reference.attention(q[None], K0, V0)[0] - ref) <= _reordering_bound(q, K0, V0, 1 / 8)).all()
 
 
 # -------------------------------------------------------------------------- the error split
@@ -130,7 +130,7 @@ def test_split_error_parts_and_baselines():
         np.testing.assert_array_equal(sp.kernel[i], lk.attend(Q[i], cache, kh).astype(np.float64))
         np.testing.assert_allclose(sp.ref[i], lk.reference.attention(Q[i], K[:, kh], V[:, kh]), rtol=1e-12)
         # the middle term: lesson 01's float-q baseline over the cache's int8 K, V
-        np.testing.assert_allclose(sp.float_q[i], qquant.attend_float_q(Q[i], cache, kh, scale), atol=1e-6)
+        np.testing.assert_allclose(sp.float_q[i], rounding.attend_float_q(Q[i], cache, kh, scale), atol=1e-6)
     rel = sp.rel()
     assert set(rel) == {"total", "q_part", "kv_part"}
     assert all(0 < rel[k].min() and rel[k].max() < 0.1 for k in rel)
@@ -140,9 +140,9 @@ def test_attention_kl_small_and_from_the_kernel_scores():
     cache, q, K, V = make_case(seed=5, seq_len=200, n_kv_heads=1, head_dim=64, block_size=16)
     scale = 1 / 8
     kl = P.attention_kl(q, cache, 0, K[:, 0])
-    s_kernel = lk.attention.scores_numpy(q, cache, 0, scale)  # the kernel's scores, in numpy
-    exact = P.softmax(scale * (K[:, 0].astype(np.float64) @ q.astype(np.float64)))
-    assert kl == pytest.approx(P.kl_divergence(exact, P.softmax(s_kernel)), rel=1e-3, abs=1e-9)
+    s_kernel = lk.reference.scores_numpy(q, cache, 0, scale)  # the kernel's scores, in numpy
+    exact = lk.reference.softmax(scale * (K[:, 0].astype(np.float64) @ q.astype(np.float64)))
+    assert kl == pytest.approx(P.kl_divergence(exact, lk.reference.softmax(s_kernel)), rel=1e-3, abs=1e-9)
     assert kl == pytest.approx(P.kl_from_scores(scale * (K[:, 0].astype(np.float64) @ q.astype(np.float64)),
                                                 s_kernel), rel=1e-3, abs=1e-9)
     assert 0 < kl < 1e-2

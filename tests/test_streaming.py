@@ -10,7 +10,7 @@ import pytest
 
 import lessonkit as lk
 from lessonkit import streaming, traffic
-from lessonkit.attention import scores_numpy
+from lessonkit.reference import scores_numpy
 
 HD = 64
 

@@ -6,7 +6,7 @@ import pytest
 
 import lessonkit as lk
 from lessonkit import softmax
-from lessonkit.attention import scores_numpy
+from lessonkit.reference import scores_numpy
 from lessonkit.quant import quantize_q
 
 from conftest import make_case

@@ -1,10 +1,4 @@
-"""Beyond the article: GQA in one scan and split-KV (introduced in lesson 08).
-
-**GQA in one scan** (``attend_group``): under grouped-query attention G query heads share one kv head
-(Qwen3-8B: 32 query heads over 8 kv heads, G = 4). The original engine runs one kernel call per
-query head, so each of the G calls reads the kv head's whole KV again.
-``flash_attn_group_q8_neon`` (native/flash_attn_q8_group.c) reads each K and V row once for all G
-query heads, each keeping its own M, S and VKQ.
+"""Split-KV (introduced in lesson 08), beside ``lessonkit.kernels.attention``.
 
 **Split-KV** (``attend_split``, ``attend_chunks``): the engine has no split over the KV of one long
 sequence. ``flash_attn_partial_q8_neon`` (native/flash_attn_q8_partial.c) runs the single pass over
@@ -36,40 +30,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import env, native
-from . import timing
-from . import validate as check
-from .cache import KVCacheQ8
-from .streaming import Partial, finish, merge_all
-from .timing import median_calls
+from .. import env, native
+from .. import timing
+from .. import validate as check
+from ..cache import KVCacheQ8
+from ..streaming import Partial, finish, merge_all
+from .attention import kernel_inputs, out_buffer
 
-GQA_MAX = 8  # query heads per grouped call: the C kernel's fixed buffers
 MAX_CHUNKS = 1 << 16  # chunks of one split call: each is a Python object and one merge step
 MAX_CAPACITY_THREADS = 64  # threads parallel_capacity starts (each a real thread, started per repeat)
 
 
 # ----------------------------------------------------------------------------- checks
-
-def _cache_head_scale(cache, kv_head, scale) -> tuple[int, float]:
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
-    kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
-    scale = check.scale(scale, cache.head_dim)
-    if cache.seq_len == 0:
-        raise ValueError("the cache is empty: append at least one token before attending")
-    return kv_head, scale
-
-
-def _group_queries(qs, cache) -> np.ndarray:
-    if isinstance(qs, np.ndarray) and qs.ndim != 2:
-        raise ValueError(f"qs must have shape [G, {cache.head_dim}] (one row per query head of the group); "
-                         f"got {list(qs.shape)}")
-    qs = check.float32_array("qs", qs, (None, cache.head_dim))
-    if not 1 <= qs.shape[0] <= GQA_MAX:
-        raise ValueError(f"qs must hold between 1 and {GQA_MAX} query heads (G, its first dimension); "
-                         f"got G = {qs.shape[0]}")
-    return qs
-
 
 def split_points(seq_len: int, n_chunks: int) -> list[int]:
     """The chunk boundaries ``[0, b1, ..., seq_len]`` of ``n_chunks`` chunks of (nearly) equal size.
@@ -104,25 +76,6 @@ def _check_bounds(bounds, seq_len: int) -> list[int]:
     return cuts
 
 
-# ----------------------------------------------------------------------------- GQA in one scan
-
-def attend_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
-    """Attention outputs float32 ``[G, head_dim]`` of the G query heads ``qs`` (float32
-    ``[G, head_dim]``, 1 <= G <= 8) that share kv head ``kv_head``, in one call of
-    flash_attn_group_q8_neon: each K and V row is read once for all G. Row g equals
-    ``lk.attend(qs[g], cache, kv_head)`` up to float rounding."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
-    qs = _group_queries(qs, cache)
-    kv_head, scale = _cache_head_scale(cache, kv_head, scale)
-    ffi, lib = native.load()
-    out = np.empty(qs.shape, np.float32)
-    lib.flash_attn_group_q8_neon(ffi.from_buffer("float[]", out, require_writable=True),
-                                 ffi.from_buffer("float[]", qs), *cache.kernel_args(kv_head, ffi),
-                                 cache.head_dim, scale, qs.shape[0])
-    return out
-
-
 # ----------------------------------------------------------------------------- split-KV
 
 def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: int,
@@ -132,7 +85,7 @@ def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: 
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = _cache_head_scale(cache, kv_head, scale)
+    kv_head, scale = check.attention_call(cache, kv_head, scale)
     t_begin = check.integer("t_begin", t_begin, minimum=0)
     t_end = check.integer("t_end", t_end, below=cache.seq_len + 1)
     if t_end <= t_begin:
@@ -148,9 +101,9 @@ def _run_chunks(ffi, lib, q, cache, kv_head, scale, cuts, n_threads) -> list[Par
     n = len(cuts) - 1
     vkq = np.empty((n, cache.head_dim), np.float32)
     ms, ss = ffi.new("float[]", n), ffi.new("float[]", n)
-    k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
-    qbuf = ffi.from_buffer("float[]", q)
-    rows = [ffi.from_buffer("float[]", vkq[j], require_writable=True) for j in range(n)]
+    # the kernel's arguments, with the token range of each chunk in place of seq_len
+    qbuf, k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(ffi, q, cache, kv_head)
+    rows = [out_buffer(ffi, vkq[j]) for j in range(n)]
     stop = threading.Event()
 
     def run(j: int) -> None:
@@ -230,7 +183,7 @@ def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threa
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = _cache_head_scale(cache, kv_head, scale)
+    kv_head, scale = check.attention_call(cache, kv_head, scale)
     cuts = _check_bounds(bounds, cache.seq_len)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
     ffi, lib = native.load()
@@ -247,7 +200,7 @@ def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = _cache_head_scale(cache, kv_head, scale)
+    kv_head, scale = check.attention_call(cache, kv_head, scale)
     cuts = split_points(cache.seq_len, n_chunks)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
     ffi, lib = native.load()
@@ -255,63 +208,6 @@ def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n
 
 
 # ----------------------------------------------------------------------------- timing
-
-GROUP_VARIANTS = {"group": 0, "per_head": 1}  # fa_time_group_calls
-
-
-def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str = "group",
-               repeats: int = 7, number: int | None = None, min_repeat_s: float = 0.02,
-               scale: float | None = None, out: np.ndarray | None = None, cores: str | None = None) -> float:
-    """Median ns for all G query heads of ``qs``: variant "group" one flash_attn_group_q8_neon call,
-    "per_head" G calls of flash_attn_single_q_q8_neon (the engine's way); the call loop runs in C
-    (native/fa_timing.c), like ``lessonkit.timing.time_kernel``, with its caps and its pinning to
-    one core type (``cores``). ``out`` (float32 ``[G, head_dim]``, optional) receives what the timed
-    calls computed, so that a test can check it."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
-    qs = _group_queries(qs, cache)
-    kv_head, scale = _cache_head_scale(cache, kv_head, scale)
-    if variant not in GROUP_VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(map(repr, GROUP_VARIANTS))}; got {check.short(variant)}")
-    repeats, number, min_repeat_s = timing.check_counts(repeats, number, min_repeat_s)
-    if out is None:
-        out = np.empty(qs.shape, np.float32)
-    else:
-        out = check.float32_array("out", out, qs.shape, writable=True)
-    plan = env.timing_cores(cores)
-    ffi, lib = native.load()
-    args = (ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", qs),
-            *cache.kernel_args(kv_head, ffi), cache.head_dim, scale, qs.shape[0])
-    with env.pinned(plan):
-        return median_calls(lambda n: lib.fa_time_group_calls(GROUP_VARIANTS[variant], n, *args), repeats,
-                            number, min_repeat_s)
-
-
-def time_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_chunks: int = 2, n_threads: int = 1,
-               repeats: int = 7, number: int = 1, scale: float | None = None, cores: str | None = None) -> float:
-    """Median ns of one ``attend_split`` call (chunks, threads, merge and all, timed from Python:
-    what a caller gets), over ``repeats`` repeats of ``number`` calls each, after one warm-up call.
-    Pinned to one core type (``cores``, as in ``lessonkit.timing.time_kernel``; the pool's threads
-    too), and bounded like it: the warm-up call measures what a call costs, and a ``repeats x
-    number`` that would take more than ``lessonkit.timing.MAX_SECONDS`` is refused."""
-    repeats, number, _ = timing.check_counts(repeats, number, 0.0)
-    plan = env.timing_cores(cores)
-    with env.pinned(plan):
-        t0 = time.perf_counter()
-        attend_split(q, cache, kv_head, n_chunks, n_threads, scale)  # checks the arguments, warms up
-        _refuse_long("calls of attend_split", repeats, number, time.perf_counter() - t0)
-        deadline = time.perf_counter() + timing.MAX_SECONDS
-        times = []
-        for i in range(repeats):
-            t0 = time.perf_counter_ns()
-            for _ in range(number):
-                attend_split(q, cache, kv_head, n_chunks, n_threads, scale)
-            times.append((time.perf_counter_ns() - t0) / number)
-            if i + 1 < repeats and time.perf_counter() > deadline:
-                _stopped_early(i + 1, repeats)
-                break
-    return float(np.median(times))
-
 
 def _refuse_long(what: str, repeats: int, number: int, call_s: float, calls_per_repeat: float = 1.0) -> None:
     """ValueError when repeats x number calls of call_s seconds would pass timing.MAX_SECONDS."""
@@ -344,18 +240,17 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
     if not isinstance(cache, KVCacheQ8):
         raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
     q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = _cache_head_scale(cache, kv_head, None)
+    kv_head, scale = check.attention_call(cache, kv_head, None)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
     check.at_most("n_threads", n_threads, MAX_CAPACITY_THREADS, "threads started per measurement")
     repeats, number, _ = timing.check_counts(repeats, number, 0.0)
     plan = env.timing_cores(cores)
     ffi, lib = native.load()
     outs = np.empty((n_threads, cache.head_dim), np.float32)
-    kargs = cache.kernel_args(kv_head, ffi)
-    qbuf = ffi.from_buffer("float[]", q)
+    qbuf, *kargs = kernel_inputs(ffi, q, cache, kv_head)
 
     def calls(j: int) -> None:
-        lib.fa_time_calls(0, number, ffi.from_buffer("float[]", outs[j], require_writable=True), qbuf,
+        lib.fa_time_calls(0, number, out_buffer(ffi, outs[j]), qbuf,
                           *kargs, cache.head_dim, scale)
 
     def wall(k: int) -> float:
@@ -370,7 +265,7 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
 
     with env.pinned(plan):
         # a probe of one call first: the warm-up below already runs `number` calls
-        call_s = lib.fa_time_calls(0, 1, ffi.from_buffer("float[]", outs[0], require_writable=True), qbuf,
+        call_s = lib.fa_time_calls(0, 1, out_buffer(ffi, outs[0]), qbuf,
                                    *kargs, cache.head_dim, scale) * 1e-9
         # one measurement: 1 thread, then n_threads (on one core at worst: n_threads times as long)
         _refuse_long(f"calls per thread (1, then {n_threads} threads)", repeats, number, call_s, 2 + n_threads)

@@ -6,12 +6,11 @@ kernel. The other rules exist here so that a lesson can measure what a different
 have cost; ``attend_with_q_codes`` recomputes the kernel's math in numpy around any Q codes."""
 from __future__ import annotations
 
-
 import numpy as np
 
 from . import validate as check
-from .attention import scores_from_q_codes, softmax_weighted_v
 from .cache import KVCacheQ8
+from .reference import attention, scores_from_q_codes, softmax_weighted_v
 from .quant import KVQ_INV
 from .validate import QBLOCK, float32_array, head_dim
 
@@ -129,9 +128,7 @@ def rule_errors(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float, K: 
     v, scales = q_block_scaled(q)
     scale = check.scale(scale, cache.head_dim)
     base = attend_float_q(q, cache, kv_head, scale)
-    s = scale * (np.asarray(K, np.float64) @ np.asarray(q, np.float64))
-    w = np.exp(s - s.max())
-    exact = (w @ np.asarray(V, np.float64)) / w.sum()
+    exact = attention(q, K, V, scale)
     result = {}
     for rule in RULES:
         codes = round_codes(v, rule)

@@ -1,4 +1,4 @@
-"""lessonkit.beyond (lesson 08): the grouped kernel against G calls of the per-head kernel, the
+"""lessonkit.kernels (lesson 08): the grouped kernel against G calls of the per-head kernel, the
 partial kernel's chunks merged against the single pass, and every bad argument rejected before C.
 
 Tolerances, and why:
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
-from lessonkit import beyond, streaming
+from lessonkit import kernels, streaming
+from lessonkit.kernels import split
 
 from conftest import make_case
 
@@ -104,7 +105,7 @@ def test_split_one_chunk_per_token():
 ])
 def test_awkward_split_points(bounds):
     cache, q, _, _ = make_case(8, 1000, 2, 128, 16)
-    got, parts = beyond.attend_chunks(q, cache, 1, bounds, n_threads=2)
+    got, parts = split.attend_chunks(q, cache, 1, bounds, n_threads=2)
     close(got, lk.attend(q, cache, 1), SPLIT_RTOL, f"split at {bounds}")
     assert [p.n_tokens for p in parts] == list(np.diff([0, *bounds, 1000]))
 
@@ -118,7 +119,7 @@ def test_partial_states_equal_traced_kernel_states():
     q = rng.standard_normal(64, dtype=np.float32)
     cache = streaming.cache_of(K, V, block_size=16)
     for a, b in [(0, 1), (0, 37), (37, 38), (38, 200)]:
-        mine = beyond.partial(q, cache, 0, a, b)
+        mine = split.partial(q, cache, 0, a, b)
         ref = streaming.partial_state(q, streaming.cache_of(K[a:b], V[a:b], 16), 0)
         assert mine.n_tokens == ref.n_tokens == b - a
         assert math.isclose(mine.M, ref.M, rel_tol=1e-6, abs_tol=1e-6)
@@ -128,12 +129,12 @@ def test_partial_states_equal_traced_kernel_states():
 
 def test_partial_state_by_hand():
     """The state of a range from its definition: M = max s, S = sum exp(s - M), acc = sum exp(s - M) v,
-    with the kernel's scores recomputed in numpy (lessonkit.attention.scores_numpy)."""
-    from lessonkit.attention import scores_numpy
+    with the kernel's scores recomputed in numpy (lessonkit.reference.scores_numpy)."""
+    from lessonkit.reference import scores_numpy
     cache, q, _, _ = make_case(2, 120, 2, 64, 8)
     s = scores_numpy(q, cache, 1, 1 / 8).astype(np.float64)[30:90]
     v = cache.v_codes(1)[30:90].astype(np.float64) * (cache.v_scales(1)[30:90, None] / 127.0)
-    st = beyond.partial(q, cache, 1, 30, 90)
+    st = split.partial(q, cache, 1, 30, 90)
     w = np.exp(s - s.max())
     assert math.isclose(st.M, s.max(), rel_tol=1e-6)
     assert math.isclose(st.S, w.sum(), rel_tol=1e-5)
@@ -141,9 +142,9 @@ def test_partial_state_by_hand():
 
 
 def test_split_points():
-    assert beyond.split_points(10, 3) == [0, 3, 6, 10]
-    assert beyond.split_points(5, 5) == [0, 1, 2, 3, 4, 5]
-    assert beyond.split_points(7, 1) == [0, 7]
+    assert split.split_points(10, 3) == [0, 3, 6, 10]
+    assert split.split_points(5, 5) == [0, 1, 2, 3, 4, 5]
+    assert split.split_points(7, 1) == [0, 7]
 
 
 # ----------------------------------------------------------------------------- bad inputs
@@ -159,9 +160,9 @@ def test_empty_chunks_rejected(case):
         lk.attend_split(q, cache, 0, 41, 1)
     for bounds in ([0], [40], [5, 5], [9, 3], [-1], [41]):
         with pytest.raises(ValueError, match="would be empty"):
-            beyond.attend_chunks(q, cache, 0, bounds)
+            split.attend_chunks(q, cache, 0, bounds)
     with pytest.raises(ValueError, match="holds no token"):
-        beyond.partial(q, cache, 0, 7, 7)
+        split.partial(q, cache, 0, 7, 7)
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
@@ -228,18 +229,16 @@ def test_bad_cache_and_empty_cache():
 def test_bad_timing_arguments(case):
     cache, q, _, _ = case
     with pytest.raises(ValueError, match="variant must be one of"):
-        beyond.time_group(np.zeros((4, 64), np.float32), cache, 0, variant="fast")
-    with pytest.raises(ValueError, match="some chunk would be empty"):
-        beyond.time_split(q, cache, 0, n_chunks=100)
+        kernels.time_group(np.zeros((4, 64), np.float32), cache, 0, variant="fast")
 
 
 def test_parallel_capacity_runs_and_checks(case):
     """Speed is not asserted (it depends on the machine's load): only that it measures something."""
     cache, q, _, _ = case
     for n in (1, 2):
-        c = beyond.parallel_capacity(q, cache, 0, n, number=3)
+        c = split.parallel_capacity(q, cache, 0, n, number=3)
         assert math.isfinite(c) and c > 0
     with pytest.raises(ValueError, match="n_threads must be at least 1"):
-        beyond.parallel_capacity(q, cache, 0, 0)
+        split.parallel_capacity(q, cache, 0, 0)
     with pytest.raises(ValueError, match="kv_head must be below 2"):
-        beyond.parallel_capacity(q, cache, 2)
+        split.parallel_capacity(q, cache, 2)

@@ -1,0 +1,48 @@
+"""Auto-checked exercises, one module per lesson (``lesson00`` ... ``lesson08``; introduced in lesson 06).
+
+In the style of Kaggle's learntools: every exercise is an object with ``question()``, ``check(answer)``,
+``hint()`` and ``solution()``. ``check`` prints one line, "Correct: ...", "Incorrect: <the specific
+reason>" or "Not attempted: ...", and returns a Verdict (true only when correct)::
+
+    from lessonkit import exercises
+    ex = exercises.lesson03.ex1
+    ex.question()                       # the question, and the shape of the answer
+    ex.check({"block": 2, "offset": 5760, "kscale_index": 296, "k_scale_index": 301})
+    ex.hint(); ex.solution()
+
+Checks compute the right answer from the code and data every time they run (segment lines from the
+kernel's markers, codes and scores from the compiled kernel or its trace, sizes from a real cache),
+never from a typed constant, so they stay right when the kernel changes. Answers are dicts; a value
+left as ``...`` counts as not attempted. Each exercise has a pytest marker (``ex.marker``, e.g.
+``ex03_address``), registered from the exercises themselves (tests/conftest.py reads ``ALL``):
+``pytest -m ex03_address tests/test_exercises.py`` runs the tests of that one.
+
+``core`` holds ``Exercise``, ``Verdict``, the registry and the helpers the checks share.
+
+An answer is read without ever building something its size asks for: at most MAX_ANSWER_ITEMS
+values in all (nested lists and dicts included, MAX_ANSWER_DEPTH levels deep), whole numbers
+below 2**63 in magnitude, and line ranges cut to the lines the file has; a larger answer is
+incorrect, with a message that says so.
+"""
+from __future__ import annotations
+
+from . import core
+from . import lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08
+from .core import CORRECT, INCORRECT, NOT_ATTEMPTED, REGISTRY, Exercise, Verdict
+
+#: every lesson's exercises, in lesson order (lessons without exercises yet included, empty)
+LESSONS = tuple(REGISTRY[n] for n in sorted(REGISTRY))
+ALL = tuple(ex for lesson in LESSONS for ex in lesson)
+
+__all__ = ["core", "lesson00", "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06",
+           "lesson07", "lesson08", "CORRECT", "INCORRECT", "NOT_ATTEMPTED", "Exercise", "Verdict", "LESSONS",
+           "ALL", "overview"]
+
+
+def overview() -> str:
+    """A table of every exercise: lesson, attribute, pytest marker, title."""
+    rows = [f"{'lesson':<7} {'object':<28} {'pytest marker':<22} title"]
+    for lesson in LESSONS:
+        for i, ex in enumerate(lesson, start=1):
+            rows.append(f"{lesson.number:<7} {f'lesson{lesson.number}.ex{i}':<28} {ex.marker:<22} {ex.title}")
+    return "\n".join(rows)

@@ -1,0 +1,161 @@
+"""The exercises of lesson 02."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import rescales
+from .. import softmax
+from .. import source
+from ..kernels.attention import attend
+from ..synthetic import cache_with_scores
+from .core import (register, Wrong, field_of, Exercise)
+
+def _rescale_extra_multiplies(hd: int) -> int:
+    """Multiplies the rescale branch of segment 3 does on top of a normal token: ``S *= ms`` (1)
+    and the vmulq_f32 loop over VKQ (hd), both read from the source."""
+    seg = source.kernel_segments()[3]
+    text = source.KERNEL_FILE.read_text().splitlines()[seg.begin - 1:seg.end]
+    scalar = sum(1 for l in text if "*=" in l and "ms" in l)
+    vector = hd if any("vmulq_f32" in l and "msv" in l for l in text) else 0
+    return scalar + vector
+
+
+@functools.lru_cache(maxsize=None)
+def _l02_worst_truth():
+    n = 256
+    orders = {"increasing": np.arange(n, dtype=np.float32), "decreasing": np.arange(n, dtype=np.float32)[::-1],
+              "random": np.random.default_rng(0).permutation(n).astype(np.float32)}
+    counts = {k: rescales.count_rescales(v) for k, v in orders.items()}
+    worst = next(k for k, c in counts.items() if c == n)
+    return worst, _rescale_extra_multiplies(128), 0, counts
+
+
+SYNONYMS = {"ascending": "increasing", "rising": "increasing", "sorted": "increasing",
+            "increasing": "increasing", "descending": "decreasing", "falling": "decreasing",
+            "decreasing": "decreasing", "random": "random", "shuffled": "random"}
+
+
+def _l02_worst(answer):
+    worst, mult, expf_extra, counts = _l02_worst_truth()
+    order = SYNONYMS.get(str(field_of(answer, "order")).strip().lower())
+    if order is None:
+        raise Wrong("'order' is 'increasing', 'decreasing' or 'random'")
+    if order != worst:
+        raise Wrong(f"{order} scores rescale {counts[order]} times out of 256 in the kernel's trace, not at every token")
+    m = field_of(answer, "extra_multiplies", int)
+    if m != mult:
+        raise Wrong(f"not {m} extra multiplies for hd = 128: count S *= ms and the multiplies of the loop over VKQ")
+    e = field_of(answer, "extra_expf", int)
+    if e != expf_extra:
+        raise Wrong(f"not {e} extra expf: the rescale branch calls expf(M - s) once, the other branch expf(s - M) once")
+    return f"{worst} scores rescale at every token; each rescale costs {mult} extra multiplies and no extra expf"
+
+
+ex02_1 = Exercise(
+    lesson="02", name="worst_case", title="exercise 1: the worst case and its price",
+    question="Which order of scores ('increasing', 'decreasing', 'random') makes the kernel rescale at every token? "
+    "For hd = 128, how many float multiplies and how many expf calls does a rescaling token cost on top of a "
+    "token that does not raise M? (Timing it is part of the exercise, but not of the check.)",
+    template={"order": ..., "extra_multiplies": ..., "extra_expf": ...}, check=_l02_worst,
+    solution=_l02_worst_truth,
+    hint="rescales.count_rescales(np.arange(256.0)); in segment 3 the if-branch has S *= ms and a loop of "
+    "vmulq_f32 over hd values; both branches call expf once.")
+
+
+def l02_descending(n: int = 64) -> np.ndarray:
+    return (np.arange(n)[::-1] * 5.0).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _l02_desc_truth():
+    s = l02_descending()
+    cache, q, scale = cache_with_scores(s, head_dim=128, block_size=16, seed=3)
+    out, tr = attend(q, cache, 0, scale=scale, trace=True)
+    w = np.exp((tr.s - tr.M).astype(np.float32))
+    first_zero = int(np.flatnonzero(w == 0)[0])
+    ref = softmax.three_pass(tr.s, cache.dequantized(0)[1])
+    ok = bool(np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max())
+    return tr.n_rescales, first_zero, ok
+
+
+def _l02_desc(answer):
+    n_resc, first_zero, ok = _l02_desc_truth()
+    r = field_of(answer, "rescales", int)
+    if r != n_resc:
+        raise Wrong(f"the kernel's trace counts {'more' if n_resc > r else 'fewer'} than {r} rescales")
+    f = field_of(answer, "first_zero_weight_token", int)
+    if f != first_zero:
+        raise Wrong(f"token {f} is too {'early' if f < first_zero else 'late'}: find the first t where "
+                    "np.exp(np.float32(s_t - M)) is exactly 0 in float32")
+    c = field_of(answer, "output_correct", bool)
+    if c != ok:
+        raise Wrong("compare the kernel's output with softmax.three_pass(trace.s, V) again")
+    return (f"{n_resc} rescale (the first token), weights underflow to 0 from token {first_zero} on, and the "
+            f"output {'still matches' if ok else 'does not match'} the three-pass softmax: those weights are negligible anyway")
+
+
+ex02_2 = Exercise(
+    lesson="02", name="descending", title="exercise 2: sorted descending",
+    question="Scores exercises.l02_descending() = np.arange(64)[::-1] * 5.0, in a cache_with_scores(..., head_dim=128). "
+    "How many rescales? From which token on is expf(s - M) exactly 0 in float32? Is the kernel's output "
+    "still correct (within 1e-5 of max|out| of softmax.three_pass on the trace's scores)?",
+    template={"rescales": ..., "first_zero_weight_token": ..., "output_correct": ...}, check=_l02_desc,
+    solution=_l02_desc_truth,
+    hint="M stays at the first score; s_t - M = -5 t. float32 exp underflows to 0 below about -103.97.")
+
+
+@functools.lru_cache(maxsize=None)
+def _l02_invariant_case():
+    s = rescales.realistic_scores(300, seed=9, sink=2.0)   # 6 rescales: M moves several times
+    cache, q, scale = cache_with_scores(s, head_dim=32, block_size=16, seed=1)
+    _, tr = attend(q, cache, 0, scale=scale, trace=True)
+    return tr, cache.dequantized(0)[1]
+
+
+def invariant_reference(s, M, V):
+    """The invariant written out (the right answer of lesson 02 exercise 3), float64:
+    S_t = sum_{j<=t} exp(s_j - M_t), VKQ_t = sum_{j<=t} exp(s_j - M_t) v_j."""
+    s, M, V = (np.asarray(x, np.float64) for x in (s, M, V))
+    below = np.tri(len(s), dtype=bool)                            # j <= t
+    E = np.where(below, np.exp(np.minimum(s[None, :] - M[:, None], 0.0)), 0.0)
+    return E.sum(axis=1), E @ V
+
+
+def _l02_invariant(answer):
+    fn = field_of(answer, "invariant")
+    if not callable(fn):
+        raise Wrong("'invariant' is a function f(s, M, V) -> (S, VKQ), S [T], VKQ [T, hd]")
+    tr, V = _l02_invariant_case()
+    try:
+        S, VKQ = fn(tr.s.copy(), tr.M.copy(), V.copy())
+        S, VKQ = np.asarray(S, np.float64), np.asarray(VKQ, np.float64)
+    except Exception as e:  # noqa: BLE001 - any error of the student's function is the verdict
+        raise Wrong(f"your function raised {type(e).__name__}: {e}") from None
+    if S.shape != tr.S.shape or VKQ.shape != tr.vkq.shape:
+        raise Wrong(f"shapes: S must be {tr.S.shape} and VKQ {tr.vkq.shape}; got {S.shape} and {VKQ.shape}")
+    dS = np.abs(S - tr.S) / tr.S
+    if dS.max() > 1e-4:
+        t = int(np.argmax(dS > 1e-4))
+        raise Wrong(f"S_t differs from the kernel's trace.S from token {t} on (relative {dS[t]:.1e}): "
+                    "is every exponent relative to M_t, the max after token t?")
+    dV = np.abs(VKQ - tr.vkq).max(axis=1) / np.abs(tr.vkq).max(axis=1)
+    if dV.max() > 1e-4:
+        t = int(np.argmax(dV > 1e-4))
+        raise Wrong(f"S is right, VKQ_t differs from trace.vkq from token {t} on (relative {dV[t]:.1e})")
+    return (f"S_t and VKQ_t follow the invariant at all {len(S)} tokens of the kernel's trace "
+            f"(largest relative gap {max(dS.max(), dV.max()):.1e}, float32 rounding)")
+
+
+ex02_3 = Exercise(
+    lesson="02", name="invariant", title="exercise 3: the invariant",
+    question="After the proof, write the invariant as a function f(s, M, V) -> (S, VKQ): S[t] = sum_{j<=t} "
+    "exp(s_j - M_t), VKQ[t] = sum_{j<=t} exp(s_j - M_t) V[j]. The check feeds it the kernel's trace of a "
+    "realistic sequence (s = trace.s, M = trace.M, V dequantized) and compares with trace.S and trace.vkq.",
+    template={"invariant": ...}, check=_l02_invariant,
+    solution=lambda: {"invariant": invariant_reference},
+    hint="a lower-triangular matrix E[t, j] = exp(s_j - M_t) for j <= t, else 0; S = E.sum(1), VKQ = E @ V.",
+    explain="lessonkit.exercises.invariant_reference is one way to write it.")
+
+register(__name__, [ex02_1, ex02_2, ex02_3])

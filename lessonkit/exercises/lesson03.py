@@ -1,0 +1,164 @@
+"""The exercises of lesson 03."""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from .. import layout
+from .. import native
+from .. import source
+from ..kernels.attention import attend
+from ..quant import quantize_kv_rows
+from .core import (register, Wrong, items_of, whole, field_of, close, Exercise, lesson00_data, make_cache)
+
+L03_CASE = dict(t=37, kv_head=5, kv_bs=16, n_kv_heads=8, head_dim=128)
+
+
+@functools.lru_cache(maxsize=None)
+def _l03_address_truth():
+    """Block and offset from where the compiled kernel read (its trace, on a real 40-token cache);
+    the scale indices from the layout arithmetic, checked against that cache's scale array."""
+    c = L03_CASE
+    t, kh, nkv = c["t"], c["kv_head"], c["n_kv_heads"]
+    rng = np.random.default_rng(37)
+    cache = make_cache(rng.standard_normal((40, nkv, c["head_dim"]), dtype=np.float32),
+                   rng.standard_normal((40, nkv, c["head_dim"]), dtype=np.float32), c["kv_bs"])
+    q = rng.standard_normal(c["head_dim"]).astype(np.float32)
+    _, tr = attend(q, cache, kh, trace=True)
+    blocks, offsets = layout.kernel_reads(tr.k_rows, cache, "k")
+    w = layout.locate(t, kh, c["kv_bs"], nkv, c["head_dim"])
+    ffi = native.load()[0]
+    kscale = cache.kernel_args(kh, ffi)[2]                       # the pointer the kernel is handed
+    k_scale = ffi.cast("const float *", kscale - kh)             # the caller's k_scale
+    if not (kscale[w.scale_index] == k_scale[w.flat_scale_index] == cache.k_scales(kh)[t]):
+        raise RuntimeError("the scale indices do not find token 37's scale: layout and cache disagree")
+    return {"block": int(blocks[t]), "offset": int(offsets[t]), "kscale_index": w.scale_index,
+            "k_scale_index": w.flat_scale_index}
+
+
+def _l03_address(answer):
+    truth = _l03_address_truth()
+    for key, what in (("block", "t / kv_bs"), ("offset", "(t % kv_bs) * kv_dim + kh * hd, in bytes"),
+                      ("kscale_index", "t * nkv (the caller already added kh)"),
+                      ("k_scale_index", "t * nkv + kh, counted from k_scale itself")):
+        got = field_of(answer, key, int)
+        if got != truth[key]:
+            raise Wrong(f"{key} = {got} is too {'small' if got < truth[key] else 'large'}: it is {what}")
+    return (f"block {truth['block']}, offset {truth['offset']} bytes, kscale[{truth['kscale_index']}] = "
+            f"k_scale[{truth['k_scale_index']}]: the compiled kernel read exactly there")
+
+
+ex03_1 = Exercise(
+    lesson="03", name="address", title="exercise 1: which address?",
+    question="Qwen3-8B's layer cache with kv_bs = 16 (8 kv heads, hd = 128): for the K row of token 37, kv head 5, "
+    "give the pointer-table entry (block), the byte offset in that block, the index the kernel uses on "
+    "kscale, and the index into the caller's k_scale.",
+    template={"block": ..., "offset": ..., "kscale_index": ..., "k_scale_index": ...}, check=_l03_address,
+    solution=_l03_address_truth,
+    hint="layout.locate(37, 5, 16, 8, 128) gives the arithmetic; the check reads the address the compiled "
+    "kernel actually used (trace.k_rows) on a real 40-token cache.")
+
+
+def l03_loud_head_K(T: int = 256, seed: int = 2, loud: int = 3) -> np.ndarray:
+    """K for 8 kv heads of 128 where kv head ``loud`` is ten times larger than the others."""
+    K = np.random.default_rng(seed).standard_normal((T, 8, 128)).astype(np.float32)
+    K[:, loud] *= 10
+    return K
+
+
+@functools.lru_cache(maxsize=None)
+def _l03_per_head_truth():
+    K = l03_loud_head_K()
+    T, nkv, hd = K.shape
+    cache = make_cache(K, K, 64)
+    quiet = [h for h in range(nkv) if h != 3]
+    per_head = np.sqrt(np.mean([(cache.dequantized(h)[0] - K[:, h]) ** 2 for h in quiet]))
+    codes, scales = quantize_kv_rows(K.reshape(T, -1))
+    single = (codes.astype(np.float32) * (scales[:, None] / 127)).reshape(T, nkv, hd)
+    single_err = np.sqrt(np.mean((single[:, quiet] - K[:, quiet]) ** 2))
+    per_tok_per_head = 2 * 4 * nkv          # bytes of K and V scales per token, one layer
+    saved = per_tok_per_head - 2 * 4
+    lines = sorted([source.find_line("kscale[(size_t)t * nkv]", segment=2),
+                    source.find_line("vscale[(size_t)t * nkv]", segment=3)])
+    return saved, float(single_err / per_head), lines
+
+
+def _l03_per_head(answer):
+    saved, ratio, lines = _l03_per_head_truth()
+    b = field_of(answer, "bytes_saved_per_token", int)
+    if b != saved:
+        raise Wrong(f"not {b}: per (token, kv head) a layer stores {saved + 8} bytes of K and V scales per token; "
+                    "with one scale per token row it would store 8")
+    r = field_of(answer, "quiet_error_ratio", float)
+    if not close(r, ratio, 0.15):
+        raise Wrong(f"the quiet heads' error grows by a factor {'larger' if ratio > r else 'smaller'} than {r:.2g} "
+                    "(RMS over the 7 quiet heads: one scale per row / one per (token, head))")
+    got = sorted(whole(n, "a line number") for n in items_of(answer, "lines", 64))
+    if got != lines:
+        raise Wrong(f"lines {got} are not the two that would change: the ones that read K's and V's scale "
+                    "(their index t * nkv would become t)")
+    return (f"{saved} bytes saved per token and layer, for a {ratio:.1f}x larger error on every quiet head; "
+            f"lines {lines} would read the scale at index t instead of t * nkv")
+
+
+ex03_2 = Exercise(
+    lesson="03", name="per_head", title="exercise 2: why per (token, head)?",
+    question="K = exercises.l03_loud_head_K() (8 kv heads, head 3 ten times larger). How many bytes per token and "
+    "layer would one scale per token row save (K and V)? By what factor does the RMS error of the 7 quiet "
+    "heads grow with one scale per row (quantize_kv_rows(K.reshape(T, -1))) against the per-(token, head) "
+    "cache? Which two kernel lines (numbers) would change?",
+    template={"bytes_saved_per_token": ..., "quiet_error_ratio": ..., "lines": [..., ...]}, check=_l03_per_head,
+    solution=_l03_per_head_truth,
+    hint="scales: 2 (K, V) x 4 bytes x nkv per token; the loud head sets the max of the whole row; "
+    "source.find_line('kscale[(size_t)t * nkv]', segment=2) and its V twin in segment 3.")
+
+L03_KV_BS = (16, 64, 256, 4096)
+
+
+@functools.lru_cache(maxsize=None)
+def _l03_kv_bs_truth():
+    kv_dim, T_max = 8 * 128, 32768
+    T = np.arange(1, T_max + 1)
+    waste = {bs: float(np.mean((-T) % bs) * 2 * kv_dim) for bs in L03_KV_BS}   # unused rows x K+V codes
+    K, V, q, kh = lesson00_data()
+    changes = attend(q, make_cache(K[:200], V[:200], 1), kh).tobytes() != attend(q, make_cache(K[:200], V[:200], 4096), kh).tobytes()
+    return waste, math.ceil(T_max / 1), changes   # kv_bs = 1: one block per token
+
+
+def _l03_kv_bs(answer):
+    waste, entries, changes = _l03_kv_bs_truth()
+    got = field_of(answer, "avg_waste_bytes")
+    if not isinstance(got, Mapping) or len(got) > 4 * len(L03_KV_BS):
+        raise Wrong("'avg_waste_bytes' is a dict {16: ..., 64: ..., 256: ..., 4096: ...}")
+    by_size = {}
+    for k, x in got.items():
+        by_size[whole(k, "a kv_bs key") if isinstance(k, str) else k] = x
+    for bs in L03_KV_BS:
+        v = field_of(by_size, bs, float)
+        if not close(v, waste[bs], 0.01):
+            raise Wrong(f"kv_bs = {bs}: the average waste is {'more' if waste[bs] > v else 'less'} than {v:.0f} "
+                        "bytes (unused rows of the last block x kv_dim x 2 for K and V, averaged over T = 1..32768)")
+    e = field_of(answer, "pointer_entries_kv_bs1", int)
+    if e != entries:
+        raise Wrong(f"with kv_bs = 1 at 32768 tokens a pointer table has one entry per block: not {e}")
+    c = field_of(answer, "output_changes", bool)
+    if c != changes:
+        raise Wrong("run the kernel on the same data with two block sizes and compare the bytes of the outputs")
+    return (f"average waste {', '.join(f'{bs}: {waste[bs]:.0f} B' for bs in L03_KV_BS)}; {entries} entries "
+            f"(x 8 bytes, per table) with kv_bs = 1; the output {'changes' if changes else 'does not change'}")
+
+
+ex03_3 = Exercise(
+    lesson="03", name="kv_bs", title="exercise 3: what kv_bs costs",
+    question="Qwen3-8B (8 kv heads, hd 128), one layer, context length uniform in 1..32768: average bytes of K+V "
+    "codes in the unused rows of the last block, for kv_bs = 16, 64, 256, 4096? Entries of a pointer table "
+    "with kv_bs = 1 at 32768 tokens? Does kv_bs change the kernel's output?",
+    template={"avg_waste_bytes": {16: ..., 64: ..., 256: ..., 4096: ...}, "pointer_entries_kv_bs1": ...,
+     "output_changes": ...}, check=_l03_kv_bs,
+    solution=_l03_kv_bs_truth,
+    hint="unused rows = (-T) % kv_bs; average over every T with numpy; one byte per value, K and V.")
+
+register(__name__, [ex03_1, ex03_2, ex03_3])

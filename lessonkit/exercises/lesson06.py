@@ -1,0 +1,250 @@
+"""The exercises of lesson 06."""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from .. import debug
+from .. import source
+from ..kernels.attention import attend
+from ..validate import short
+from .core import (register, Wrong, Blank, filled, whole, field_of, close, Choice, Exercise, pick, lesson04_data, small_cache)
+
+@functools.lru_cache(maxsize=None)
+def _default_observation():
+    return debug.observe_generation(16)
+
+
+def _l06_tier_a_truth(observation=None) -> dict:
+    """The six answers, read from the records (not from the toy's settings)."""
+    obs = observation or _default_observation()
+    rs, s = obs.records, obs.summary()
+    first = rs[0].seq_len
+    per_step = sum(1 for r in rs if r.seq_len == first)
+    return {"seq_len_first": first, "seq_len_last": rs[-1].seq_len, "calls_per_step": per_step,
+            "grows_by_per_step": (rs[per_step].seq_len - first) if len(rs) > per_step else 0,
+            "loop_runs_seq_len": s["token loop ran exactly seq_len times in every call"],
+            "M_non_decreasing": s["M never decreased within a call"]}
+
+
+TIER_A_HINTS = {"seq_len_first": "the first record's seq_len", "seq_len_last": "the last record's seq_len",
+                "calls_per_step": "count the records of the first step (one per query head)",
+                "grows_by_per_step": "seq_len of the second step minus seq_len of the first",
+                "loop_runs_seq_len": "compare each record's iterations (stops in segment 3) with its seq_len",
+                "M_non_decreasing": "look at M after each token, within each call"}
+
+
+def _l06_tier_a(answer, observation=None):
+    obs = observation or _default_observation()
+    truth = _l06_tier_a_truth(obs)
+    for key, kind in (("seq_len_first", int), ("seq_len_last", int), ("calls_per_step", int),
+                      ("grows_by_per_step", int), ("loop_runs_seq_len", bool), ("M_non_decreasing", bool)):
+        got = field_of(answer, key, kind)
+        if got != truth[key]:
+            raise Wrong(f"{key} = {got!r} is not what the {obs.source} records show: {TIER_A_HINTS[key]}")
+    return (f"{len(obs.records)} calls, seq_len {truth['seq_len_first']} .. {truth['seq_len_last']}, "
+            f"+{truth['grows_by_per_step']} per step of {truth['calls_per_step']} calls; the token loop ran "
+            f"seq_len times and M never fell (records from {obs.source})")
+
+
+ex06_a = Exercise(
+    lesson="06", name="tier_a", title="tier A: seq_len, the token loop, M",
+    question="From the debugger's records of the 16-token generation: seq_len at entry of the first and the last call, "
+    "kernel calls per generation step, how much seq_len grows from one step to the next, whether the token "
+    "loop ran exactly seq_len times in every call, whether M never decreased within a call. "
+    "Pass the observation: check(answer, observation=obs).",
+    template={"seq_len_first": ..., "seq_len_last": ..., "calls_per_step": ..., "grows_by_per_step": ...,
+     "loop_runs_seq_len": ..., "M_non_decreasing": ...}, check=_l06_tier_a,
+    solution=_l06_tier_a_truth,
+    hint="obs.records: r.seq_len, r.iterations, r.M (one value per token); obs.summary() computes the same.")
+
+ARTICLE_PARTS = {1: "Q 量化 (Q quantization)", 2: "打分 (scoring)", 3: "rescale (online softmax)", 4: "归一 (normalization)"}
+
+
+def _segment_key(k) -> int:
+    try:
+        n = whole(k, "a segment key")
+    except Wrong:
+        raise Wrong(f"keys are the segment numbers 1 to 4; got {short(k)}") from None
+    if n not in ARTICLE_PARTS:
+        raise Wrong(f"keys are the segment numbers 1 to 4; got {short(k)}")
+    return n
+
+
+def _direction(got: int, accepted: tuple[int, int], what: str) -> str:
+    lo, hi = accepted
+    if got < lo:
+        return f"{what} is {lo - got} line(s) too early"
+    return f"{what} is {got - hi} line(s) too late"
+
+
+def _l06_segments(answer, path=None):
+    path = path or source.KERNEL_FILE
+    segs = source.kernel_segments(path)
+    if not isinstance(answer, Mapping):
+        if not isinstance(answer, (list, tuple)) or len(answer) > 16:
+            raise Wrong("give a dict {1: (start, end), 2: ..., 3: ..., 4: ...}")
+        answer = dict(enumerate(answer, start=1))
+    if len(answer) > 16:
+        raise Wrong("give a dict {1: (start, end), 2: ..., 3: ..., 4: ...}: four segments")
+    given = {_segment_key(k): v for k, v in answer.items()}
+    problems = []
+    for n, seg in segs.items():
+        if n not in given:
+            raise Wrong(f"segment {n} ({ARTICLE_PARTS[n]}) is missing")
+        if not filled(given[n]) or (isinstance(given[n], (tuple, list)) and not all(map(filled, given[n]))):
+            raise Blank(f"fill in segment {n}")
+        if not isinstance(given[n], (tuple, list)) or len(given[n]) != 2:
+            raise Wrong(f"segment {n}: give (start line, end line); got {short(given[n])}")
+        start, end = (whole(x, f"segment {n}'s line") for x in given[n])
+        # the marker lines themselves, or the first and last line between them, both count
+        ok_start, ok_end = (seg.begin, seg.begin + 1), (seg.end - 1, seg.end)
+        if start not in ok_start:
+            problems.append(f"segment {n} ({ARTICLE_PARTS[n]}): " + _direction(start, ok_start, "your start"))
+        if end not in ok_end:
+            problems.append(f"segment {n} ({ARTICLE_PARTS[n]}): " + _direction(end, ok_end, "your end"))
+    if problems:
+        raise Wrong("; ".join(problems))
+    return ("all four segments match the markers of " + source.KERNEL_FILE.name + ": "
+            + ", ".join(f"{n}: {s.begin}-{s.end}" for n, s in segs.items()))
+
+
+ex06_b1 = Exercise(
+    lesson="06", name="tier_b_segments", title="tier B: the four segments' lines",
+    question="Read native/flash_attn_q8_neon.c (print it with source.numbered_lines) and give the start and end line of "
+    "each part: 1 Q 量化, 2 打分, 3 rescale, 4 归一. The marker comment lines count, and so do the first and "
+    "last line between them.",
+    template={1: (..., ...), 2: (..., ...), 3: (..., ...), 4: (..., ...)}, check=_l06_segments,
+    solution=lambda path=None: {n: (s.begin, s.end) for n, s in source.kernel_segments(path or source.KERNEL_FILE).items()},
+    hint="look for the comments '== segment N: ... ==' and '== end segment N =='; the check reads them from the "
+    "current file, so after an edit the right lines move with the code.")
+
+WHY_CHOICES = {
+    "a": Choice("Q is one vector for the whole call: its codes and block scales do not depend on t, so they are "
+                "computed once before the loop. Each K row was quantized when it was written, with its own max, "
+                "so ks changes with t and is multiplied in for every token",
+                "right: the trace shows segment 1 running once and (nearly) as many K scales as tokens"),
+    "b": Choice("Quantizing Q is expensive, so it is done once; K's scale could just as well be applied once "
+                "at the end, to the output",
+                "no: each token's score is multiplied by its own ks before exp(); a factor that differs per token "
+                "cannot be taken out of the sum of exponentials"),
+    "c": Choice("The K cache holds float32; the kernel quantizes each K row as it reads it, which needs its scale",
+                "no: K is already int8 in the cache (quantized once, when written); the kernel only reads its stored scale"),
+    "d": Choice("Q changes during the scan, because the online rescale multiplies it by exp(M_old - M_new)",
+                "no: the rescale multiplies S and VKQ, never Q; Q's codes stay fixed for the whole call"),
+}
+
+
+def _why_truth():
+    cache, q, kh, scale, out, tr = lesson04_data()
+    n_k = len(np.unique(cache.k_scales(kh)))
+    right = "a" if tr.n_q_quantized == 1 and n_k > 1 else "b"
+    return right, tr.n_q_quantized, n_k, cache.seq_len
+
+
+def _l06_why(answer):
+    right, runs, n_k, T = _why_truth()
+    if not isinstance(answer, Mapping):
+        answer = {"choice": answer}
+    return pick(answer, "choice", WHY_CHOICES, right) + f" (segment 1 ran {runs} time; {n_k} distinct K scales over {T} tokens)"
+
+
+ex06_b2 = Exercise(
+    lesson="06", name="tier_b_why", title="tier B: why Q once, K's scale per token?",
+    question="Why is Q quantized only once per call, while K's scale is multiplied in for every token?",
+    template={"choice": ...}, check=_l06_why, solution=lambda: {"choice": _why_truth()[0]},
+    hint="which of the two depends on the token index t?", choices=WHY_CHOICES)
+
+RESCALE_CHOICES = {
+    "a": Choice("the tokens before the last new maximum: against the tokens after it, each is too heavy by "
+                "exp(M_final - M_t), M_t being the max when it was added",
+                "right: their terms stayed relative to an older, lower M and were never multiplied by ms; after the "
+                "division by the inflated sum, the tokens from the last maximum on all come out too light"),
+    "b": Choice("only the tokens that raised M", "no: a token that raises M gets weight exp(0) = 1, as in the intact "
+                "kernel; it is everything summed before it that is never shrunk"),
+    "c": Choice("the tokens after the last new maximum", "no: after the last new max M no longer moves, so those "
+                "tokens keep the right weights relative to each other; it is the earlier ones that are too heavy"),
+    "d": Choice("none: only the final division by S is off", "no: S and VKQ miss the same factors, and the division "
+                "does not repair the mix of weights: the output leans toward the past"),
+}
+RESCALE_SCORES = (0.0, 1.0, 2.0, 3.0)
+
+
+@functools.lru_cache(maxsize=None)
+def _l06_rescale_truth():
+    b = debug.break_kernel("no_rescale")
+    wrong = debug.kernel_weights(b.ffi, b.lib, RESCALE_SCORES).astype(np.float64)
+    right = debug.softmax_weights(RESCALE_SCORES)
+    ratio = wrong / right
+    last_max = int(np.flatnonzero(np.array(RESCALE_SCORES) == np.maximum.accumulate(RESCALE_SCORES))[-1])
+    heavy = np.flatnonzero(ratio > ratio[last_max] * (1 + 1e-4)).tolist()   # relative to the last maximum
+    choice = "a" if heavy == list(range(last_max)) else "b"
+    return choice, float(wrong[0] / right[0])
+
+
+def _l06_rescale(answer):
+    choice, factor = _l06_rescale_truth()
+    msg = pick(answer, "too_heavy", RESCALE_CHOICES, choice)
+    f = field_of(answer, "factor_token0", float)
+    if not close(f, factor, 0.02):
+        raise Wrong(f"{msg}. But token 0's weight is too large by a factor {'larger' if factor > f else 'smaller'} "
+                    f"than {f:.3g}: broken weight / right weight, for scores {list(RESCALE_SCORES)}")
+    return f"{msg}. Token 0 is {factor:.2f}x too heavy for scores {list(RESCALE_SCORES)}"
+
+
+ex06_break1 = Exercise(
+    lesson="06", name="break_rescale", title="break it 1: no online rescale",
+    question=f"In the kernel without the rescale (debug.break_kernel('no_rescale')), with scores {list(RESCALE_SCORES)} "
+    "(debug.kernel_weights reads the weights from the kernel's output): which tokens get too much weight, and by "
+    "what factor is token 0's (normalized) weight too large (broken / right)?",
+    template={"too_heavy": ..., "factor_token0": ...}, check=_l06_rescale,
+    solution=_l06_rescale_truth,
+    hint="every score here is a new max, so without the rescale every token keeps weight exp(0) = 1; the right "
+    "weights are the softmax of the scores.", choices=RESCALE_CHOICES)
+
+DIRECTION_CHOICES = {
+    "a": Choice("toward zero", "right: (int)v drops the fraction, so every code moves toward zero, by up to a whole step"),
+    "b": Choice("away from zero", "no: truncation drops the fraction; |code| never grows"),
+    "c": Choice("up or down at random, unbiased", "no: look at the sign of (code - v) * sign(v): it is never positive"),
+}
+
+
+def l06_rounding_q() -> np.ndarray:
+    return np.random.default_rng(3).standard_normal(128).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _l06_rounding_truth():
+    b = debug.break_kernel("truncate")
+    q = l06_rounding_q()
+    cache = small_cache()
+    trunc = debug.trace_with(b.ffi, b.lib, q, cache, 0, 1 / math.sqrt(128)).q_codes.astype(int)
+    _, tr = attend(q, cache, 0, trace=True)
+    eng = tr.q_codes.astype(int)
+    frac = float(np.mean(trunc != eng))
+    shift = np.mean((trunc - eng) * np.sign(q))
+    return frac, "a" if shift < 0 else ("b" if shift > 0 else "c")
+
+
+def _l06_rounding(answer):
+    frac, direction = _l06_rounding_truth()
+    f = field_of(answer, "codes_changed_fraction", float)
+    if abs(f - frac) > 0.05:
+        raise Wrong(f"the share of Q codes that changed is {'larger' if frac > f else 'smaller'} than {f:.2f} "
+                    "(compare the copy's traced q_codes with the intact kernel's)")
+    return f"{frac:.0%} of the codes changed; " + pick(answer, "direction", DIRECTION_CHOICES, direction)
+
+
+ex06_break2 = Exercise(
+    lesson="06", name="break_rounding", title="break it 2: truncation instead of rounding",
+    question="In the kernel with q_code truncating (debug.break_kernel('truncate')), for q = exercises.l06_rounding_q(): "
+    "what share of Q's 128 codes differ from the intact kernel's, and in which direction do they move?",
+    template={"codes_changed_fraction": ..., "direction": ...}, check=_l06_rounding,
+    solution=_l06_rounding_truth,
+    hint="debug.trace_with(b.ffi, b.lib, q, cache, 0, scale).q_codes against lk.attend(q, cache, 0, trace=True)[1].q_codes; "
+    "a value's code changes when its fraction is at least 0.5.", choices=DIRECTION_CHOICES)
+
+register(__name__, [ex06_a, ex06_b1, ex06_b2, ex06_break1, ex06_break2])

@@ -1,0 +1,150 @@
+"""Every call of a compiled attention kernel over a KVCacheQ8, written once.
+
+``attend`` (lesson 00): one query head through flash_attn_single_q_q8_neon, its scalar reference or
+article section 3's two-pass variants; ``attend_group`` and ``time_group`` (lesson 08): GQA in one
+scan. Under grouped-query attention G query heads share one kv head (Qwen3-8B: 32 query heads over 8
+kv heads, G = 4); the engine runs one kernel call per query head, so each of the G calls reads the
+kv head's whole KV again, while ``flash_attn_group_q8_neon`` (native/flash_attn_q8_group.c) reads
+each K and V row once for all G query heads, each keeping its own M, S and VKQ. Split-KV is in
+``lessonkit.kernels.split``.
+
+Every argument is checked in Python (``lessonkit.validate``) before any call into C; ``kernel_inputs``
+turns the checked (q, cache, kv_head) into the pointers and sizes every kernel takes."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .. import env, native
+from .. import timing
+from .. import validate as check
+from ..cache import KVCacheQ8
+from ..header import GQA_MAX
+from ..reference import kernel_math
+from ..trace import Trace, run_traced
+from ..timing import median_calls
+from ..variants import VARIANTS
+
+# backend name -> the C function it calls ("numpy" is computed in numpy): the registry's entries
+# (native/fa_variants.h) whose function flash_attn_q8.h declares, i.e. those cffi can call by name
+# ("neon", "scalar", the two-pass pair, "fast" ...). The other numbered versions are timed through
+# the registry's table (lessonkit.timing.time_kernel(..., backend=name)).
+_DECLARED = (Path(__file__).resolve().parents[2] / "native" / "flash_attn_q8.h").read_text(encoding="utf-8")
+KERNELS = {v.name: v.function for v in VARIANTS if re.search(rf"\b{v.function}\s*\(", _DECLARED)}
+BACKENDS = (*KERNELS, "numpy")
+GROUP_VARIANTS = {"group": 0, "per_head": 1}  # fa_time_group_calls
+
+
+def kernel_inputs(ffi, q: np.ndarray, cache: KVCacheQ8, kv_head: int) -> tuple:
+    """(q's buffer, k_cache_q8, v_cache_q8, kscale, vscale, seq_len, kv_dim, kv_bs, nkv, kh_off): the
+    arguments after the output that every attention kernel takes, for an already checked q (one
+    query float32 ``[hd]`` or a group ``[G, hd]``) over kv head ``kv_head`` of ``cache``."""
+    return (ffi.from_buffer("float[]", q), *cache.kernel_args(kv_head, ffi))
+
+
+def out_buffer(ffi, out: np.ndarray):
+    """The cffi view of a writable float32 output array."""
+    return ffi.from_buffer("float[]", out, require_writable=True)
+
+
+def call_kernel(ffi, lib, out: np.ndarray, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float,
+                name: str = KERNELS["neon"], seq_len: int | None = None) -> np.ndarray:
+    """One call of the single-query kernel ``name`` of ``lib`` (the workbook's library, or a build
+    of an edited copy), writing ``out``; arguments already checked. ``seq_len`` (default the
+    cache's) lets a caller read only the first tokens. Returns ``out``."""
+    qbuf, k, v, ks, vs, n_tokens, *layout = kernel_inputs(ffi, q, cache, kv_head)
+    getattr(lib, name)(out_buffer(ffi, out), qbuf, k, v, ks, vs, n_tokens if seq_len is None else seq_len,
+                       *layout, cache.head_dim, scale)
+    return out
+
+
+def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None,
+           backend: str = "neon", trace: bool = False) -> np.ndarray | tuple[np.ndarray, Trace]:
+    """Attention output float32 ``[head_dim]`` of query ``q`` (float32 ``[head_dim]``) over
+    kv head ``kv_head`` of ``cache``.
+
+    backend: "neon" calls flash_attn_single_q_q8_neon, the article's kernel (SIMDe's NEON off ARM),
+    "scalar" the plain C reference, "numpy" the same quantized math written in numpy;
+    "two_pass_scores" and "two_pass_recompute" the article's section-3 alternatives (lesson 05);
+    "fast" flash_attn_single_q_q8_fast, the fastest numbered version (lesson 09); ``KERNELS`` lists
+    them all. scale defaults to 1/sqrt(head_dim).
+    trace=True (backend "neon" only) runs the traced build of the same kernel and returns
+    ``(out, lessonkit.trace.Trace)``: Q's codes, the block dots, and s, M, S, VKQ after every token.
+    """
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    q = check.float32_array("q", q, (cache.head_dim,))
+    kv_head, scale = check.attention_call(cache, kv_head, scale)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}")
+    if not isinstance(trace, bool):
+        raise TypeError(f"trace must be True or False; got {trace!r}")
+    if trace:
+        if backend != "neon":
+            raise ValueError(f"trace=True records the compiled kernel: use backend='neon', not {backend!r}")
+        out = np.empty(cache.head_dim, np.float32)
+        return out, run_traced(out, q, cache, kv_head, scale)
+    if backend == "numpy":
+        return kernel_math(q, cache, kv_head, scale)
+
+    ffi, lib = native.load()
+    return call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, KERNELS[backend])
+
+
+# ----------------------------------------------------------------------------- GQA in one scan
+
+def group_queries(qs, cache: KVCacheQ8) -> np.ndarray:
+    """qs checked as the G query heads of one grouped call: float32 ``[G, head_dim]``, 1 <= G <= GQA_MAX."""
+    if isinstance(qs, np.ndarray) and qs.ndim != 2:
+        raise ValueError(f"qs must have shape [G, {cache.head_dim}] (one row per query head of the group); "
+                         f"got {list(qs.shape)}")
+    qs = check.float32_array("qs", qs, (None, cache.head_dim))
+    if not 1 <= qs.shape[0] <= GQA_MAX:
+        raise ValueError(f"qs must hold between 1 and {GQA_MAX} query heads (G, its first dimension); "
+                         f"got G = {qs.shape[0]}")
+    return qs
+
+
+def attend_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
+    """Attention outputs float32 ``[G, head_dim]`` of the G query heads ``qs`` (float32
+    ``[G, head_dim]``, 1 <= G <= 8) that share kv head ``kv_head``, in one call of
+    flash_attn_group_q8_neon: each K and V row is read once for all G. Row g equals
+    ``lk.attend(qs[g], cache, kv_head)`` up to float rounding."""
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    qs = group_queries(qs, cache)
+    kv_head, scale = check.attention_call(cache, kv_head, scale)
+    ffi, lib = native.load()
+    out = np.empty(qs.shape, np.float32)
+    lib.flash_attn_group_q8_neon(out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head),
+                                 cache.head_dim, scale, qs.shape[0])
+    return out
+
+
+def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str = "group",
+               repeats: int = 7, number: int | None = None, min_repeat_s: float = 0.02,
+               scale: float | None = None, out: np.ndarray | None = None, cores: str | None = None) -> float:
+    """Median ns for all G query heads of ``qs``: variant "group" one flash_attn_group_q8_neon call,
+    "per_head" G calls of flash_attn_single_q_q8_neon (the engine's way); the call loop runs in C
+    (native/fa_timing.c), like ``lessonkit.timing.time_kernel``, with its caps and its pinning to
+    one core type (``cores``). ``out`` (float32 ``[G, head_dim]``, optional) receives what the timed
+    calls computed, so that a test can check it."""
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    qs = group_queries(qs, cache)
+    kv_head, scale = check.attention_call(cache, kv_head, scale)
+    if variant not in GROUP_VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(map(repr, GROUP_VARIANTS))}; got {check.short(variant)}")
+    repeats, number, min_repeat_s = timing.check_counts(repeats, number, min_repeat_s)
+    if out is None:
+        out = np.empty(qs.shape, np.float32)
+    else:
+        out = check.float32_array("out", out, qs.shape, writable=True)
+    plan = env.timing_cores(cores)
+    ffi, lib = native.load()
+    args = (out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head), cache.head_dim, scale, qs.shape[0])
+    with env.pinned(plan):
+        return median_calls(lambda n: lib.fa_time_group_calls(GROUP_VARIANTS[variant], n, *args), repeats,
+                            number, min_repeat_s)
