@@ -9,9 +9,11 @@
 # every command below (python -m lessonkit build, the C test builds, pytest, the notebooks). It
 # changes nothing on x86, where the kernel is compiled through SIMDe.
 PYTHON ?= python3
-# the optional dependencies of pyproject.toml that setup installs (lint: actionlint, for
-# tests/test_workflow.py; it downloads a program while it installs). Read when .venv is made.
-EXTRAS ?= lab,test
+# the optional dependencies of pyproject.toml that setup installs: bench is ggml-python, llama.cpp's
+# ggml for make bench's llama.cpp rows and their tests (built from source by pip, about 35 s on
+# 2 cores); lint is actionlint, for tests/test_workflow.py (it downloads a program while it
+# installs, so it is left out). Read when .venv is made.
+EXTRAS ?= lab,test,bench
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp

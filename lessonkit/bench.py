@@ -315,10 +315,10 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
         cache, kv_head, q, K, V = make_inputs(T, n_kv_heads)
         kv_bytes = T * (2 * HEAD_DIM + 2 * 4)  # this head's K and V rows and their scales
         number = max(1, 65536 // T)  # calls per sample: at least 64K tokens' worth
-        kernels = KERNELS + (("fast",) if fast_built() else ())
+        single = KERNELS + (("fast",) if fast_built() else ())
         contenders = {name: (lambda name=name: time_kernel(q, cache, kv_head, backend=name, repeats=1,
                                                            number=number, cores=plan))
-                      for name in kernels}
+                      for name in single}
         contenders["numpy_f32"] = _per_call(lambda: numpy_f32(q, K, V, scale), 1)
         contenders["numpy_int8"] = _per_call(lambda: numpy_int8(q, cache, kv_head, scale), 1)
         progress(f"seq_len {T}: llama.cpp's q8_0 flash attention (ggml): build and check")
