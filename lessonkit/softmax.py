@@ -73,3 +73,37 @@ def harmonic(n: int) -> float:
     if n > 1 << 24:  # no array of n values: H_n = ln n + gamma + 1/(2n) - 1/(12n^2), exact to float64 here
         return float(np.log(n) + np.euler_gamma + 1 / (2 * n) - 1 / (12 * n * n))
     return float(np.sum(1.0 / np.arange(1, n + 1)))
+
+
+def _inline_expf_floor(header=None) -> float:
+    """The argument below which q8_simd.h's inline expf returns 0, read from its
+    ``if (!(x >= <floor>f)) return 0.0f;`` line (so it follows an edit of the header)."""
+    import re
+    from .source import SIMD_HEADER
+    text = (header or SIMD_HEADER).read_text()
+    m = re.search(r"if \(!\(x >= (-?[0-9.]+)f\)\) return 0\.0f;", text)
+    if m is None:
+        raise ValueError("q8_simd.h has no 'if (!(x >= ...f)) return 0.0f;' line in its inline expf")
+    return float(m.group(1))
+
+
+def kernel_exp_name() -> str:
+    """Which exp the compiled kernel's build calls: "inline" (x86 with FMA and SSE4.1: q8_simd.h's
+    own expf) or "libm" (ARM, and x86 builds without those), read from ``fa_simd_paths()``."""
+    from . import native
+    ffi, lib = native.load()
+    paths = ffi.string(lib.fa_simd_paths()).decode()
+    return "inline" if "exp=inline" in paths else "libm"
+
+
+def kernel_exp(x) -> np.ndarray:
+    """float32 exp(x) for x <= 0 as far as the kernel's build decides where a weight becomes exactly
+    0: the inline expf of q8_simd.h returns 0 below its floor (-87: the result would be under
+    FLT_MIN); libm's expf underflows to 0 only below about -103.97 (under half the smallest
+    subnormal), as numpy's float32 exp does. Above the floor both are within 2 ulp of each other."""
+    x = np.asarray(x, np.float32)
+    with np.errstate(under="ignore"):
+        e = np.exp(x)
+    if kernel_exp_name() == "inline":
+        e = np.where(x >= np.float32(_inline_expf_floor()), e, np.float32(0))
+    return e.astype(np.float32)

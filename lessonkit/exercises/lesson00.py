@@ -120,15 +120,14 @@ ex00_2 = Exercise(
     "sums the softmax in float64, the C ones in float32; SIMDe may fuse multiply and add.")
 
 L00_GUARD_CHOICES = {
-    "a": Choice("qm = 0, so iq = 127/0 = inf, and 0 * inf = NaN: the cast (int)NaN is undefined behaviour, "
-                "the codes depend on the CPU and the compiler",
+    "a": Choice("qm = 0, iq = inf, 0 * inf = NaN, and casting NaN to int is undefined behaviour",
                 "right: IEEE float division by zero gives inf, 0 * inf gives NaN, and C leaves the cast of NaN "
                 "to int undefined (x86 gives INT_MIN, AArch64 gives 0)"),
-    "b": Choice("nothing changes: the values are 0, so their codes are 0 anyway",
+    "b": Choice("nothing changes: every value is 0, so each code comes out as 0 anyway",
                 "no: 0 * 127/0 is not 0 but NaN in IEEE arithmetic; the guard is what makes the codes 0"),
-    "c": Choice("the program stops with a division-by-zero signal (SIGFPE)",
+    "c": Choice("the program stops at once with a division-by-zero signal, SIGFPE",
                 "no: float division by zero does not trap by default; it returns inf (only integer division traps)"),
-    "d": Choice("qsc[b] becomes 0, so the block simply adds nothing to the score",
+    "d": Choice("qsc[b] becomes 0, so this block just adds nothing to the score",
                 "no: qsc[b] = 0 would be harmless, but the codes are computed with iq = 127/qm = inf first"),
 }
 

@@ -73,7 +73,7 @@ def _l02_desc_truth():
     s = l02_descending()
     cache, q, scale = cache_with_scores(s, head_dim=128, block_size=16, seed=3)
     out, tr = attend(q, cache, 0, scale=scale, trace=True)
-    w = np.exp((tr.s - tr.M).astype(np.float32))
+    w = softmax.kernel_exp((tr.s - tr.M).astype(np.float32))   # the exp this build's kernel calls
     first_zero = int(np.flatnonzero(w == 0)[0])
     ref = softmax.three_pass(tr.s, cache.dequantized(0)[1])
     ok = bool(np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max())
@@ -88,7 +88,7 @@ def _l02_desc(answer):
     f = field_of(answer, "first_zero_weight_token", int)
     if f != first_zero:
         raise Wrong(f"token {f} is too {'early' if f < first_zero else 'late'}: find the first t where "
-                    "np.exp(np.float32(s_t - M)) is exactly 0 in float32")
+                    "softmax.kernel_exp(s_t - M) is exactly 0 (the exp of this build: " + softmax.kernel_exp_name() + ")")
     c = field_of(answer, "output_correct", bool)
     if c != ok:
         raise Wrong("compare the kernel's output with softmax.three_pass(trace.s, V) again")
@@ -99,11 +99,14 @@ def _l02_desc(answer):
 ex02_2 = Exercise(
     lesson="02", name="descending", title="exercise 2: sorted descending",
     question="Scores exercises.l02_descending() = np.arange(64)[::-1] * 5.0, in a cache_with_scores(..., head_dim=128). "
-    "How many rescales? From which token on is expf(s - M) exactly 0 in float32? Is the kernel's output "
+    "How many rescales? From which token on is the kernel's weight expf(s - M) exactly 0? (The kernel's build decides: "
+    "on x86 it calls the inline expf of native/q8_simd.h, on ARM libm's expf; softmax.kernel_exp_name() says which, "
+    "softmax.kernel_exp(x) computes it.) Is the kernel's output "
     "still correct (within 1e-5 of max|out| of softmax.three_pass on the trace's scores)?",
     template={"rescales": ..., "first_zero_weight_token": ..., "output_correct": ...}, check=_l02_desc,
     solution=_l02_desc_truth,
-    hint="M stays at the first score; s_t - M = -5 t. float32 exp underflows to 0 below about -103.97.")
+    hint="M stays at the first score; s_t - M = -5 t. The inline expf of q8_simd.h returns 0 below -87; libm's "
+    "expf underflows to 0 only below about -103.97.")
 
 
 @functools.lru_cache(maxsize=None)
