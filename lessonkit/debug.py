@@ -1159,6 +1159,8 @@ def _unmarked(path: Path | str = source.KERNEL_FILE) -> tuple[list[str], dict[in
     for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if _MARKER.search(line) or "segment N ==" in line or "lessons' line ranges through them" in line:
             continue
+        if kept and line.strip() == "*" and kept[-1].strip() == "*":
+            continue   # the header's paragraph break, left twice by the sentence removed above
         kept.append(line)
         new_of[n] = len(kept)
     return kept, new_of
