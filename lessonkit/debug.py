@@ -1203,3 +1203,16 @@ def unmarked_segments(path: Path | str = source.KERNEL_FILE) -> dict[int, tuple[
             raise ValueError(f"segment {n} of {Path(path).name} has no code")
         out[n] = ((new_of[inner[0]], new_of[core[0]]), (new_of[core[-1]], new_of[inner[-1]]))
     return out
+
+
+def same_records(observation: Observation, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    """Do a debugger's records match the traced build's for the same generation (same n_tokens and
+    config): the same calls, seq_len, kv head and token order, and M after every token within
+    ``rtol``? gdb and lldb print float32 with 9 significant digits (exact); the traced build is
+    the -O3 one (with FMA contraction), the debugged one -O0, so M may differ in its last bits:
+    1e-5 relative is about 100 float32 steps, far below any real change of M (lesson 06)."""
+    traced, _ = records_from_trace(observation.n_tokens, observation.config)
+    got = observation.records
+    return (len(got) == len(traced)
+            and all((g.seq_len, g.kv_head, g.t) == (t.seq_len, t.kv_head, t.t) for g, t in zip(got, traced))
+            and all(np.allclose(g.M, t.M, rtol=rtol, atol=atol) for g, t in zip(got, traced)))
