@@ -124,17 +124,18 @@ ex06_b1 = Exercise(
     "may be in or out.")
 
 WHY_CHOICES = {
-    "a": Choice("Q is one vector for the whole call: its codes and block scales do not depend on t, so they are "
-                "computed once before the loop. Each K row was quantized when it was written, with its own max, "
-                "so ks changes with t and is multiplied in for every token",
+    "a": Choice("Q is the same for every token, so its codes are made once; each K row was quantized "
+                "when written, with its own max and scale",
                 "right: the trace shows segment 1 running once and (nearly) as many K scales as tokens"),
-    "b": Choice("Quantizing Q is expensive, so it is done once; K's scale could just as well be applied once "
-                "at the end, to the output",
+    "b": Choice("Quantizing Q is expensive, so it is done once; K's scale could just as well be "
+                "applied once at the end, to the output",
                 "no: each token's score is multiplied by its own ks before exp(); a factor that differs per token "
                 "cannot be taken out of the sum of exponentials"),
-    "c": Choice("The K cache holds float32; the kernel quantizes each K row as it reads it, which needs its scale",
+    "c": Choice("The K cache holds float32; the kernel quantizes each K row as it reads it, and "
+                "that needs the row's own scale each time",
                 "no: K is already int8 in the cache (quantized once, when written); the kernel only reads its stored scale"),
-    "d": Choice("Q changes during the scan, because the online rescale multiplies it by exp(M_old - M_new)",
+    "d": Choice("Q changes during the scan, because the online rescale multiplies Q by "
+                "exp(M_old - M_new) whenever M rises",
                 "no: the rescale multiplies S and VKQ, never Q; Q's codes stay fixed for the whole call"),
 }
 
@@ -160,15 +161,14 @@ ex06_b2 = Exercise(
     hint="which of the two depends on the token index t?", choices=WHY_CHOICES)
 
 RESCALE_CHOICES = {
-    "a": Choice("the tokens before the last new maximum: against the tokens after it, each is too heavy by "
-                "exp(M_final - M_t), M_t being the max when it was added",
+    "a": Choice("the tokens before the last new max, each by exp(M_final - M_t) against the later tokens",
                 "right: their terms stayed relative to an older, lower M and were never multiplied by ms; after the "
                 "division by the inflated sum, the tokens from the last maximum on all come out too light"),
-    "b": Choice("only the tokens that raised M", "no: a token that raises M gets weight exp(0) = 1, as in the intact "
+    "b": Choice("only the tokens that raised M, each by exp(s_t) against the tokens that did not", "no: a token that raises M gets weight exp(0) = 1, as in the intact "
                 "kernel; it is everything summed before it that is never shrunk"),
-    "c": Choice("the tokens after the last new maximum", "no: after the last new max M no longer moves, so those "
+    "c": Choice("the tokens after the last new max, each by exp(M_final - s_t) against the earlier ones", "no: after the last new max M no longer moves, so those "
                 "tokens keep the right weights relative to each other; it is the earlier ones that are too heavy"),
-    "d": Choice("none: only the final division by S is off", "no: S and VKQ miss the same factors, and the division "
+    "d": Choice("none of them: the weights keep their ratios, only the final division by S is off", "no: S and VKQ miss the same factors, and the division "
                 "does not repair the mix of weights: the output leans toward the past"),
 }
 RESCALE_SCORES = (0.0, 1.0, 2.0, 3.0)
