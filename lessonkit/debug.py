@@ -1047,3 +1047,172 @@ def engine_debug_recipe() -> str:
     ``flash_attn_single_q_q8_neon``; line 6594 according to the article): a markdown text, labelled
     "not run here" (the engine is not part of the workbook)."""
     return ENGINE_RECIPE.read_text()
+
+
+# ============================================================================ the session, step by step
+
+# The by-hand session in steps, for the lesson to show one step at a time beside its explanation.
+# Each step is named by the first command it starts with, in gdb and in lldb; it runs up to the
+# next step's first command. The names follow native/tools/sessions/by_hand.gdb and by_hand.lldb.
+SESSION_STEPS = {
+    "start":     ("set breakpoint pending on", "breakpoint set -n"),
+    "locations": ("info breakpoints", "breakpoint list"),
+    "bt":        ("bt 8", "bt 8"),
+    "pick_one":  ("delete 1", "breakpoint delete 1"),
+    "arrays":    ("advance ", "thread until "),
+    "display":   ("display M", "display M"),
+    "finish":    ("undisplay", "undisplay 1"),
+    "condition": ("disable 2 3", "breakpoint disable 2 3"),
+    "watch":     ("watch M", "watchpoint set"),
+}
+
+
+@dataclass(frozen=True)
+class SessionLine:
+    """One command of a captured session: the comments above it, the command, what it printed."""
+    comments: tuple[str, ...]
+    command: str
+    output: tuple[str, ...]
+
+
+def parse_transcript(text: str, debugger: str = "gdb") -> tuple[str, list[SessionLine]]:
+    """A committed transcript (``saved_transcript``) -> (the shell line that started it, one
+    SessionLine per command). Lines after ``(gdb) #`` / ``(lldb) #`` are the script's comments."""
+    prompt = f"({_debugger_name(debugger)}) "
+    lines = text.splitlines()
+    start = lines[0] if lines and lines[0].startswith("$ ") else ""
+    out: list[SessionLine] = []
+    comments: list[str] = []
+    for line in lines[1 if start else 0:]:
+        if line.startswith(prompt + "#"):
+            comments.append(line[len(prompt):])
+        elif line.startswith(prompt):
+            out.append(SessionLine(tuple(comments), line[len(prompt):], ()))
+            comments = []
+        elif out:
+            last = out[-1]
+            out[-1] = SessionLine(last.comments, last.command, last.output + (line,))
+    return start, out
+
+
+def _step_range(step: str, commands: list[str], debugger: str) -> tuple[int, int]:
+    if step not in SESSION_STEPS:
+        raise ValueError(f"step must be one of {', '.join(map(repr, SESSION_STEPS))}; got {check.short(step)}")
+    col = DEBUGGERS.index(_debugger_name(debugger))
+    names = list(SESSION_STEPS)
+
+    def first(name, after=0):
+        prefix = SESSION_STEPS[name][col]
+        for i in range(after, len(commands)):
+            if commands[i].startswith(prefix):
+                return i
+        raise ValueError(f"the {debugger} transcript has no command starting with {prefix!r} (step {name!r}); "
+                         f"re-run {REFRESH_COMMAND}")
+
+    begin = first(step)
+    nxt = names.index(step) + 1
+    end = first(names[nxt], begin + 1) if nxt < len(names) else len(commands)
+    return begin, end
+
+
+def step_commands(step: str, debugger: str = "gdb") -> list[str]:
+    """The commands of one step of the by-hand session (``SESSION_STEPS``), as typed."""
+    _, lines = parse_transcript(saved_transcript(debugger), debugger)
+    begin, end = _step_range(step, [l.command for l in lines], debugger)
+    return [l.command for l in lines[begin:end]]
+
+
+def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
+    """One step of the committed by-hand session: each command after its prompt, then what the
+    debugger printed (from ``notebooks/data/06_session_*.txt``, never retyped). Output longer
+    than ``max_lines`` lines per command is cut, saying how many lines were left out; the step
+    "start" begins with the shell command that started the debugger."""
+    d = _debugger_name(debugger)
+    start, lines = parse_transcript(saved_transcript(d), d)
+    begin, end = _step_range(step, [l.command for l in lines], d)
+    out = [start] if step == "start" and start else []
+    for l in lines[begin:end]:
+        out.append(f"({d}) {l.command}")
+        body = [x for x in l.output if x.strip()]
+        if len(body) > max_lines:
+            body = body[:max_lines] + [f"   [... {len(body) - max_lines} more lines: {transcript_path(d).name}]"]
+        out.extend(body)
+    return "\n".join(out)
+
+
+def show_step(step: str, max_lines: int = 12) -> None:
+    """Print one step of the gdb session with its output, then the lldb commands of the same step."""
+    print(session_step(step, "gdb", max_lines))
+    print("\nthe same step in lldb:  " + "  |  ".join(step_commands(step, "lldb")))
+
+
+# ============================================================================ tier B without the markers
+
+UNMARKED_NAME = "06_kernel_without_markers.c"
+_MARKER = re.compile(r"^\s*/\* == (end )?segment \d")
+
+
+def _unmarked(path: Path | str = source.KERNEL_FILE) -> tuple[list[str], dict[int, int]]:
+    """The kernel's lines without the segment markers (and without the header's sentence about
+    them), and the map old line number -> new line number of every kept line."""
+    kept, new_of = [], {}
+    for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if _MARKER.search(line) or "segment N ==" in line or "lessons' line ranges through them" in line:
+            continue
+        if kept and line.strip() == "*" and kept[-1].strip() == "*":
+            continue   # the header's paragraph break, left twice by the sentence removed above
+        kept.append(line)
+        new_of[n] = len(kept)
+    return kept, new_of
+
+
+def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KERNEL_FILE) -> Path:
+    """Write a copy of the kernel file with its ``== segment N ==`` comments removed, for tier B
+    (lesson 06): the student finds the four parts by reading the code, not by searching for the
+    markers. The line numbers move (the copy is shorter), so the markers of native/ do not give the
+    answer either. Default ``dest``: ``my-work/06_kernel_without_markers.c`` (the student's working
+    folder, git-ignored). Written whole or not at all (a temporary file, then a rename)."""
+    from . import workspace
+    dest = Path(dest) if dest is not None else workspace.WORK_DIR / UNMARKED_NAME
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    kept, _ = _unmarked(path)
+    fd, tmp = tempfile.mkstemp(prefix=".unmarked-", dir=dest.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(kept) + "\n")
+    os.replace(tmp, dest)
+    return dest
+
+
+def _is_edge(line: str) -> bool:
+    """A line that may be left out at the edge of a part: blank, comment only, or a trace hook."""
+    s = line.strip()
+    return not s or s.startswith(("/*", "//", "*")) or s.startswith("TRACE_")
+
+
+def unmarked_segments(path: Path | str = source.KERNEL_FILE) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
+    """For each of the four parts, in the line numbers of ``unmarked_kernel``'s copy: the range of
+    accepted start lines and of accepted end lines (inclusive). A part is what lay between its two
+    markers; a blank line, a comment-only line or a TRACE_ hook at its edge may be left in or out."""
+    lines = Path(path).read_text().splitlines()
+    _, new_of = _unmarked(path)
+    out = {}
+    for n, seg in source.kernel_segments(path).items():
+        inner = list(range(seg.begin + 1, seg.end))
+        core = [k for k in inner if not _is_edge(lines[k - 1])]
+        if not core:
+            raise ValueError(f"segment {n} of {Path(path).name} has no code")
+        out[n] = ((new_of[inner[0]], new_of[core[0]]), (new_of[core[-1]], new_of[inner[-1]]))
+    return out
+
+
+def same_records(observation: Observation, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    """Do a debugger's records match the traced build's for the same generation (same n_tokens and
+    config): the same calls, seq_len, kv head and token order, and M after every token within
+    ``rtol``? gdb and lldb print float32 with 9 significant digits (exact); the traced build is
+    the -O3 one (with FMA contraction), the debugged one -O0, so M may differ in its last bits:
+    1e-5 relative is about 100 float32 steps, far below any real change of M (lesson 06)."""
+    traced, _ = records_from_trace(observation.n_tokens, observation.config)
+    got = observation.records
+    return (len(got) == len(traced)
+            and all((g.seq_len, g.kv_head, g.t) == (t.seq_len, t.kv_head, t.t) for g, t in zip(got, traced))
+            and all(np.allclose(g.M, t.M, rtol=rtol, atol=atol) for g, t in zip(got, traced)))

@@ -9,9 +9,8 @@ import numpy as np
 
 from .. import debug
 from .. import source
-from ..kernels.attention import attend
 from ..validate import short
-from .core import (register, Wrong, Blank, filled, whole, field_of, close, Choice, Exercise, pick, lesson04_data, small_cache)
+from .core import (register, Wrong, Blank, filled, whole, field_of, close, Choice, Exercise, pick, lesson04_data)
 
 @functools.lru_cache(maxsize=None)
 def _default_observation():
@@ -82,8 +81,10 @@ def _direction(got: int, accepted: tuple[int, int], what: str) -> str:
 
 
 def _l06_segments(answer, path=None):
+    """Lines of the copy without markers (debug.unmarked_kernel); the truth comes from the
+    markers of ``path`` (default: native/flash_attn_q8_neon.c), mapped to the copy's numbers."""
     path = path or source.KERNEL_FILE
-    segs = source.kernel_segments(path)
+    accepted = debug.unmarked_segments(path)
     if not isinstance(answer, Mapping):
         if not isinstance(answer, (list, tuple)) or len(answer) > 16:
             raise Wrong("give a dict {1: (start, end), 2: ..., 3: ..., 4: ...}")
@@ -92,7 +93,7 @@ def _l06_segments(answer, path=None):
         raise Wrong("give a dict {1: (start, end), 2: ..., 3: ..., 4: ...}: four segments")
     given = {_segment_key(k): v for k, v in answer.items()}
     problems = []
-    for n, seg in segs.items():
+    for n, (ok_start, ok_end) in accepted.items():
         if n not in given:
             raise Wrong(f"segment {n} ({ARTICLE_PARTS[n]}) is missing")
         if not filled(given[n]) or (isinstance(given[n], (tuple, list)) and not all(map(filled, given[n]))):
@@ -100,40 +101,41 @@ def _l06_segments(answer, path=None):
         if not isinstance(given[n], (tuple, list)) or len(given[n]) != 2:
             raise Wrong(f"segment {n}: give (start line, end line); got {short(given[n])}")
         start, end = (whole(x, f"segment {n}'s line") for x in given[n])
-        # the marker lines themselves, or the first and last line between them, both count
-        ok_start, ok_end = (seg.begin, seg.begin + 1), (seg.end - 1, seg.end)
-        if start not in ok_start:
+        if not ok_start[0] <= start <= ok_start[1]:
             problems.append(f"segment {n} ({ARTICLE_PARTS[n]}): " + _direction(start, ok_start, "your start"))
-        if end not in ok_end:
+        if not ok_end[0] <= end <= ok_end[1]:
             problems.append(f"segment {n} ({ARTICLE_PARTS[n]}): " + _direction(end, ok_end, "your end"))
     if problems:
-        raise Wrong("; ".join(problems))
-    return ("all four segments match the markers of " + source.KERNEL_FILE.name + ": "
-            + ", ".join(f"{n}: {s.begin}-{s.end}" for n, s in segs.items()))
+        raise Wrong("; ".join(problems) + " (line numbers of " + debug.UNMARKED_NAME + ")")
+    return ("all four parts match the code of " + debug.UNMARKED_NAME + ": "
+            + ", ".join(f"{n}: {s[0]}-{e[1]}" for n, (s, e) in accepted.items()))
 
 
 ex06_b1 = Exercise(
     lesson="06", name="tier_b_segments", title="tier B: the four segments' lines",
-    question="Read native/flash_attn_q8_neon.c (print it with source.numbered_lines) and give the start and end line of "
-    "each part: 1 Q 量化, 2 打分, 3 rescale, 4 归一. The marker comment lines count, and so do the first and "
-    "last line between them.",
+    question="debug.unmarked_kernel() writes the kernel without its segment comments to my-work/"
+    + debug.UNMARKED_NAME + ". Read that copy (print it with source.numbered_lines(first, last, path=copy)) and give "
+    "the start and end line, in the copy's numbering, of each part: 1 Q 量化, 2 打分, 3 rescale, 4 归一. "
+    "The token loop's own line (for ...) and the lines around the loop that set up M, S and VKQ belong to no part.",
     template={1: (..., ...), 2: (..., ...), 3: (..., ...), 4: (..., ...)}, check=_l06_segments,
-    solution=lambda path=None: {n: (s.begin, s.end) for n, s in source.kernel_segments(path or source.KERNEL_FILE).items()},
-    hint="look for the comments '== segment N: ... ==' and '== end segment N =='; the check reads them from the "
-    "current file, so after an edit the right lines move with the code.")
+    solution=lambda path=None: {n: (s[0], e[1]) for n, (s, e) in debug.unmarked_segments(path or source.KERNEL_FILE).items()},
+    hint="part 1 ends where Q's codes and block scales are done; part 2 ends when the score s of token t is final; "
+    "part 3 is the rest of the loop body; part 4 is after the loop. A TRACE_ hook or a blank line at the edge "
+    "may be in or out.")
 
 WHY_CHOICES = {
-    "a": Choice("Q is one vector for the whole call: its codes and block scales do not depend on t, so they are "
-                "computed once before the loop. Each K row was quantized when it was written, with its own max, "
-                "so ks changes with t and is multiplied in for every token",
+    "a": Choice("Q is the same for every token, so its codes are made once; each K row was quantized "
+                "when written, with its own max and scale",
                 "right: the trace shows segment 1 running once and (nearly) as many K scales as tokens"),
-    "b": Choice("Quantizing Q is expensive, so it is done once; K's scale could just as well be applied once "
-                "at the end, to the output",
+    "b": Choice("Quantizing Q is expensive, so it is done once; K's scale could just as well be "
+                "applied once at the end, to the output",
                 "no: each token's score is multiplied by its own ks before exp(); a factor that differs per token "
                 "cannot be taken out of the sum of exponentials"),
-    "c": Choice("The K cache holds float32; the kernel quantizes each K row as it reads it, which needs its scale",
+    "c": Choice("The K cache holds float32; the kernel quantizes each K row as it reads it, and "
+                "that needs the row's own scale each time",
                 "no: K is already int8 in the cache (quantized once, when written); the kernel only reads its stored scale"),
-    "d": Choice("Q changes during the scan, because the online rescale multiplies it by exp(M_old - M_new)",
+    "d": Choice("Q changes during the scan, because the online rescale multiplies Q by "
+                "exp(M_old - M_new) whenever M rises",
                 "no: the rescale multiplies S and VKQ, never Q; Q's codes stay fixed for the whole call"),
 }
 
@@ -159,15 +161,14 @@ ex06_b2 = Exercise(
     hint="which of the two depends on the token index t?", choices=WHY_CHOICES)
 
 RESCALE_CHOICES = {
-    "a": Choice("the tokens before the last new maximum: against the tokens after it, each is too heavy by "
-                "exp(M_final - M_t), M_t being the max when it was added",
+    "a": Choice("the tokens before the last new max, each by exp(M_final - M_t) against the later tokens",
                 "right: their terms stayed relative to an older, lower M and were never multiplied by ms; after the "
                 "division by the inflated sum, the tokens from the last maximum on all come out too light"),
-    "b": Choice("only the tokens that raised M", "no: a token that raises M gets weight exp(0) = 1, as in the intact "
+    "b": Choice("only the tokens that raised M, each by exp(s_t) against the tokens that did not", "no: a token that raises M gets weight exp(0) = 1, as in the intact "
                 "kernel; it is everything summed before it that is never shrunk"),
-    "c": Choice("the tokens after the last new maximum", "no: after the last new max M no longer moves, so those "
+    "c": Choice("the tokens after the last new max, each by exp(M_final - s_t) against the earlier ones", "no: after the last new max M no longer moves, so those "
                 "tokens keep the right weights relative to each other; it is the earlier ones that are too heavy"),
-    "d": Choice("none: only the final division by S is off", "no: S and VKQ miss the same factors, and the division "
+    "d": Choice("none of them: the weights keep their ratios, only the final division by S is off", "no: S and VKQ miss the same factors, and the division "
                 "does not repair the mix of weights: the output leans toward the past"),
 }
 RESCALE_SCORES = (0.0, 1.0, 2.0, 3.0)
@@ -196,55 +197,16 @@ def _l06_rescale(answer):
 
 
 ex06_break1 = Exercise(
-    lesson="06", name="break_rescale", title="break it 1: no online rescale",
-    question=f"In the kernel without the rescale (debug.break_kernel('no_rescale')), with scores {list(RESCALE_SCORES)} "
-    "(debug.kernel_weights reads the weights from the kernel's output): which tokens get too much weight, and by "
-    "what factor is token 0's (normalized) weight too large (broken / right)?",
+    lesson="06", name="break_rescale", title="break it: no online rescale",
+    question=f"In your copy of the kernel (src = workspace.student_native(); edit src / 'flash_attn_q8_neon.c'), comment "
+    "out the two lines of segment 3 that rescale (S *= ms; and the loop that multiplies VKQ by msv). Rebuild and load "
+    "it with lk.native.load(src_dir=src, verify='crashes'), then read its weights for the scores "
+    f"{list(RESCALE_SCORES)} with debug.kernel_weights(ffi, lib, scores). Which tokens get too much weight, and by "
+    "what factor is token 0's (normalized) weight too large (broken / right)? Undo the edit afterwards.",
     template={"too_heavy": ..., "factor_token0": ...}, check=_l06_rescale,
     solution=_l06_rescale_truth,
     hint="every score here is a new max, so without the rescale every token keeps weight exp(0) = 1; the right "
-    "weights are the softmax of the scores.", choices=RESCALE_CHOICES)
+    "weights are debug.softmax_weights(scores). If your copy does not build, debug.break_kernel('no_rescale') "
+    "makes the same edit in a temporary copy.", choices=RESCALE_CHOICES)
 
-DIRECTION_CHOICES = {
-    "a": Choice("toward zero", "right: (int)v drops the fraction, so every code moves toward zero, by up to a whole step"),
-    "b": Choice("away from zero", "no: truncation drops the fraction; |code| never grows"),
-    "c": Choice("up or down at random, unbiased", "no: look at the sign of (code - v) * sign(v): it is never positive"),
-}
-
-
-def l06_rounding_q() -> np.ndarray:
-    return np.random.default_rng(3).standard_normal(128).astype(np.float32)
-
-
-@functools.lru_cache(maxsize=None)
-def _l06_rounding_truth():
-    b = debug.break_kernel("truncate")
-    q = l06_rounding_q()
-    cache = small_cache()
-    trunc = debug.trace_with(b.ffi, b.lib, q, cache, 0, 1 / math.sqrt(128)).q_codes.astype(int)
-    _, tr = attend(q, cache, 0, trace=True)
-    eng = tr.q_codes.astype(int)
-    frac = float(np.mean(trunc != eng))
-    shift = np.mean((trunc - eng) * np.sign(q))
-    return frac, "a" if shift < 0 else ("b" if shift > 0 else "c")
-
-
-def _l06_rounding(answer):
-    frac, direction = _l06_rounding_truth()
-    f = field_of(answer, "codes_changed_fraction", float)
-    if abs(f - frac) > 0.05:
-        raise Wrong(f"the share of Q codes that changed is {'larger' if frac > f else 'smaller'} than {f:.2f} "
-                    "(compare the copy's traced q_codes with the intact kernel's)")
-    return f"{frac:.0%} of the codes changed; " + pick(answer, "direction", DIRECTION_CHOICES, direction)
-
-
-ex06_break2 = Exercise(
-    lesson="06", name="break_rounding", title="break it 2: truncation instead of rounding",
-    question="In the kernel with q_code truncating (debug.break_kernel('truncate')), for q = exercises.l06_rounding_q(): "
-    "what share of Q's 128 codes differ from the intact kernel's, and in which direction do they move?",
-    template={"codes_changed_fraction": ..., "direction": ...}, check=_l06_rounding,
-    solution=_l06_rounding_truth,
-    hint="debug.trace_with(b.ffi, b.lib, q, cache, 0, scale).q_codes against lk.attend(q, cache, 0, trace=True)[1].q_codes; "
-    "a value's code changes when its fraction is at least 0.5.", choices=DIRECTION_CHOICES)
-
-register(__name__, [ex06_a, ex06_b1, ex06_b2, ex06_break1, ex06_break2])
+register(__name__, [ex06_a, ex06_b1, ex06_b2, ex06_break1])
