@@ -1,4 +1,4 @@
-"""Every exercise check of lessons 00-04 and 06 is fed one right and one wrong answer, and must
+"""Every exercise check of lessons 00-04 and 06-08 is fed one right and one wrong answer, and must
 say "correct" to the first and "incorrect" (with its reason) to the second. Right answers are
 worked out here independently of the checks where that is possible (formulas, numpy).
 
@@ -109,6 +109,17 @@ def right_ex06_segments(path=source.KERNEL_FILE):
     return {n: (new(begin[n] + 1), new(end[n] - 1)) for n in begin}
 
 
+def right_ex07_zero_codes():
+    """Code 0 where |x| * 127 / max rounds to 0: the engine's max over the row, q8_0's over each block
+    of 32 (numpy, independent of the C quantizer and of precision.quantize_q8_0)."""
+    row = E.lesson07.l07_outlier_row().astype(np.float64)
+    ordinary = np.delete(np.arange(128), 7)
+    engine = np.floor(row * 127 / np.abs(row).max() + 0.5)
+    blocks = row.reshape(4, 32)
+    q8 = np.round(blocks / (np.abs(blocks).max(axis=1, keepdims=True) / 127)).ravel()  # no ties in this row
+    return {"engine_zero_codes": int(np.sum(engine[ordinary] == 0)), "q8_0_zero_codes": int(np.sum(q8[ordinary] == 0))}
+
+
 # (exercise, right answer or a function making it, wrong answer, words the wrong verdict must contain)
 CASES = [
     (E.lesson00.ex1, {"bit_identical": True, "changed": ["kv_bs", "k_cache_q8", "v_cache_q8"]},
@@ -148,6 +159,18 @@ CASES = [
     (E.lesson06.ex3, {"choice": "a"}, {"choice": "b"}, "cannot be taken out"),
     pytest.param(E.lesson06.ex4, {"too_heavy": "a", "factor_token0": sum(math.exp(k) for k in range(4)) / 4},
                  {"too_heavy": "a", "factor_token0": 1.0}, "token 0", marks=pytest.mark.slow, id="ex06_break_rescale"),
+    # lesson 07: right answers recomputed here with numpy only (the C quantizer's rule, q8_0's per-32 max)
+    (E.lesson07.ex1, lambda: right_ex07_zero_codes(), {"engine_zero_codes": 0, "q8_0_zero_codes": 0}, "too low"),
+    (E.lesson07.ex2, {"engine_bytes": 128 + 4, "q8_0_bytes": 128 + 2 * 128 // 32, "same_cost_hd": 64},
+     {"engine_bytes": 128, "q8_0_bytes": 136, "same_cost_hd": 64}, "codes only"),
+    (E.lesson07.ex3, {"choice": "a"}, {"choice": "b"}, "outliers are in K"),
+    # lesson 08: bytes from the formula (hd + hd + 4 + 4 per token and kv head), the merge by hand
+    (E.lesson08.ex1, {"grouped_mib": 8 * 65536 * (128 + 128 + 4 + 4) / 2**20,
+                      "per_head_mib": 4 * 8 * 65536 * (128 + 128 + 4 + 4) / 2**20},
+     {"grouped_mib": 8 * 65536 * 256 / 2**20, "per_head_mib": 528}, "left out the two 4-byte scales"),
+    (E.lesson08.ex2, {"M": 5.0, "S": 3.0 * math.exp(2.0 - 5.0) + 1.5, "empty_changes_S": False},
+     {"M": 5.0, "S": 4.5, "empty_changes_S": False}, "without moving A's"),
+    (E.lesson08.ex3, {"choice": "a"}, {"choice": "b"}, "waits for the same memory"),
 ]
 
 

@@ -1,11 +1,146 @@
-"""The exercises of lesson 07: none yet.
-
-A lesson author adds them here: build each with ``Exercise(lesson="07", name=..., title=...,
-question=..., template=..., check=..., solution=..., hint=...)`` (lessonkit.exercises.core) and
-list them, in order, in the ``register`` call at the end; tests/test_exercises.py then asks for a
-right and a wrong answer of each."""
+"""The exercises of lesson 07 (how precise is q8 KV): codes lost to an outlier, the bytes of two
+scale layouts, and which half of the cache to keep in fp16. Every right answer is computed when
+the check runs: codes from the C quantizer, bytes from ``precision.bytes_per_row``, errors from
+``precision.attend_scheme`` on fixed-seed data."""
 from __future__ import annotations
 
-from .core import register
+import functools
 
-register(__name__, [])
+import numpy as np
+
+from .. import precision
+from ..quant import quantize_kv_rows
+from ..reference import attention
+from .core import Choice, Exercise, Wrong, field_of, pick, register
+
+L07_OUTLIER = 30.0    # the offset of channel 7 in exercise 1's row, in units of the others' std
+L07_CHANNEL = 7
+
+
+def l07_outlier_row() -> np.ndarray:
+    """Exercise 1's K row: 128 standard normal values (seed 7), channel 7 shifted by +30."""
+    row = np.random.default_rng(7).standard_normal(128).astype(np.float32)
+    row[L07_CHANNEL] += np.float32(L07_OUTLIER)
+    return row
+
+
+@functools.lru_cache(maxsize=None)
+def _zero_codes_truth():
+    row = l07_outlier_row()
+    ordinary = np.delete(np.arange(row.size), L07_CHANNEL)
+    engine = quantize_kv_rows(row[None])[0][0]                 # the C quantizer the cache uses
+    q8_0 = precision.quantize_q8_0(row[None])[0][0]
+    return int(np.sum(engine[ordinary] == 0)), int(np.sum(q8_0[ordinary] == 0))
+
+
+def _zero_codes(answer):
+    engine, q8 = _zero_codes_truth()
+    e = field_of(answer, "engine_zero_codes", int)
+    if e != engine:
+        raise Wrong(f"engine_zero_codes = {e} is too {'low' if e < engine else 'high'}: with one raw max per row, "
+                    "a value gets code 0 when |x| < max|row| / 254 (half a step); count those among the 127 "
+                    "ordinary values (quantize_kv_rows)")
+    b = field_of(answer, "q8_0_zero_codes", int)
+    if b != q8:
+        raise Wrong(f"q8_0_zero_codes = {b} is too {'low' if b < q8 else 'high'}: with q8_0 only the block of 32 "
+                    "that holds channel 7 has the outlier's step; the other 3 blocks use their own max "
+                    "(precision.quantize_q8_0)")
+    return (f"{engine} of the 127 ordinary values are lost to code 0 with one scale per row, {q8} with one scale "
+            "per 32 values: the outlier sets the step only for its own block")
+
+
+ex07_1 = Exercise(
+    lesson="07", name="zero_codes", title="exercise 1: codes lost to one outlier",
+    question="exercises.lesson07.l07_outlier_row() is one K row of 128 values: standard normal, with channel 7 "
+    "shifted by +30. Quantize it the engine's way (lessonkit.quant.quantize_kv_rows, one raw max per row) and "
+    "llama.cpp's q8_0 way (precision.quantize_q8_0, one scale per 32 values). How many of the 127 ordinary "
+    "values (every channel except 7) get code 0 in each?",
+    template={"engine_zero_codes": ..., "q8_0_zero_codes": ...}, check=_zero_codes,
+    solution=_zero_codes_truth,
+    hint="codes = quantize_kv_rows(row[None])[0][0]; ordinary = np.delete(np.arange(128), 7); "
+    "np.sum(codes[ordinary] == 0). The same with precision.quantize_q8_0(row[None])[0][0].")
+
+
+def _bytes_truth():
+    same = [hd for hd in range(32, 513, 32)
+            if precision.bytes_per_row(hd, "engine") == precision.bytes_per_row(hd, "q8_0")]
+    return precision.bytes_per_row(128, "engine"), precision.bytes_per_row(128, "q8_0"), same[0]
+
+
+def _bytes(answer):
+    engine, q8, same = _bytes_truth()
+    e = field_of(answer, "engine_bytes", int)
+    if e != engine:
+        raise Wrong(f"engine_bytes = {e}: one K row of this engine is hd int8 codes plus one fp32 scale"
+                    + (" (you counted the codes only)" if e == 128 else ""))
+    b = field_of(answer, "q8_0_bytes", int)
+    if b != q8:
+        raise Wrong(f"q8_0_bytes = {b}: q8_0 stores one fp16 scale (2 bytes) per 32 int8 codes"
+                    + (" (you counted 4 bytes per scale)" if b == 128 + 4 * 4 else ""))
+    h = field_of(answer, "same_cost_hd", int)
+    if h != same:
+        raise Wrong(f"at hd = {h} the two cost {precision.bytes_per_row(h, 'engine') if h > 0 else '?'} and "
+                    f"{precision.bytes_per_row(h, 'q8_0') if h > 0 and h % 32 == 0 else '?'} bytes: solve "
+                    "hd + 4 = hd + 2 * hd / 32")
+    return (f"{engine} and {q8} bytes per K row at hd = 128; the two layouts cost the same at hd = {same}, "
+            "and q8_0 costs more above it")
+
+
+ex07_2 = Exercise(
+    lesson="07", name="scale_bytes", title="exercise 2: what a finer scale costs",
+    question="How many bytes does one K row (one token, one kv head) cost at hd = 128 in this engine's layout "
+    "(int8 codes, one fp32 raw max) and in q8_0 (int8 codes, one fp16 scale per 32 values)? At which head "
+    "dimension (a multiple of 32) do the two cost the same?",
+    template={"engine_bytes": ..., "q8_0_bytes": ..., "same_cost_hd": ...}, check=_bytes,
+    solution=_bytes_truth,
+    hint="precision.bytes_per_row(128, 'engine') and precision.bytes_per_row(128, 'q8_0'); "
+    "then hd + 4 = hd + 2 * hd / 32.")
+
+
+@functools.lru_cache(maxsize=None)
+def _protect_data():
+    """Outlier K (factor 20 on channels 11, 64, 97), Gaussian V, 2048 tokens, 16 queries (seed 70);
+    median relative errors with K in fp16 and with V in fp16 (the other half the engine's way)."""
+    rng = np.random.default_rng(70)
+    K = precision.outlier_rows(2048, 128, rng, channels=(11, 64, 97), factor=20.0)
+    V = rng.standard_normal((2048, 128), dtype=np.float32)
+    Q = (2 * rng.standard_normal((16, 128))).astype(np.float32)
+    ref = attention(Q, K, V)
+    k16 = float(np.median(precision.rel_error(precision.attend_scheme(Q, K, V, "fp16", v_scheme="engine"), ref)))
+    v16 = float(np.median(precision.rel_error(precision.attend_scheme(Q, K, V, "engine", v_scheme="fp16"), ref)))
+    return k16, v16
+
+
+PROTECT = {
+    "a": Choice("K in fp16: the outliers set K's step, and a K error moves every weight",
+                "keeping K in fp16 removes the coarse step the outlier channels give K's rows"),
+    "b": Choice("V in fp16: a V error goes straight into the output, token by token",
+                "V here is Gaussian; its q8 step is fine. The outliers are in K"),
+    "c": Choice("Either one: both halves add about the same error, so it is a tie",
+                "measure both with precision.attend_scheme: the two medians are far apart"),
+}
+
+
+def _protect_truth():
+    k16, v16 = _protect_data()
+    return "a" if k16 < v16 else "b"
+
+
+def _protect(answer):
+    k16, v16 = _protect_data()
+    msg = pick(answer, "choice", PROTECT, _protect_truth())
+    return f"{msg} (median relative error: K in fp16 {k16:.4f}, V in fp16 {v16:.4f})"
+
+
+ex07_3 = Exercise(
+    lesson="07", name="protect_half", title="exercise 3: which half to keep in fp16",
+    question="K has 3 outlier channels (factor 20), V is Gaussian. You may keep ONE half of the cache in fp16 "
+    "(256 bytes per row at hd = 128) and the other in this engine's q8. Which choice gives the smaller "
+    "attention error? Measure it with precision.attend_scheme(Q, K, V, 'fp16', v_scheme='engine') and "
+    "precision.attend_scheme(Q, K, V, 'engine', v_scheme='fp16').",
+    template={"choice": ...}, check=_protect, solution=lambda: {"choice": _protect_truth()},
+    choices=PROTECT,
+    hint="Build K with precision.outlier_rows(2048, 128, rng, factor=20.0), V standard normal, Q = 2 * normal; "
+    "compare the medians of precision.rel_error(..., lessonkit.reference.attention(Q, K, V)).")
+
+register(__name__, [ex07_1, ex07_2, ex07_3])
