@@ -280,3 +280,67 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     ax.set_title(f"One call of flash_attn_single_q_q8_neon, as traced (head_dim {hd}, seq_len {T}{kh}):"
                  f" {kib(c.kv_bytes)} of K, V and scales read, once", fontsize=13)
     return ax
+
+
+# ----------------------------------------------------------------------------- the check on awkward shapes
+
+# (n_kv_heads, head_dim, kv_bs, seq_len, kv_head, zero_q_block): lesson 04's call (a part-filled last
+# block, kh_off != 0), one token, the largest head (HD_MAX = 256) with blocks of 7, a Q block of zeros
+WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False),
+              (2, 64, 5, 33, 1, True))
+
+
+def check_walkthrough(seed: int = 0):
+    """Lesson 04's check on awkward shapes: every segment of the compiled kernel's traced call
+    against numpy, for each of ``WALK_CASES``. Exact where the arithmetic is integer or a maximum
+    (Q codes, block dots, M, which tokens rescale, traced == untraced, out == VKQ * (1/S) bit for
+    bit); to float32 rounding elsewhere: scores within 1e-6 of the size of their terms (a few float32
+    roundings, 6e-8 each), S and VKQ within 1e-5 relative after every token (a thousand accumulated
+    roundings). Plus the guard of segment 4: scores below -1e9 give zeros, not NaN."""
+    from .cache import KVCacheQ8
+    from .kernels.attention import attend
+    from .layout import Checks
+    from .quant import quantize_q
+    from .softmax import online
+    from .synthetic import cache_with_scores
+    rng = np.random.default_rng(seed)
+    out = Checks()
+    for nkv, hd, kv_bs, T, kh, zero_block in WALK_CASES:
+        case = f"hd={hd} kv_bs={kv_bs} T={T} kh={kh}" + (" zero Q block" if zero_block else "")
+        K = rng.standard_normal((T, nkv, hd), dtype=np.float32)
+        V = rng.standard_normal((T, nkv, hd), dtype=np.float32)
+        q = rng.standard_normal(hd, dtype=np.float32)
+        if zero_block:
+            q[:32] = 0
+        cache = KVCacheQ8(nkv, hd, kv_bs)
+        cache.append(K, V)
+        scale = float(np.float32(1 / np.sqrt(hd)))
+        res, tr = attend(q, cache, kh, scale=scale, trace=True)
+        same = res.tobytes() == attend(q, cache, kh, scale=scale).tobytes()
+        codes, qsc = quantize_q(q)
+        seg1 = np.array_equal(tr.q_codes, codes) and np.array_equal(tr.q_scales, qsc) and tr.n_q_quantized == 1
+        kc = cache.k_codes(kh).astype(np.int32).reshape(T, -1, 32)
+        dots = np.array_equal(tr.dots, np.einsum("tbi,bi->tb", kc, codes.astype(np.int32).reshape(-1, 32)))
+        k_raw = cache.k_scales(kh)
+        m_t = score_magnitude(tr.dots, tr.q_scales, k_raw, scale)
+        s_ok = all((np.abs(replay_scores(tr.dots, tr.q_scales, k_raw, scale, fused=f).astype(np.float64) - tr.s)
+                    <= 1e-6 * m_t).all() for f in (False, True))
+        rep = online(tr.s, cache.dequantized(kh)[1], dtype=np.float32)
+        m_ok = np.array_equal(tr.M, rep.M) and np.array_equal(tr.rescaled, rep.rescaled)
+        vkq_size = np.abs(tr.vkq).max(axis=1)
+        acc_ok = bool((np.abs(rep.S - tr.S) <= 1e-5 * tr.S).all()
+                      and (np.abs(rep.acc - tr.vkq).max(axis=1) <= 1e-5 * vkq_size).all())
+        seg4 = np.array_equal(tr.vkq[-1] * (np.float32(1) / tr.S[-1]), res)
+        c = pass_counts(tr, cache)
+        once = c.k_rows_read == c.v_rows_read == T and c.expf_calls == T
+        for name, ok in (("traced == untraced, bit for bit", same), ("segment 1: Q codes and scales exact", seg1),
+                         ("segment 2: int32 block dots exact", dots), ("segment 2: scores within 1e-6 of their terms", s_ok),
+                         ("segment 3: M and the rescaled tokens exact", m_ok),
+                         ("segment 3: S and VKQ within 1e-5 after every token", acc_ok),
+                         ("segment 4: out == VKQ * (1/S), bit for bit", seg4),
+                         ("each K and V row read once, one expf per token", once)):
+            out.add(f"{name} ({case})", ok, "differs from the numpy replay")
+    low_cache, low_q, low_scale = cache_with_scores(np.array([-2e9, -3e9], np.float32), head_dim=32)
+    low_out = attend(low_q, low_cache, 0, scale=low_scale)
+    out.add("segment 4 guard: scores below -1e9 give zeros, not NaN", (low_out == 0).all(), f"out {low_out[:4]}")
+    return out

@@ -276,3 +276,101 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
     fig.suptitle(f"KVCacheQ8 {which.upper()} side: {T} tokens, {nkv} kv heads x head_dim {hd}, kv_bs {bs} "
                  f"({nb} blocks); token t={w.t}, kv head kh={w.kv_head} framed in red", fontsize=13)
     return fig
+
+
+# ----------------------------------------------------------------------------- the check on awkward shapes
+
+class Checks:
+    """Named checks of one lesson cell: ``add(name, ok, detail)``, then ``str()`` is one line,
+    "7 checks passed", or the failed checks with their details (the lesson cell prints it)."""
+
+    def __init__(self):
+        self.results: list[tuple[str, bool, str]] = []
+
+    def add(self, name: str, ok, detail: str = "") -> None:
+        self.results.append((name, bool(ok), detail))
+
+    @property
+    def failed(self) -> list[tuple[str, bool, str]]:
+        return [r for r in self.results if not r[1]]
+
+    def __bool__(self) -> bool:
+        return not self.failed
+
+    def __str__(self) -> str:
+        n = len(self.results)
+        if not self.failed:
+            return f"{n} checks passed"
+        lines = [f"{len(self.failed)} of {n} checks FAILED:"]
+        lines += [f"  {name}: {detail}" for name, _, detail in self.failed]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+# (n_kv_heads, head_dim, kv_bs, seq_len): a half-filled last block, one token per block, one block
+# larger than the context, the largest head the kernel's buffers take (HD_MAX = 256), one kv head
+LAYOUT_CASES = ((3, 32, 4, 10), (2, 64, 1, 5), (4, 128, 64, 7), (2, 256, 5, 13), (1, 32, 3, 1))
+
+
+def check_layout(ffi=None, seed: int = 0) -> Checks:
+    """Lesson 03's check on awkward shapes (``LAYOUT_CASES``), through the compiled kernel's trace:
+    for every case, K and V rows read where ``locate`` says, for every head and token; the codes and
+    raw scales read back through the pointer table equal the C quantizer run on the float rows; the
+    kernel's scores are ``dots * qsc * (raw max / 127) * scale`` (rtol 1e-6: float32 rounding of a
+    four-term sum; a scale off by 127 misses by 100x); plus an all-zero row (scale 0, codes 0, score
+    exactly 0, finite output) and the half-step bound of the dequantization error."""
+    from .kernels.attention import attend
+    from .quant import quantize_kv_rows
+    ffi = ffi if ffi is not None else native.load()[0]
+    rng = np.random.default_rng(seed)
+    out = Checks()
+    for nkv, hd, kv_bs, T in LAYOUT_CASES:
+        case = f"nkv={nkv} hd={hd} kv_bs={kv_bs} T={T}"
+        K = rng.standard_normal((T, nkv, hd), dtype=np.float32)
+        V = rng.standard_normal((T, nkv, hd), dtype=np.float32)
+        cache = KVCacheQ8(nkv, hd, kv_bs)
+        cache.append(K, V)
+        q = rng.standard_normal(hd, dtype=np.float32)
+        tt = np.arange(T)
+        addr_ok, read_ok, score_ok = True, True, True
+        for kh in range(nkv):
+            _, tr = attend(q, cache, kh, trace=True)
+            want = (tt % kv_bs) * cache.kv_dim + kh * hd
+            for rows, which in ((tr.k_rows, "k"), (tr.v_rows, "v")):
+                b, o = kernel_reads(rows, cache, which)
+                addr_ok &= bool((b == tt // kv_bs).all() and (o == want).all())
+            for which, X in (("k", K), ("v", V)):
+                codes, scales = quantize_kv_rows(np.ascontiguousarray(X[:, kh]))
+                for t in range(T):
+                    c, s = read_token(cache, t, kh, which, ffi)
+                    read_ok &= bool((c == codes[t]).all()) and s == scales[t]
+            s = np.zeros(T, np.float32)
+            for blk in range(hd // 32):
+                s += tr.dots[:, blk].astype(np.float32) * tr.q_scales[blk]
+            s = s * (cache.k_scales(kh) / np.float32(127)) * np.float32(1 / np.sqrt(hd))
+            score_ok &= bool(np.allclose(tr.s, s, rtol=1e-6, atol=1e-7))
+        out.add(f"rows read at the layout's address ({case})", addr_ok, "a K or V row was read elsewhere")
+        out.add(f"codes and raw scales through the pointer table ({case})", read_ok,
+                "a row read back differs from the C quantizer's")
+        out.add(f"scores = dots * qsc * (raw max / 127) * scale ({case})", score_ok,
+                "the kernel's scores do not follow the raw-max scale")
+    # an all-zero K row: the quantizer's guard writes scale 0 and codes 0; the kernel needs no guard
+    K = rng.standard_normal((6, 2, 32), dtype=np.float32)
+    K[2, 1] = 0.0
+    zc = KVCacheQ8(2, 32, 4)
+    zc.append(K, K)
+    zout, ztr = attend(rng.standard_normal(32, dtype=np.float32), zc, 1, trace=True)
+    out.add("all-zero row: scale 0 and codes 0", zc.k_scales(1)[2] == 0 and not zc.k_codes(1)[2].any(),
+            f"scale {float(zc.k_scales(1)[2])}")
+    out.add("all-zero row: score exactly 0, output finite", ztr.s[2] == 0 and np.isfinite(zout).all(),
+            f"score {float(ztr.s[2])}")
+    # the error bound, with a channel 20x louder than the rest (it sets every row's step)
+    X = rng.standard_normal((256, 1, 128), dtype=np.float32)
+    X[:, 0, 7] *= 20
+    ec = KVCacheQ8(1, 128, 16)
+    ec.append(X, X)
+    err = np.abs(ec.dequantized(0)[0] - X[:, 0]) / (ec.k_scales(0)[:, None] / 127)
+    out.add("|error| <= half a step (+1e-5 for float32 rounding)", err.max() <= 0.5 + 1e-5,
+            f"max |error| / step = {err.max():.6f}")
+    return out

@@ -126,3 +126,14 @@ def test_cost_table_and_figure_show_the_counts():
     texts = " ".join(t.get_text() for t in ax.texts)
     assert "100 x 128 B = 12.5 KiB" in texts and f"rescaled at {c.rescales} of 100 tokens" in texts
     plt.close(ax.figure)
+
+
+def test_check_walkthrough_passes_and_can_fail(monkeypatch):
+    """Lesson 04's one-line check passes on the real kernel and fails when numpy's segment 1 is
+    off by one code."""
+    from lessonkit import dataflow, quant
+    assert dataflow.check_walkthrough(), str(dataflow.check_walkthrough())
+    real = quant.quantize_q
+    monkeypatch.setattr(quant, "quantize_q", lambda q: ((real(q)[0] // 2).astype(real(q)[0].dtype), real(q)[1]))
+    bad = dataflow.check_walkthrough()
+    assert not bad and "segment 1" in str(bad)

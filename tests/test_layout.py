@@ -116,3 +116,13 @@ def test_draw_cache_refuses_big_or_empty_caches():
         layout.draw_cache(big)
     with pytest.raises(ValueError, match="empty"):
         layout.draw_cache(lk.KVCacheQ8(1, 32, 4))
+
+
+def test_check_layout_passes_and_can_fail(monkeypatch):
+    """Lesson 03's one-line check passes on the real kernel, and reports a failure when the
+    pointer-table read is wrong (a check that cannot fail would be worth nothing)."""
+    assert layout.check_layout(), str(layout.check_layout())
+    real = layout.read_token
+    monkeypatch.setattr(layout, "read_token", lambda *a, **k: (real(*a, **k)[0] + 1, real(*a, **k)[1]))
+    bad = layout.check_layout()
+    assert not bad and "FAILED" in str(bad) and "pointer table" in str(bad)

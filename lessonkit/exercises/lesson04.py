@@ -47,7 +47,7 @@ def _l04_outside(answer):
         raise Wrong(f"{len(missing)} non-blank line(s) of the function outside every segment are missing, "
                     f"the first at line {missing[0]}")
     return (f"{len(truth)} non-blank lines belong to no segment: the signature and the argument check, the "
-            "running state M, S, VKQ and the tile loop around segments 2-3, and closing braces")
+            "running state M, S, VKQ and the token loop around segments 2-3, and closing braces")
 
 
 ex04_1 = Exercise(
@@ -59,7 +59,7 @@ ex04_1 = Exercise(
     hint="source.function_lines('flash_attn_single_q_q8_neon') and source.kernel_segments(): every line of the "
     "first range that is in none of the second.",
     explain="They belong to the article's parts as follows: the signature and `if (hd ...)` to the call itself, "
-    "M/S/VKQ and the tile loop to the online softmax (the article's segment 2 declares them).")
+    "M/S/VKQ and the token loop to the online softmax (the article's segment 2 declares them).")
 
 
 def _l04_once_truth():
@@ -126,9 +126,12 @@ def _l04_fold(answer):
 
 ex04_3 = Exercise(
     lesson="04", name="fold_scale", title="exercise 3: fold scale into qsc",
-    question="With qsc[b] = qm * KVQ_INV * scale in segment 1 and s = s * ks in segment 2: how many multiplies per "
-    "token are saved, and do the scores change only in their last bits (less than 1e-5 relative)? The check "
-    "makes this edit in a temporary copy of native/ and compares the traced scores of lesson 04's call.",
+    question="Fold scale into qsc, in YOUR copy of the kernel (never in native/): from lessonkit import "
+    "debug, workspace; src = workspace.student_native(); in src / 'flash_attn_q8_neon.c' change segment 1's line to "
+    "qsc[b] = qm * KVQ_INV * scale; and segment 2's to s = s * ks; then ffi, lib = lk.native.load(src_dir=src) "
+    "and tr2 = debug.trace_with(ffi, lib, q, cache, kh, scale) with this lesson's q, cache, kh and scale. "
+    "How many multiplies per token are saved, and do the scores tr2.s differ from tr.s only in their last "
+    "bits (less than 1e-5 relative)? (The check makes the same edit in a temporary copy of its own.)",
     template={"multiplies_saved_per_token": ..., "scores_change_only_in_last_bits": ...}, check=_l04_fold,
     solution=_l04_fold_truth,
     hint="the multiply by scale moves from the token loop into segment 1 (4 blocks, once per call); float32 "
