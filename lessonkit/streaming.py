@@ -391,7 +391,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
         check.at_most("seq_len", c[1], MAX_SIMULATED_TOKENS, "tokens of one valgrind simulation")
     saved = Path(saved)
     if traffic.valgrind_available() and not load_only:
-        results = {c: traffic.simulate(c[0], c[1], n_kv_heads=c[3] if len(c) == 4 else 1, preset_name=c[2])
+        results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
                    for c in configs}
         note = f"simulated now with {_valgrind_version()} (callgrind --cache-sim=yes)"
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
@@ -402,7 +402,8 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
             note += f"; saved to {saved.name}"
         return results, note
     if not saved.is_file():
-        raise RuntimeError(f"there are no saved results in {saved} (and valgrind was not run)")
+        raise RuntimeError(f"{'valgrind was not run' if load_only else 'valgrind is not installed'} and there "
+                           f"are no saved results in {saved}")
     data = json.loads(saved.read_text())
     names = {f.name for f in fields(traffic.Simulated)}
     have = {}
