@@ -310,6 +310,46 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, kept_up, out)
 
 
+# ----------------------------------------------------------------------------- work left after the last chunk
+
+FAIR_MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed",
+              "neon", "two_pass_scores", "two_pass_recompute")
+
+
+def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 128,
+                          n_kv_heads: int = 1) -> dict[str, int]:
+    """What a kernel must still do once the last chunk of KV has arrived, counted, not timed.
+
+    "streaming": the online state; the last chunk is scored and folded in, then one merge.
+    "two_pass_scores_streamed": pass 1 (score, store, running max) runs on each chunk as it
+    arrives; after the last one: its pass 1, then pass 2 (exp over all stored scores, their sum)
+    and pass 3 (all V rows). "two_pass_recompute_streamed": pass 1 (M and S, online, no V) runs
+    as chunks arrive; after the last one: its pass 1, then pass 2 (all K rows scored again, all
+    V rows). The fair comparison: only the passes that need M (and S) over all tokens wait.
+    "neon", "two_pass_scores", "two_pass_recompute": the whole kernel runs after the last chunk.
+
+    Returns K rows scored, V rows added, exps (one per weight; a new max's rescale not counted)
+    and bytes read from the KV and the score array (``lessonkit.traffic.bytes_per_token``'s
+    lines per token; the score array 4 bytes per token per pass)."""
+    if mode not in FAIR_MODES:
+        raise ValueError(f"mode must be one of {', '.join(FAIR_MODES)}; got {check.short(mode)}")
+    T = check.integer("seq_len", seq_len, minimum=1)
+    c = check.integer("chunk", chunk, minimum=1, below=T + 1)
+    per = traffic.bytes_per_token(head_dim, n_kv_heads)
+    k_tok, v_tok = per["k"], per["kv"] - per["k"]
+    last = T - (-(-T // c) - 1) * c  # tokens of the last chunk
+    scored, v_rows, exps, score_bytes = {
+        "streaming": (last, last, last, 0),
+        "two_pass_scores_streamed": (last, T, T, 4 * last + 3 * 4 * T),
+        "two_pass_recompute_streamed": (last + T, T, last + T, 0),
+        "neon": (T, T, T, 0),
+        "two_pass_scores": (T, T, T, 4 * 4 * T),
+        "two_pass_recompute": (2 * T, T, 2 * T, 0),
+    }[mode]
+    return dict(k_rows_scored=scored, v_rows_added=v_rows, exps=exps,
+                bytes=scored * k_tok + v_rows * v_tok + score_bytes)
+
+
 # ----------------------------------------------------------------------------- saved simulations
 
 SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
@@ -322,7 +362,8 @@ def _valgrind_version() -> str:
         return "unknown"
 
 
-def simulations(configs, saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
+def simulations(configs, saved: Path | str, save: bool | None = None,
+                load_only: bool = False) -> tuple[dict, str]:
     """valgrind cache simulations of ``configs``, a list of (variant, seq_len, preset_name), each
     cold, one kv head of head_dim 128 (``traffic.simulate``'s defaults).
 
@@ -331,19 +372,27 @@ def simulations(configs, saved: Path | str, save: bool | None = None) -> tuple[d
     Where it is not (macOS), load the results saved in ``saved``. Returns ({(variant, seq_len,
     preset): traffic.Simulated}, a note saying where the results came from). At most
     MAX_SIMULATIONS configurations, each of at most MAX_SIMULATED_TOKENS tokens: a simulation
-    runs the kernel under valgrind, some 50 times slower than natively."""
+    runs the kernel under valgrind, some 50 times slower than natively. A config may name
+    ``n_kv_heads`` as a fourth item (the engine's layout: that many heads interleaved per token;
+    default 1). ``load_only``: read the saved results even where valgrind is installed (the
+    long simulations a lesson does not recompute in CI)."""
     if isinstance(configs, (str, bytes)) or not hasattr(configs, "__len__"):
         raise TypeError(f"configs must be a list of (variant, seq_len, preset_name); got {type(configs).__name__}")
     check.at_most("len(configs)", len(configs), MAX_SIMULATIONS, "valgrind simulations of one call")
     try:
-        configs = [(v, check.integer("seq_len", n, minimum=1), p) for v, n, p in configs]
+        configs = [(c[0], check.integer("seq_len", c[1], minimum=1), c[2],
+                    *([check.integer("n_kv_heads", c[3], minimum=1, below=33)] if len(c) == 4 else []))
+                   for c in configs if len(c) in (3, 4)] if all(len(c) in (3, 4) for c in configs) else None
     except (TypeError, ValueError) as e:
-        raise type(e)(f"configs must be (variant, seq_len, preset_name) triples: {e}") from None
-    for _, n, _ in configs:
-        check.at_most("seq_len", n, MAX_SIMULATED_TOKENS, "tokens of one valgrind simulation")
+        raise type(e)(f"configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples: {e}") from None
+    if configs is None:
+        raise ValueError("configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples")
+    for c in configs:
+        check.at_most("seq_len", c[1], MAX_SIMULATED_TOKENS, "tokens of one valgrind simulation")
     saved = Path(saved)
-    if traffic.valgrind_available():
-        results = {c: traffic.simulate(c[0], c[1], preset_name=c[2]) for c in configs}
+    if traffic.valgrind_available() and not load_only:
+        results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
+                   for c in configs}
         note = f"simulated now with {_valgrind_version()} (callgrind --cache-sim=yes)"
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
             saved.parent.mkdir(parents=True, exist_ok=True)
@@ -353,17 +402,21 @@ def simulations(configs, saved: Path | str, save: bool | None = None) -> tuple[d
             note += f"; saved to {saved.name}"
         return results, note
     if not saved.is_file():
-        raise RuntimeError(f"valgrind is not installed and there are no saved results in {saved}")
+        raise RuntimeError(f"{'valgrind was not run' if load_only else 'valgrind is not installed'} and there "
+                           f"are no saved results in {saved}")
     data = json.loads(saved.read_text())
     names = {f.name for f in fields(traffic.Simulated)}
     have = {}
     for r in data["results"]:
         sim = traffic.Simulated(**{k: v for k, v in r.items() if k in names})
-        have[(sim.variant, sim.seq_len, sim.preset)] = sim
+        have[(sim.variant, sim.seq_len, sim.preset)
+             + ((sim.n_kv_heads,) if sim.n_kv_heads != 1 else ())] = sim
+        have[(sim.variant, sim.seq_len, sim.preset, sim.n_kv_heads)] = sim
     missing = [c for c in configs if c not in have]
     if missing:
         raise RuntimeError(f"{saved.name} has no saved results for {missing}; run the notebook where "
                            f"valgrind is installed with {SAVE_ENV}=1 to save them")
-    note = (f"valgrind is not installed here: these are the results saved in {saved.name} "
+    why = "loaded as asked" if traffic.valgrind_available() else "valgrind is not installed here"
+    note = (f"{why}: these are the results saved in {saved.name} "
             f"({data.get('valgrind', 'valgrind')} on {data.get('machine', 'another machine')})")
     return {c: have[c] for c in configs}, note

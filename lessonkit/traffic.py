@@ -47,14 +47,16 @@ class Preset:
     ll: CacheLevel  # the last level valgrind simulates
 
 
-# Cortex-A76 as in the RK3588: L1d 64 KB (Arm's Cortex-A76 manual), L2 512 KB per core and a
-# shared L3 of 3 MB (Rockchip's RK3588 datasheet).
-# valgrind models one last level: "a76" takes the L3, "a76-l2" the L2. (3 MB is simulated
-# 12-way so that the number of sets is a power of two, as valgrind requires.)
+# Caches of the sizes of a Cortex-A76 in the RK3588 (simulated; valgrind is not an A76): L1d 64 KB
+# (Arm's Cortex-A76 TRM), L2 512 KB private to each core, and an L3 of 3 MB that the RK3588's four
+# A76 cores (and its four A55) share (Rockchip's RK3588 datasheet). valgrind models one last level:
+# "a76" takes the whole L3 (one core alone on the chip), "a76-l2" one core's L2 (the part no other
+# core competes for). (3 MB is simulated 12-way so that the number of sets is a power of two, as
+# valgrind requires.) The keys stay short; the names say "A76-sized", never "A76".
 PRESETS = {
-    "a76": Preset("Cortex-A76 (RK3588): L1d 64 KiB, last level = shared L3 3 MiB",
+    "a76": Preset("A76-sized caches (simulated): L1d 64 KiB, last level 3 MiB (the RK3588's shared L3)",
                   CacheLevel(64 << 10, 4, 64), CacheLevel(3 << 20, 12, 64)),
-    "a76-l2": Preset("Cortex-A76 (RK3588): L1d 64 KiB, last level = L2 512 KiB",
+    "a76-l2": Preset("A76-sized caches (simulated): L1d 64 KiB, last level 512 KiB (one core's L2)",
                      CacheLevel(64 << 10, 4, 64), CacheLevel(512 << 10, 8, 64)),
 }
 
@@ -118,7 +120,32 @@ def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int
         parts["scores_written"] = 2 * 4 * T
         parts["scores_read"] = 2 * 4 * T
     parts["total"] = sum(parts.values())
+    # the same bytes by what they are, for stacked bars (not added to the total again)
+    parts["k_first"] = T * head_dim
+    parts["k_second"] = (k_reads - 1) * T * head_dim
+    parts["score_array"] = parts["scores_written"] + parts["scores_read"]
     return parts
+
+
+PARTS = ("k_first", "k_second", "v", "scales", "score_array")  # model_bytes' parts that sum to its total
+
+
+def bytes_per_token(head_dim: int = 128, n_kv_heads: int = 1, line: int = 64) -> dict[str, int]:
+    """Bytes of cache lines one token of one kv head occupies: K row + its scale's share of a line,
+    and K + V. With ``n_kv_heads`` heads interleaved per token (the engine's layout), a token's
+    scales of all heads sit side by side, so one head's scale read brings ``4 * n_kv_heads`` bytes
+    (at most a line): 264 bytes for K + V at head_dim 128 and one head, 320 at eight heads."""
+    scale = min(4 * n_kv_heads, line)
+    return dict(k=head_dim + scale, kv=2 * (head_dim + scale))
+
+
+def fit_limits(preset_name: str, head_dim: int = 128, n_kv_heads: int = 1) -> dict[str, float]:
+    """The sequence lengths up to which one kv head's K + V, and its K alone, fit in the preset's
+    last level (bytes of lines per token from ``bytes_per_token``): the bounds of the regions
+    "K+V fit", "K fits", "neither"."""
+    size = preset(preset_name).ll.size
+    per = bytes_per_token(head_dim, n_kv_heads, preset(preset_name).ll.line)
+    return dict(kv_fits=size / per["kv"], k_fits=size / per["k"])
 
 
 def softmax_accesses_per_element(variant: str) -> dict[str, int]:
@@ -140,6 +167,7 @@ class Simulated:
     d1_misses: int   # first-level data misses (reads + writes)
     ll_misses: int   # last-level data misses (reads + writes)
     line: int
+    n_kv_heads: int = 1  # kv heads interleaved per token in the simulated cache (the one measured: the last)
 
     @property
     def dram_bytes(self) -> int:
@@ -238,4 +266,4 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
     totals = [int(x) for x in re.search(r"^totals: (.*)$", text, re.M).group(1).split()]
     c = dict(zip(events, totals + [0] * (len(events) - len(totals))))  # trailing zeros are omitted
     return Simulated(variant, seq_len, preset_name, c["Ir"], c["Dr"], c["Dw"],
-                     c["D1mr"] + c["D1mw"], c["DLmr"] + c["DLmw"], p.ll.line)
+                     c["D1mr"] + c["D1mw"], c["DLmr"] + c["DLmw"], p.ll.line, n_kv_heads)

@@ -20,11 +20,19 @@ def test_model_by_hand():
     T, hd = 1000, 128
     single = traffic.model_bytes("single", T, hd, n_kv_heads=1)
     assert single == dict(k=T * hd, v=T * hd, scales=2 * 4 * T, scores_written=0, scores_read=0,
-                          total=2 * T * hd + 8 * T)
+                          total=2 * T * hd + 8 * T, k_first=T * hd, k_second=0, score_array=0)
     rec = traffic.model_bytes("two_pass_recompute", T, hd)
     assert rec["k"] == 2 * T * hd and rec["scales"] == 3 * 4 * T
     scores = traffic.model_bytes("two_pass_scores", T, hd)
     assert scores["scores_written"] == scores["scores_read"] == 8 * T
+    # the stacked bars' parts add up to the total, and name the second read of K
+    for m in (single, rec, scores):
+        assert sum(m[p] for p in traffic.PARTS) == m["total"]
+    assert rec["k_second"] == T * hd and scores["score_array"] == 16 * T
+    # lines per token of one head: 264 bytes (K + V) alone, 320 with 8 heads interleaved
+    assert traffic.bytes_per_token(hd, 1) == dict(k=hd + 4, kv=2 * (hd + 4))
+    assert traffic.bytes_per_token(hd, 8)["kv"] == 320
+    assert traffic.fit_limits("a76-l2", hd, 8)["k_fits"] == (512 << 10) / 160
     # with 8 kv heads each token's scale read costs 32 bytes of its line; 16+ heads: a whole line
     assert traffic.model_bytes("single", T, hd, n_kv_heads=8)["scales"] == 2 * 32 * T
     assert traffic.model_bytes("single", T, hd, n_kv_heads=32)["scales"] == 2 * 64 * T
