@@ -219,6 +219,52 @@ static inline void vkq_cols_rows_magic(float *vkq, const int8_t *const *vr, int 
     vkq_cols_rows_impl(vkq, vr, c, w, n, 1);
 }
 
+/* The grouped kernel's accumulation (flash_attn_q8_group.c): for each of G query heads,
+ * vkq[g][0..cols) += sum_{j<n} w[g][j] * vr[j][c .. c+cols), with V's columns converted to fp32
+ * ONCE per row for all G heads and every head's accumulators held in registers over the n rows:
+ * 32 columns x G heads on AVX-512 (2 zmm per head), 16 x G on NEON (4 q registers per head: with
+ * G = 4, 16 accumulators and 4 converted V vectors of the 32 registers). Per head, the same
+ * multiply-adds in the same order as vkq_cols_rows over the same columns. */
+#define GQA_MAXG 8
+#if !defined(__aarch64__) && defined(__AVX512F__)
+#define FA_GROUP_COLS 32
+#else
+#define FA_GROUP_COLS 16
+#endif
+static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *vr, int c, const float *w,
+    int wstride, int n, int G)
+{
+#if !defined(__aarch64__) && defined(__AVX512F__)
+    __m512 a[GQA_MAXG][2];
+    for (int g = 0; g < G; g++) { a[g][0] = _mm512_loadu_ps(vkq[g] + c); a[g][1] = _mm512_loadu_ps(vkq[g] + c + 16); }
+    for (int j = 0; j < n; j++) {
+        const int8_t *v = vr[j] + c;
+        __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v)));
+        __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(v + 16))));
+        for (int g = 0; g < G; g++) {
+            __m512 wj = _mm512_set1_ps(w[g * wstride + j]);
+            a[g][0] = _mm512_fmadd_ps(f0, wj, a[g][0]);
+            a[g][1] = _mm512_fmadd_ps(f1, wj, a[g][1]);
+        }
+    }
+    for (int g = 0; g < G; g++) { _mm512_storeu_ps(vkq[g] + c, a[g][0]); _mm512_storeu_ps(vkq[g] + c + 16, a[g][1]); }
+#else
+    float32x4_t a[GQA_MAXG][4];
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) a[g][i] = vld1q_f32(vkq[g] + c + 4 * i);
+    for (int j = 0; j < n; j++) {
+        float32x4_t f[4];
+        v_i8x16_to_f32_magic(vr[j] + c, f);
+        for (int g = 0; g < G; g++) {
+            float32x4_t wj = vdupq_n_f32(w[g * wstride + j]);
+            for (int i = 0; i < 4; i++) a[g][i] = vfmaq_f32(a[g][i], f[i], wj);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) vst1q_f32(vkq[g] + c + 4 * i, a[g][i]);
+#endif
+}
+
 /* The engine's float -> int8 cast for Q: round half away from zero, then clamp. */
 static inline int8_t q_code(float v)
 {

@@ -66,9 +66,14 @@ int main(int argc, char **argv)
     K = malloc(sizeof *K * nb);
     V = malloc(sizeof *V * nb);
     srand(1);
+    /* FA_PERF_CONTIG=1: all K blocks in one arena and all V blocks in another (as an engine's
+     * pool allocates them) instead of one allocation per block, K and V alternating */
+    int contig = getenv("FA_PERF_CONTIG") && atoi(getenv("FA_PERF_CONTIG"));
+    int8_t *ka = contig ? aligned_alloc(4096, (size_t)nb * BS * HD) : NULL;
+    int8_t *va = contig ? aligned_alloc(4096, (size_t)nb * BS * HD) : NULL;
     for (int b = 0; b < nb; b++) {
-        K[b] = aligned_alloc(64, BS * HD);
-        V[b] = aligned_alloc(64, BS * HD);
+        K[b] = contig ? ka + (size_t)b * BS * HD : aligned_alloc(64, BS * HD);
+        V[b] = contig ? va + (size_t)b * BS * HD : aligned_alloc(64, BS * HD);
         for (int i = 0; i < BS * HD; i++) { K[b][i] = (int8_t)(rand() % 255 - 127); V[b][i] = (int8_t)(rand() % 255 - 127); }
     }
     ks = malloc(sizeof *ks * T);
