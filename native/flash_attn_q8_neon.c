@@ -129,6 +129,14 @@ const char *fa_simd_paths(void)
 #else
         "simde"
 #endif
+        " dot4="
+#if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        "vnni"
+#elif !defined(__aarch64__) && defined(__AVX2__)
+        "avx2"
+#else
+        "neon"
+#endif
         " vkq="
 #if defined(__aarch64__) || !defined(__AVX2__)
         "neon"

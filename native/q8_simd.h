@@ -95,7 +95,23 @@ static inline void vkq_add_i8x16(float *vkq, const int8_t *v, float32x4_t w)
 static inline int32x4_t i8x32_dot4_s32(const int8_t *q, const int8_t *k0, const int8_t *k1,
     const int8_t *k2, const int8_t *k3)
 {
-#if !defined(__aarch64__) && defined(__AVX2__)
+#if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    /* x86 with AVX-512 VNNI: vpdpbusd multiplies unsigned bytes by signed bytes and adds each
+     * group of four products into an int32 lane, one instruction for what the AVX2 path does in
+     * five (two widenings, two vpmaddwd, one add). K's codes become unsigned by flipping their sign
+     * bit (k ^ 0x80 = k + 128 as a u8), which adds 128 * (sum of Q's four codes) to every lane;
+     * the accumulator starts at minus that (one vpdpbusd of 128s against Q), so each lane holds
+     * exactly a[4j..4j+3] . b[4j..4j+3] for every int8 K and Q code (no product or sum overflows
+     * int32: |sum| <= 4 * 255 * 128). Same int32 lanes as the other paths, so the same scores. */
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i qv = _mm256_loadu_si256((const __m256i *)q);
+    const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), flip, qv));
+#define Q8_DOT32(k) _mm256_dpbusd_epi32(base, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(k)), flip), qv)
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(Q8_DOT32(k0), Q8_DOT32(k1)),
+                                  _mm256_hadd_epi32(Q8_DOT32(k2), Q8_DOT32(k3)));
+#undef Q8_DOT32
+    return simde_int32x4_from_m128i(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+#elif !defined(__aarch64__) && defined(__AVX2__)
     /* x86: Q widened to int16 once per block, each K half widened and multiply-added (vpmaddwd),
      * then three horizontal adds leave each row's sum in its own lane of each 128-bit half. */
     __m256i q0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
@@ -201,6 +217,52 @@ static inline void vkq_cols_rows(float *vkq, const int8_t *const *vr, int c, con
 static inline void vkq_cols_rows_magic(float *vkq, const int8_t *const *vr, int c, const float *w, int n)
 {
     vkq_cols_rows_impl(vkq, vr, c, w, n, 1);
+}
+
+/* The grouped kernel's accumulation (flash_attn_q8_group.c): for each of G query heads,
+ * vkq[g][0..cols) += sum_{j<n} w[g][j] * vr[j][c .. c+cols), with V's columns converted to fp32
+ * ONCE per row for all G heads and every head's accumulators held in registers over the n rows:
+ * 32 columns x G heads on AVX-512 (2 zmm per head), 16 x G on NEON (4 q registers per head: with
+ * G = 4, 16 accumulators and 4 converted V vectors of the 32 registers). Per head, the same
+ * multiply-adds in the same order as vkq_cols_rows over the same columns. */
+#define GQA_MAXG 8
+#if !defined(__aarch64__) && defined(__AVX512F__)
+#define FA_GROUP_COLS 32
+#else
+#define FA_GROUP_COLS 16
+#endif
+static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *vr, int c, const float *w,
+    int wstride, int n, int G)
+{
+#if !defined(__aarch64__) && defined(__AVX512F__)
+    __m512 a[GQA_MAXG][2];
+    for (int g = 0; g < G; g++) { a[g][0] = _mm512_loadu_ps(vkq[g] + c); a[g][1] = _mm512_loadu_ps(vkq[g] + c + 16); }
+    for (int j = 0; j < n; j++) {
+        const int8_t *v = vr[j] + c;
+        __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v)));
+        __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(v + 16))));
+        for (int g = 0; g < G; g++) {
+            __m512 wj = _mm512_set1_ps(w[g * wstride + j]);
+            a[g][0] = _mm512_fmadd_ps(f0, wj, a[g][0]);
+            a[g][1] = _mm512_fmadd_ps(f1, wj, a[g][1]);
+        }
+    }
+    for (int g = 0; g < G; g++) { _mm512_storeu_ps(vkq[g] + c, a[g][0]); _mm512_storeu_ps(vkq[g] + c + 16, a[g][1]); }
+#else
+    float32x4_t a[GQA_MAXG][4];
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) a[g][i] = vld1q_f32(vkq[g] + c + 4 * i);
+    for (int j = 0; j < n; j++) {
+        float32x4_t f[4];
+        v_i8x16_to_f32_magic(vr[j] + c, f);
+        for (int g = 0; g < G; g++) {
+            float32x4_t wj = vdupq_n_f32(w[g * wstride + j]);
+            for (int i = 0; i < 4; i++) a[g][i] = vfmaq_f32(a[g][i], f[i], wj);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) vst1q_f32(vkq[g] + c + 4 * i, a[g][i]);
+#endif
 }
 
 /* The engine's float -> int8 cast for Q: round half away from zero, then clamp. */

@@ -23,6 +23,12 @@ REGISTRY = r'''/* X(version, name, function, adds) */
   X(0, "scalar", flash_attn_single_q_q8_scalar, "plain C") \
   X(1, "neon",   flash_attn_single_q_q8_neon,   "the article's loop") \
   X(2, "tile4",  toy_tile4,                     "four tokens per \"tile\"")
+/* as the real registry: every entry declared, for fa_timing.c's table */
+#include "flash_attn_q8.h"
+#define FA_DECLARE(version, name, fn, adds) \
+    void fn(float *restrict, const float *restrict, int8_t *const *, int8_t *const *, const float *restrict, \
+        const float *restrict, int, int, int, int, int, int, float);
+FA_VARIANTS(FA_DECLARE)
 '''
 TOY = r'''#include "flash_attn_q8.h"
 /* a kernel-shaped toy whose token loop is known: one period handles 4 tokens */
@@ -48,11 +54,14 @@ def fixture_native(tmp_path, registry=True):
 
 
 def test_registry_parsed(tmp_path):
-    vs = cycles.variants(fixture_native(tmp_path))
+    d = fixture_native(tmp_path)
+    vs = cycles.variants(d, group=False)
     assert [(v.version, v.name, v.function) for v in vs] == [
         (0, "scalar", "flash_attn_single_q_q8_scalar"), (1, "neon", "flash_attn_single_q_q8_neon"),
         (2, "tile4", "toy_tile4")]
     assert vs[2].adds == r'four tokens per \"tile\"'
+    # the grouped kernel (not in the registry: its signature has G) comes after the registry's entries
+    assert [(v.name, v.function) for v in cycles.variants(d)[3:]] == [("group4", "flash_attn_group_q8_neon")]
 
 
 def test_without_registry_todays_kernels(tmp_path):
@@ -169,3 +178,24 @@ def test_quick_cli():
     assert "ESTIMATES" in r.stdout and "Neoverse N1" in r.stdout
     lines = [l for l in r.stdout.splitlines() if "/token" in l and "bottleneck:" in l]
     assert {l.split()[1] for l in lines} == {"N1", "A55"}
+
+
+@need_tools
+def test_every_registry_entry_and_the_group_get_an_estimate():
+    # the tiled variants' loops are found (one period = one tile of FA_TILE tokens), so that no
+    # entry of native/fa_variants.h is left out; a model's figures are not asserted, only that each
+    # is positive and derived from whole token loops. Quick: dotprod only, the N1 model, 20 iterations.
+    vs = cycles.variants()
+    assert vs[-1].function == "flash_attn_group_q8_neon"
+    res = cycles.estimate_all(("neoverse-n1",), (True,), iterations=cycles.QUICK_ITERATIONS)
+    assert [e.variant for e in res] == [v.name for v in vs]
+    by = {e.variant: e for e in res}
+    for e in res:
+        assert e.cycles_per_token > 0 and e.tokens_per_period, e.variant
+        assert len(e.cycles_per_period) == len(e.tokens_per_period)
+        assert e.cycles_per_token == pytest.approx(sum(c / t for c, t in zip(e.cycles_per_period,
+                                                                             e.tokens_per_period)))
+    assert by["neon"].tokens_per_period == [1.0]
+    native_tile = int(re.search(r"#define FA_TILE (\d+)", (native.NATIVE_DIR / "fa_online.h").read_text()).group(1))
+    for name in ("tile", "score4", "vkq_regs", "fast", "group4"):
+        assert by[name].tokens_per_period[0] == native_tile, name
