@@ -144,6 +144,12 @@ CASES = [
                  {"too_heavy": "a", "factor_token0": 1.0}, "token 0", marks=pytest.mark.slow, id="ex06_break_rescale"),
     pytest.param(E.lesson06.ex5, right_ex06_rounding, {"codes_changed_fraction": 0.5, "direction": "b"},
                  "|code| never grows", marks=pytest.mark.slow, id="ex06_break_rounding"),
+    # lesson 09: right answers worked out here by hand (264 bytes = 2 x 128 int8 + 2 fp32 scales)
+    (E.lesson09.ex1, {"bytes_per_token": 264, "floor_ns": 264 / 20.0}, {"bytes_per_token": 256, "floor_ns": 12.8},
+     "fp32 K scale"),
+    (E.lesson09.ex2, {"one_core_gbps": 264 / (100 / 2.4), "four_cores_gbps": 4 * 264 / (100 / 2.4), "verdict": "a"},
+     {"one_core_gbps": 2.64, "four_cores_gbps": 10.56, "verdict": "b"}, "cycles into ns"),
+    (E.lesson09.ex3, {"choice": "a"}, {"choice": "b"}, "instruction count did fall"),
 ]
 
 
