@@ -443,15 +443,16 @@ def bytes_per_token(variant: Variant, hd: int = HD) -> int:
 
 
 def estimate(variant: str | None = None, cpu: str = "neoverse-n1", dotprod: bool = True,
-             iterations: int = ITERATIONS, native_dir: Path | None = None) -> list[Estimate]:
-    """llvm-mca's estimated cycles per token of each variant (or of the one named), hd 128."""
+             iterations: int = ITERATIONS, native_dir: Path | None = None, tokens=TOKENS) -> list[Estimate]:
+    """llvm-mca's estimated cycles per token of each variant (or of the one named), hd 128.
+    ``tokens``: the two traced sequence lengths (see ``token_loops``)."""
     if cpu not in CPUS:
         raise ValueError(f"cpu must be one of {CPUS}; got {cpu!r}")
-    return estimate_all([cpu], [dotprod], variant, iterations, native_dir)
+    return estimate_all([cpu], [dotprod], variant, iterations, native_dir, tokens)
 
 
 def estimate_all(cpus=CPUS, dotprods=(True, False), variant: str | None = None,
-                 iterations: int = ITERATIONS, native_dir: Path | None = None) -> list[Estimate]:
+                 iterations: int = ITERATIONS, native_dir: Path | None = None, tokens=TOKENS) -> list[Estimate]:
     missing = missing_tools()
     if missing:
         raise ToolMissing(f"needs {', '.join(missing)} (Debian: apt install llvm-19 gcc-aarch64-linux-gnu "
@@ -469,7 +470,7 @@ def estimate_all(cpus=CPUS, dotprods=(True, False), variant: str | None = None,
             for i, v in enumerate(vs):
                 if variant is not None and v.name != variant:
                     continue
-                loops = token_loops(exe, i, v.function)
+                loops = token_loops(exe, i, v.function, tokens)
                 blocks = [(lp["tokens_per_period"], disassemble(lp["words"], dotprod)) for lp in loops]
                 mix = {}
                 for per, ins in blocks:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from . import core
 from . import lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08
+from . import lesson09
 from .core import CORRECT, INCORRECT, NOT_ATTEMPTED, REGISTRY, Exercise, Verdict
 
 #: every lesson's exercises, in lesson order (lessons without exercises yet included, empty)
@@ -35,7 +36,7 @@ LESSONS = tuple(REGISTRY[n] for n in sorted(REGISTRY))
 ALL = tuple(ex for lesson in LESSONS for ex in lesson)
 
 __all__ = ["core", "lesson00", "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06",
-           "lesson07", "lesson08", "CORRECT", "INCORRECT", "NOT_ATTEMPTED", "Exercise", "Verdict", "LESSONS",
+           "lesson07", "lesson08", "lesson09", "CORRECT", "INCORRECT", "NOT_ATTEMPTED", "Exercise", "Verdict", "LESSONS",
            "ALL", "overview"]
 
 

@@ -1,0 +1,224 @@
+"""How fast can the kernel go: its numbered versions against the memory floor (introduced in lesson 09).
+
+A token costs at least its bytes over the memory's bandwidth: ``floor_ns(bytes, GB/s)``. A loop that
+needs more time than that per token is compute-bound; one that needs less waits for memory. This
+module gathers what lesson 09 shows about the versions of the registry (native/fa_variants.h,
+``lessonkit.variants``):
+
+- ``path()``: the article's kernel, then every version that adds one idea to the one before it
+  ("on v..." in the registry), then "fast": read from the registry, so new versions appear by
+  themselves.
+- ``check_variants()``: every version's output on awkward shapes against the scalar C reference
+  (1e-5 of max|out|, the registry's tolerance: the versions only reorder float32 sums and fuse
+  multiply-adds).
+- ``measure()``: ns/token of each version at each length, timed in alternation (``bench.interleaved``),
+  this machine's single-thread read bandwidth, and the grouped, split and llama.cpp (ggml) rows at one
+  length.
+- ``a76_estimates()``: llvm-mca ESTIMATES of cycles/token on the Neoverse N1 model (the stand-in for the
+  Cortex-A76, lessonkit.cycles), with the instruction mix.
+- ``results(saved)``: all of it, measured now and written to ``saved`` when LESSONKIT_SAVE_RESULTS=1,
+  otherwise read from ``saved`` (a full run takes minutes; CI and students read the saved figures and
+  re-measure a small part live with ``measure``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from . import cycles, env, native
+from . import validate as check
+from .cache import KVCacheQ8
+from .variants import BY_NAME, VARIANTS
+
+SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
+HEAD_DIM = 128
+LENGTHS = (1024, 8192, 65536, 262144)
+# traced lengths for llvm-mca, tried in order: 7 and 13 tiles of 16 so the tiled loops repeat often enough
+# (the default 48/80 finds no loop in them); a second pair when the first finds none (seen once for "magic")
+TRACE_TOKENS = ((112, 208), (144, 272))
+RTOL = 1e-5  # of max|scalar out|: the registry's tolerance for every version
+# (seq_len, n_kv_heads, head_dim, block_size, kv_head): one token, a tile and a bit, odd blocks, hd 32..256
+SHAPES = ((1, 1, 32, 1, 0), (15, 2, 64, 16, 1), (17, 1, 128, 4, 0), (100, 3, 96, 7, 2),
+          (333, 8, 128, 64, 5), (40, 1, 256, 64, 0), (1000, 2, 128, 3, 1))
+
+
+def bytes_per_token(head_dim: int = HEAD_DIM) -> int:
+    """What one token of one kv head reads at least: its int8 K and V rows and their two fp32 scales."""
+    return 2 * head_dim + 2 * 4
+
+
+def floor_ns(nbytes: float, gbps: float) -> float:
+    """The memory floor: ns per token to read ``nbytes`` at ``gbps`` GB/s (bytes / (bytes per ns))."""
+    return float(nbytes) / float(gbps)
+
+
+def demand_gbps(cycles_per_token: float, ghz: float, cores: int = 1, nbytes: float | None = None) -> float:
+    """GB/s that ``cores`` cores ask of memory when each runs a loop of ``cycles_per_token`` at ``ghz``
+    GHz on its own head: bytes per token / ns per token, times the cores."""
+    nbytes = bytes_per_token() if nbytes is None else nbytes
+    return cores * nbytes / (cycles_per_token / ghz)
+
+
+def path() -> list[str]:
+    """The article's kernel, each version that builds on the one before it, then "fast"."""
+    names = ["neon"] + [v.name for v in VARIANTS if v.adds.startswith("on v")]
+    return names + (["fast"] if "fast" in BY_NAME else [])
+
+
+def what_it_adds(name: str) -> str:
+    return BY_NAME[name].adds
+
+
+def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
+    """One call of registry version ``name`` (through the library's table, fa_time_calls(version, 1, ...)),
+    its output float32 ``[head_dim]``. Inputs checked first: nothing bad reaches the C code."""
+    if name not in BY_NAME:
+        raise ValueError(f"name must be one of {', '.join(map(repr, BY_NAME))}; got {check.short(name)}")
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    q = check.float32_array("q", q, (cache.head_dim,))
+    kv_head, scale = check.attention_call(cache, kv_head, scale)
+    ffi, lib = native.load()
+    out = np.full(cache.head_dim, np.nan, np.float32)  # a version that writes nothing fails the check
+    k, v, ks, vs, T, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
+    lib.fa_time_calls(BY_NAME[name].version, 1, ffi.from_buffer("float[]", out, require_writable=True),
+                      ffi.from_buffer("float[]", q), k, v, ks, vs, T, kv_dim, kv_bs, nkv, kh_off,
+                      cache.head_dim, scale)
+    return out
+
+
+def _shape_case(seq_len, nkv, hd, bs, seed):
+    rng = np.random.default_rng(seed)
+    cache = KVCacheQ8(nkv, hd, bs)
+    cache.append(rng.standard_normal((seq_len, nkv, hd), dtype=np.float32) * 2,
+                 rng.standard_normal((seq_len, nkv, hd), dtype=np.float32))
+    return cache, rng.standard_normal(hd, dtype=np.float32)
+
+
+def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, list[str]]:
+    """Every version of ``names`` (default: ``path()``) on every shape against the scalar C reference,
+    ``|out - scalar| <= rtol * max|scalar|``. Returns (checks passed, failure messages)."""
+    names = path() if names is None else list(names)
+    passed, failures = 0, []
+    for i, (T, nkv, hd, bs, kh) in enumerate(shapes):
+        cache, q = _shape_case(T, nkv, hd, bs, seed=90 + i)
+        ref = run_variant("scalar", q, cache, kh)
+        tol = rtol * max(float(np.abs(ref).max()), 1e-30)
+        for name in names:
+            out = run_variant(name, q, cache, kh)
+            err = float(np.abs(out - ref).max()) if np.isfinite(out).all() else math.inf
+            if err <= tol:
+                passed += 1
+            else:
+                failures.append(f"{name} at seq_len {T}, {nkv} kv heads, hd {hd}, blocks of {bs}: "
+                                f"max error {err:.3g} > {tol:.3g}")
+    return passed, failures
+
+
+def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None = None) -> dict:
+    """ns/token of each version at each length, timed in alternation (one sample of each per round),
+    one kv head of head_dim 128; this machine's single-thread read bandwidth; and, at ``extra_at``
+    tokens (if given), the grouped call for 4 query heads, 4 per-head calls of "fast", split-KV on 1
+    and 2 threads and llama.cpp's q8_0 flash attention (ggml; skipped with the reason when missing)."""
+    from . import bench
+    from .kernels import attention, split
+    from .timing import time_kernel
+    names = path() if names is None else list(names)
+    res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
+               read_gbps=bench.read_bandwidth_gbps(), rows={}, extra={}, extra_at=extra_at, skipped={})
+    for T in bench._lengths("lengths", list(lengths)):
+        cache, kh, q = bench.make_inputs(T)[:3]
+        number = max(1, 65536 // T)
+        cont = {n: (lambda n=n: time_kernel(q, cache, kh, backend=n, repeats=1, number=number)) for n in names}
+        res["rows"][T] = {n: ns / T for n, ns in bench.interleaved(cont, rounds).items()}
+    if extra_at:
+        T = extra_at
+        cache, kh, q, K, V = bench.make_inputs(T)
+        qs = bench.group_queries()
+        number = max(1, 65536 // T)
+        cont = {"group4": lambda: attention.time_group(qs, cache, kh, "group", repeats=1, number=number),
+                "per_head4": lambda: attention.time_group(qs, cache, kh, "per_head", repeats=1, number=number),
+                "fast": lambda: time_kernel(q, cache, kh, backend="fast", repeats=1, number=number),
+                "split_1t": bench._per_call(lambda: split.attend_split(q, cache, kh, 2, 1), number),
+                "split_2t": bench._per_call(lambda: split.attend_split(q, cache, kh, 2, 2), number)}
+        gc, closing, _ = bench.ggml_contenders(q, K, V, 1 / math.sqrt(HEAD_DIM), number)
+        if gc is None:
+            res["skipped"]["ggml"] = closing
+            closing = []
+        else:
+            cont.update({k: gc[k] for k in ("ggml_h1_t1", "ggml_h4_t1") if k in gc})
+        try:
+            res["extra"] = {n: ns / T for n, ns in bench.interleaved(cont, rounds).items()}
+        finally:
+            for fa in closing:
+                fa.close()
+    return res
+
+
+def a76_estimates(names=None) -> dict:
+    """{name: llvm-mca ESTIMATE on the Neoverse N1 model (dict of lessonkit.cycles.Estimate)} or
+    {name: the reason there is none}; {} when the tools are missing."""
+    names = path() if names is None else list(names)
+    if cycles.missing_tools():
+        return {}
+    out = {}
+    for n in names:
+        for tokens in TRACE_TOKENS:
+            try:
+                out[n] = dataclasses.asdict(cycles.estimate(n, cpu="neoverse-n1", dotprod=True, tokens=tokens)[0])
+                break
+            except (RuntimeError, ValueError) as err:
+                out[n] = f"no estimate: {err}"
+    return out
+
+
+def collect() -> dict:
+    """Everything lesson 09 shows, measured now (several minutes)."""
+    res = measure(LENGTHS, rounds=5, extra_at=65536)
+    res["a76"] = a76_estimates()
+    res["llvm_mca"] = cycles.MCA
+    return res
+
+
+def _keys_to_int(rows: dict) -> dict:
+    return {int(k): v for k, v in rows.items()}
+
+
+def results(saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
+    """(the figures, a note saying where they come from). With ``save`` (default: LESSONKIT_SAVE_RESULTS
+    is "1") measure everything now and write it to ``saved``; otherwise read ``saved``."""
+    saved = Path(saved)
+    if save if save is not None else os.environ.get(SAVE_ENV) == "1":
+        res = collect()
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(res, indent=1) + "\n")
+        return res, f"measured now and saved to {saved.name}"
+    if not saved.is_file():
+        raise RuntimeError(f"no saved results in {saved.name}: run the notebook with {SAVE_ENV}=1")
+    res = json.loads(saved.read_text())
+    res["rows"] = _keys_to_int(res["rows"])
+    return res, f"saved in {saved.name} (run the notebook with {SAVE_ENV}=1 to measure them on your machine)"
+
+
+def table(res: dict) -> str:
+    """One line per version: what it adds, ns/token at each length, the A76 estimate and its mix."""
+    lengths = sorted(res["rows"])
+    head = f"{'version':<14}" + "".join(f"{f'{T // 1024}K':>8}" for T in lengths) + \
+        f"{'A76 est.':>10}{'instr.':>8}  mix per token (loads/simd/scalar)"
+    lines = [f"ns/token on {res['machine']} (x86 runs SIMDe's build of the NEON source, not NEON)",
+             "A76 est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token (+-20-30 %)", head]
+    for n in path():
+        if n not in res["rows"][lengths[0]]:
+            continue
+        cells = "".join(f"{res['rows'][T][n]:8.1f}" for T in lengths)
+        e = res.get("a76", {}).get(n)
+        est = (f"{e['cycles_per_token']:10.0f}{e['mix']['total']:8.0f}  "
+               f"{e['mix']['loads']:.0f}/{e['mix']['simd']:.0f}/{e['mix']['scalar']:.0f}") if isinstance(e, dict) \
+            else f"{'-':>10}{'-':>8}  {e or 'no llvm-mca here'}"
+        lines.append(f"{n:<14}{cells}{est}")
+    return "\n".join(lines)

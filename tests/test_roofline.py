@@ -1,0 +1,46 @@
+"""lessonkit.roofline (lesson 09): the floor arithmetic, the path read from the registry, the check of
+every version against the scalar reference, and input checks before any C call."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lessonkit as lk
+from lessonkit import roofline, variants
+
+
+def test_floor_and_demand_by_hand():
+    assert roofline.bytes_per_token(128) == 128 + 128 + 4 + 4
+    assert roofline.floor_ns(264, 20.0) == pytest.approx(13.2)
+    # 100 cycles at 2.4 GHz = 41.67 ns per token; 264 bytes in that time = 6.336 GB/s; four cores 4x
+    assert roofline.demand_gbps(100, 2.4, 1) == pytest.approx(6.336)
+    assert roofline.demand_gbps(100, 2.4, 4) == pytest.approx(4 * 6.336)
+
+
+def test_path_follows_the_registry():
+    p = roofline.path()
+    assert p[0] == "neon" and set(p) <= set(variants.BY_NAME)
+    assert all(variants.BY_NAME[n].adds.startswith("on v") for n in p[1:] if n != "fast")
+
+
+def test_every_version_passes_and_a_wrong_output_fails(monkeypatch):
+    passed, failures = roofline.check_variants(shapes=roofline.SHAPES[:3])
+    assert failures == [] and passed == 3 * len(roofline.path())
+    real = roofline.run_variant
+    # a version whose output is off by 1e-4 of its max must be reported
+    monkeypatch.setattr(roofline, "run_variant", lambda n, *a, **k: real(n, *a, **k) * (1 + 1e-4 * (n == "fast")))
+    passed, failures = roofline.check_variants(names=["fast"], shapes=roofline.SHAPES[2:3])
+    assert passed == 0 and "fast" in failures[0]
+
+
+def test_run_variant_checks_before_c():
+    cache = lk.KVCacheQ8(1, 64, 16)
+    cache.append(np.ones((3, 1, 64), np.float32), np.ones((3, 1, 64), np.float32))
+    with pytest.raises(ValueError):
+        roofline.run_variant("nope", np.ones(64, np.float32), cache, 0)
+    with pytest.raises(ValueError):
+        roofline.run_variant("fast", np.ones(32, np.float32), cache, 0)
+    with pytest.raises(ValueError):
+        roofline.run_variant("fast", np.ones(64, np.float32), cache, 1)
+    out = roofline.run_variant("fast", np.ones(64, np.float32), cache, 0)
+    np.testing.assert_allclose(out, lk.attend(np.ones(64, np.float32), cache, 0, backend="scalar"), rtol=1e-5)
