@@ -49,15 +49,16 @@ double fa_time_group_calls(int variant, int number, float *restrict attn_out, co
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale, int G)
 {
-    if (variant < 0 || variant > 1 || number < 1 || G < 1 || G > 8) return -1.0;
+    if (variant < 0 || variant > 2 || number < 1 || G < 1 || G > GQA_MAX) return -1.0;
     double t0 = now_ns();
     for (int i = 0; i < number; i++) {
         if (variant == 0) /* one scan for the whole group */
             flash_attn_group_q8_neon(attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale,
                                      seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale, G);
-        else              /* one call per query head, each reading the kv head's KV again */
+        else              /* one call per query head, each reading the kv head's KV again: the
+                             article's kernel (1) or the fastest single-head version (2) */
             for (int g = 0; g < G; g++)
-                flash_attn_single_q_q8_neon(attn_out + (size_t)g * hd, q + (size_t)g * hd, k_cache_q8,
+                (variant == 1 ? flash_attn_single_q_q8_neon : flash_attn_single_q_q8_fast)(attn_out + (size_t)g * hd, q + (size_t)g * hd, k_cache_q8,
                     v_cache_q8, kscale, vscale, seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale);
     }
     return (now_ns() - t0) / number;

@@ -112,7 +112,7 @@ double fa_time_calls(int variant, int number, float *restrict attn_out, const fl
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
 
 /* Time GQA over one kv head, G query heads q [G][hd] -> attn_out [G][hd]: variant 0 one call of
- * flash_attn_group_q8_neon, variant 1 G calls of flash_attn_single_q_q8_neon (one per query head,
+ * flash_attn_group_q8_neon, variant 1 G calls of flash_attn_single_q_q8_neon, variant 2 G calls of flash_attn_single_q_q8_fast (one per query head,
  * as the engine runs them). Returns the mean ns per group of G heads (-1 for a bad variant,
  * number or G). */
 double fa_time_group_calls(int variant, int number, float *restrict attn_out, const float *restrict q,

@@ -30,8 +30,6 @@
 #include "flash_attn_q8.h"
 #include "fa_online.h"
 
-#define GQA_MAX 8 /* query heads per call (Qwen3-8B: 4); more would need bigger buffers */
-
 void flash_attn_group_q8_neon(float *restrict attn_out, const float *restrict q,
     int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
     const float *restrict kscale, const float *restrict vscale,

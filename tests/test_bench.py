@@ -138,14 +138,16 @@ def _fake(fast_why=None, ggml=True, **ns):
 
 
 def test_targets_met_and_miss():
-    good = _fake(neon=25.0, fast=10.0, ggml_h1_t1=40.0, numpy_f32=41.0, group4=13.0, split_1t=30.0, split_2t=18.0)
+    good = _fake(neon=25.0, fast=10.0, ggml_h1_t1=40.0, numpy_f32=41.0, group4=13.0, per_head_fast4=40.0,
+                 split_1t=30.0, split_2t=18.0)
     status = {what: (got, st) for what, got, _, st in bench.targets(good)}
     assert all(st == "met" for _, st in status.values()), status
     assert status["8K: fast vs the article kernel (neon), x faster"][0] == pytest.approx(2.5)
     # 264 bytes / 10 ns = 26.4 GB/s against 10: share 2.64
     assert status["256K: fast bytes/ns as a share of 1-thread read bandwidth"][0] == pytest.approx(2.64)
     assert status["256K: GQA, 1 grouped call vs 4 calls of fast, x faster"][0] == pytest.approx(40 / 13)
-    bad = _fake(neon=20.0, fast=10.0, ggml_h1_t1=30.0, numpy_f32=39.0, group4=30.0, split_1t=30.0, split_2t=20.0)
+    bad = _fake(neon=20.0, fast=10.0, ggml_h1_t1=30.0, numpy_f32=39.0, group4=30.0, per_head_fast4=40.0,
+                split_1t=30.0, split_2t=20.0)
     bad["read_gbps"] = 40.0
     assert all(st == "MISS" for *_, st in bench.targets(bad)), bench.targets(bad)
 

@@ -34,7 +34,7 @@ from ..variants import VARIANTS
 _DECLARED = (Path(__file__).resolve().parents[2] / "native" / "flash_attn_q8.h").read_text(encoding="utf-8")
 KERNELS = {v.name: v.function for v in VARIANTS if re.search(rf"\b{v.function}\s*\(", _DECLARED)}
 BACKENDS = (*KERNELS, "numpy")
-GROUP_VARIANTS = {"group": 0, "per_head": 1}  # fa_time_group_calls
+GROUP_VARIANTS = {"group": 0, "per_head": 1, "per_head_fast": 2}  # fa_time_group_calls: per_head runs the article kernel, per_head_fast the fast one
 
 
 def kernel_inputs(ffi, q: np.ndarray, cache: KVCacheQ8, kv_head: int) -> tuple:
@@ -127,7 +127,8 @@ def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str 
                repeats: int = 7, number: int | None = None, min_repeat_s: float = 0.02,
                scale: float | None = None, out: np.ndarray | None = None, cores: str | None = None) -> float:
     """Median ns for all G query heads of ``qs``: variant "group" one flash_attn_group_q8_neon call,
-    "per_head" G calls of flash_attn_single_q_q8_neon (the engine's way); the call loop runs in C
+    "per_head" G calls of flash_attn_single_q_q8_neon (the engine's way), "per_head_fast" G calls of
+    flash_attn_single_q_q8_fast (the fair peer of the grouped scan, built on the same steps); the call loop runs in C
     (native/fa_timing.c), like ``lessonkit.timing.time_kernel``, with its caps and its pinning to
     one core type (``cores``). ``out`` (float32 ``[G, head_dim]``, optional) receives what the timed
     calls computed, so that a test can check it."""
