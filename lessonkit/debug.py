@@ -927,11 +927,13 @@ def clean_transcript(text: str, debugger: str = "gdb", exe: str | None = None) -
             continue
         if "No LZMA support found" in line:
             continue
-        line = line.replace(repo, "<repo>")
-        for p in prefixes:
-            line = line.replace(p, "<python>")
+        # the environment first: a venv inside the workbook's folder (make's .venv) is <python>
+        # wherever the folder is, as it is for a venv elsewhere
         if exe:
             line = line.replace(exe, "<python>")
+        for p in prefixes:
+            line = line.replace(p, "<python>")
+        line = line.replace(repo, "<repo>")
         line = re.sub(r"0x[0-9a-fA-F]{5,}", "0x<addr>", line)
         line = re.sub(r"(?i)(process|LWP|child process) \d+", r"\1 <pid>", line)
         line = re.sub(r"(libflash_attn_q8(?:_debug)?)_[0-9a-f]{16}", r"\1_<hash>", line)
