@@ -62,7 +62,7 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: setup build lab copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py bench bench-a76 clean help
+.PHONY: setup build lab copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab"
 	@echo "make test   set up and run every test"
@@ -71,7 +71,7 @@ help:
 	@echo "  Neoverse N1 model, A55); needs llvm-19, gcc-aarch64-linux-gnu, qemu-user (CYCLES_ARGS=--quick)"
 	@echo "make update   git pull, then copy the lessons it brought into $(WORK)/ (yours stay as they are)"
 	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); make reset-native: the kernel copy"
-	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | clean"
+	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
 	@echo "DOTPROD=0 or DOTPROD=1 (aarch64): build and test without or with sdot, whatever the CPU"
 	@echo "  reports (e.g. make build DOTPROD=0); it sets LESSONKIT_DOTPROD"
 
@@ -113,7 +113,7 @@ reset-native:
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it"; exit 1; fi
 	$(PY) -m lessonkit.workspace reset-native
 
-test: build test-c test-asan test-asan-py test-aarch64 test-py
+test: build test-c test-asan test-asan-py test-aarch64 test-py test-bench
 
 # The C test program: NEON kernel (SIMDe off ARM) against the scalar one, natively ...
 test-c: setup
@@ -195,6 +195,12 @@ test-aarch64:
 
 test-py: setup
 	$(PY) -m pytest --nbval-lax tests notebooks
+
+# Both benchmarks in their quick modes: that they run and print every row and target (met, MISS or
+# why not measured), not what the figures are (a shared CI machine's timings say little).
+test-bench: build
+	$(PY) -m lessonkit.bench --quick
+	$(PY) -m lessonkit.cycles --quick
 
 # Speed is measured here, never in tests: ns per token, GB/s and the target ratios.
 bench: build
