@@ -61,10 +61,11 @@ def _l00_block_size(answer):
 
 
 ex00_1 = Exercise(
-    lesson="00", name="block_size", title="exercise 1: block size does not change the math",
+    lesson="00", name="block_size", title="exercise 1: does the block size matter?",
     question="Lesson 00's cache (seed 0, 1000 tokens, kv head 3) built with block_size 1, 7 and 1000: are the "
     "kernel's outputs equal bit for bit to the block_size-64 output? Which kernel arguments changed "
-    f"(names from {', '.join(ARG_NAMES)})?",
+    f"(names from {', '.join(ARG_NAMES)})? Fields: bit_identical is True or False; changed is a list of "
+    "argument names (strings).",
     template={"bit_identical": ..., "changed": ...}, check=_l00_block_size,
     solution=lambda: {"bit_identical": _l00_block_size_truth()[0], "changed": sorted(_l00_block_size_truth()[1])},
     hint="compare out.tobytes() of the calls; then print cache.kernel_args(3, ffi) for two block sizes: the "
@@ -112,7 +113,8 @@ ex00_2 = Exercise(
     lesson="00", name="backends", title="exercise 2: three backends",
     question="Lesson 00's cache and query: which pairs of lk.attend(q, cache, 3, backend=b) for b in "
     "'neon', 'scalar', 'numpy' agree bit for bit on your machine, and what is the largest |difference| "
-    "between any two of them (order of magnitude is enough)?",
+    "between any two of them (order of magnitude is enough)? Fields: exact_pairs is a list of tuples of two "
+    "backend names, like [('numpy', 'scalar')], or [] if none; largest_difference is a number, like 1e-3.",
     template={"exact_pairs": ..., "largest_difference": ...}, check=_l00_backends,
     solution=lambda: {"exact_pairs": [tuple(sorted(p)) for p in _l00_backends_truth()[0]],
              "largest_difference": float(f"{_l00_backends_truth()[1]:.2g}")},
@@ -120,14 +122,14 @@ ex00_2 = Exercise(
     "sums the softmax in float64, the C ones in float32; SIMDe may fuse multiply and add.")
 
 L00_GUARD_CHOICES = {
-    "a": Choice("qm = 0, iq = inf, 0 * inf = NaN, and casting NaN to int is undefined behaviour",
+    "a": Choice("iq = 127/0 = inf, and 0 * inf = NaN: C's cast of NaN to int is undefined",
                 "right: IEEE float division by zero gives inf, 0 * inf gives NaN, and C leaves the cast of NaN "
                 "to int undefined (x86 gives INT_MIN, AArch64 gives 0)"),
-    "b": Choice("nothing changes: every value is 0, so each code comes out as 0 anyway",
+    "b": Choice("nothing: every value is 0, so every code is 0 with or without the guard",
                 "no: 0 * 127/0 is not 0 but NaN in IEEE arithmetic; the guard is what makes the codes 0"),
-    "c": Choice("the program stops at once with a division-by-zero signal, SIGFPE",
+    "c": Choice("the program stops at once: dividing by zero raises the signal SIGFPE",
                 "no: float division by zero does not trap by default; it returns inf (only integer division traps)"),
-    "d": Choice("qsc[b] becomes 0, so this block just adds nothing to the score",
+    "d": Choice("qsc[0] = 0, so the block adds 0 to every score, which is harmless",
                 "no: qsc[b] = 0 would be harmless, but the codes are computed with iq = 127/qm = inf first"),
 }
 
@@ -152,8 +154,12 @@ def _l00_guard(answer):
 
 ex00_3 = Exercise(
     lesson="00", name="silent_block", title="exercise 3: a silent block",
-    question="Lesson 00's query with q[:32] = 0: what block scale qsc[0] does the kernel store (read it from the trace)? "
-    "And what would happen in that block without the guard `if (qm < 1e-6f) qm = 1.0f;`?",
+    question="The kernel's first step (segment 1) cuts q into blocks of 32 values. For each block it takes "
+    "qm = max|q_i|, stores the block scale qsc = qm / 127, and multiplies every value by iq = 127 / qm. The line "
+    "`if (qm < 1e-6f) qm = 1.0f;` (the guard) runs before that. Set q[:32] = 0 in lesson 00's query. "
+    "(1) What qsc[0] does the kernel store? The traced build records it: run "
+    "`_, tr = lk.attend(q, cache, 3, trace=True)` and read tr.q_scales[0]. (2) Without the guard, what would "
+    "happen in that block? Fields: qsc0 is a number; without_guard is a letter.",
     template={"qsc0": ..., "without_guard": ...}, check=_l00_guard,
     solution=lambda: {"qsc0": _l00_guard_truth()[0], "without_guard": _l00_guard_truth()[2]},
     hint="trace.q_scales[0]; for the second part, do the float32 arithmetic of segment 1 with qm = 0 in numpy "

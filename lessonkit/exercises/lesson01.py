@@ -47,8 +47,12 @@ def _l01_predict(answer):
 ex01_1 = Exercise(
     lesson="01", name="predict_codes", title="exercise 1: predict the codes",
     question="q = exercises.l01_predict_q(): block 0 is zero except q[0] = 1.27, q[1] = -0.635, q[2] = 0.005, "
-    "q[3] = 0.0149. Predict qsc[0] and the four codes, check with the kernel's trace; which of the four "
-    "codes (indices) would ties-to-even change?",
+    "q[3] = 0.0149. Predict qsc[0] and the four codes, then check them in the kernel's trace: "
+    "`_, tr = lk.attend(q, cache0, kv_head=0, trace=True)` (any cache of head_dim 128 will do), tr.q_scales "
+    "and tr.q_codes. Which of the four codes (indices) would ties-to-even change? Careful: 1.27 and -0.635 "
+    "are not exact in float32, so q_i * iq may land just off k + 0.5; compute it in float32. Fields: qsc is a "
+    "number; codes is a list of 4 whole numbers; ties_even_changes is a list of indices (whole numbers), "
+    "[] if none.",
     template={"qsc": ..., "codes": [..., ..., ..., ...], "ties_even_changes": [...]}, check=_l01_predict,
     solution=_l01_predict_truth,
     hint="127 / 1.27 in float32 is not exactly 100: compute np.float32(127) / np.float32(1.27) and multiply. "
@@ -88,7 +92,8 @@ def _l01_outlier(answer):
 ex01_2 = Exercise(
     lesson="01", name="outlier", title="exercise 2: a 50x outlier",
     question="q, q_out = exercises.l01_outlier_q() (q_out has channel 5 at 50 x the RMS of block 0). How many "
-    "distinct codes do the other 31 values of block 0 use in the kernel's trace, with and without the outlier?",
+    "distinct codes do the other 31 values of block 0 use in the kernel's trace, with and without the outlier? "
+    "Fields: two whole numbers.",
     template={"distinct_with_outlier": ..., "distinct_without": ...}, check=_l01_outlier,
     solution=_l01_outlier_truth,
     hint="codes = lk.attend(q_out, cache, 0, trace=True)[1].q_codes; np.unique(np.delete(codes[:32], 5)).")
@@ -131,9 +136,11 @@ def _l01_per128(answer):
 
 ex01_3 = Exercise(
     lesson="01", name="per128", title="exercise 3: why not per 128?",
-    question="For head_dim 128: how many float multiplies per token would one scale for all 128 values save in "
-    "segment 2? On lesson 01's outlier queries (rounding.outlier_q), which gives the larger RMS error of the "
-    "dequantized Q: one scale per 128 ('per128') or per 32 ('per32')?",
+    question="For head_dim 128, segment 2 does `s += (float)dot32 * qsc[b]` once per block of 32 and token. "
+    "With one scale for all 128 values, the int32 dots could be added first and that "
+    "multiply done once per token. How many multiplies per token does that save? On lesson 01's outlier queries (rounding.outlier_q), which gives the larger RMS error of the "
+    "dequantized Q: one scale per 128 ('per128') or per 32 ('per32')? Fields: a whole number; the text "
+    "'per128' or 'per32'.",
     template={"multiplies_saved_per_token": ..., "larger_q_error": ...}, check=_l01_per128,
     solution=_l01_per128_truth,
     hint="segment 2 does s += dot32 * qsc[b] once per block; with one block the int32 dots could be summed "
