@@ -277,10 +277,16 @@ def check_setup() -> list[Check]:
         checks.append(Check("SIMDe headers", inc is not None,
                             "found" if inc else "missing", "every lesson (NEON off ARM)",
                             "pip install cmeel-simde  (or conda install -c conda-forge simde)"))
-    # Homebrew's gdb does not run on Apple Silicon; lldb (Xcode's command line tools) debugs there
-    gdb_install = ("gdb does not run on Apple Silicon: do lesson 06 by hand with lldb (xcode-select --install)"
-                   if sys.platform == "darwin" else f"{inst} gdb")
+    # Homebrew's gdb cannot debug native programs on Apple Silicon; lldb (Xcode's command line
+    # tools) does (docs/references.md, "Debuggers on macOS")
+    gdb_install = ("gdb cannot debug native programs on Apple Silicon: use lldb in lesson 06 "
+                   "(xcode-select --install)" if sys.platform == "darwin" else f"{inst} gdb")
+    lldb_install = "xcode-select --install" if sys.platform == "darwin" else f"{inst} lldb"
     tools = [("gdb", ["gdb", "--version"], "lesson 06 (debugger exercise)", gdb_install),
+             ("lldb", [_lldb() or "lldb", "--version"], "lesson 06 (the lldb track)", lldb_install),
+             ("llvm-mca-19", ["llvm-mca-19", "--version"], "lesson 09 (A76 estimates, make bench-a76)",
+              f"{inst} llvm-19" if sys.platform != "darwin" else "not packaged as llvm-mca-19 on macOS: "
+              "lesson 09 shows saved estimates"),
              ("valgrind", ["valgrind", "--version"], "lesson 05 (cache simulation)",
               "sudo apt install valgrind  (not available on macOS: lesson 05 shows saved results)"),
              ("aarch64 cross compiler", ["aarch64-linux-gnu-gcc", "--version"],
@@ -291,6 +297,12 @@ def check_setup() -> list[Check]:
         v = _version(cmd)
         checks.append(Check(what, v is not None, v or "missing", needed_for, install))
     return checks
+
+
+def _lldb() -> str | None:
+    """lldb under the name this machine has it (lldb, lldb-NN, Xcode's): lessonkit.debug finds it."""
+    from .debug import lldb_path  # here: lessonkit.debug imports this module
+    return lldb_path()
 
 
 def print_setup(checks: list[Check] | None = None) -> None:
