@@ -106,17 +106,25 @@ def attend_first(q: np.ndarray, cache: KVCacheQ8, kv_head: int, seq_len: int,
 def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     """Draw a kernel trace on two axes: scores, running max M and the rescale events on ``ax_m``;
     the running sum S (log scale) with the same events on ``ax_s``."""
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     plotstyle.use()
     t = np.arange(trace.seq_len)
     ev = np.flatnonzero(trace.rescaled)
-    ax_m.plot(t, trace.s, ".", ms=2.5, color="0.6", label="score $s_t$")
-    ax_m.step(t, trace.M, where="post", color="C0", lw=2, label="running max $M_t$")
-    ax_m.plot(ev, trace.M[ev], "v", color="C3", ms=9, ls="none",
-              label=f"rescale (new max): {ev.size}")
+    ax_m.plot(t, trace.s, ".", ms=2.5, color="0.6")
+    ax_m.step(t, trace.M, where="post", color="C0", lw=2)
+    ax_m.plot(ev, trace.M[ev], "v", color="C3", ms=9, ls="none")
+    # Legend handles drawn apart from the data: a 2.5-pt dot, right for 2000 points, is invisible in a legend.
+    handles = [Line2D([], [], marker="o", ms=7, ls="none", color="0.6", label="score $s_t$"),
+               Line2D([], [], color="C0", lw=2, label="running max $M_t$"),
+               Line2D([], [], marker="v", ms=9, ls="none", color="C3", label=f"rescale (new max): {ev.size}")]
+    # Headroom above the highest score holds the legend, so that it hides no data point.
+    lo, hi = float(min(trace.s.min(), trace.M.min())), float(trace.M.max())
+    span = max(hi - lo, 1e-6)
+    ax_m.set_ylim(lo - 0.05 * span, hi + 0.35 * span)
+    ax_m.legend(handles=handles, loc="upper center", ncol=3, fontsize=plotstyle.MIN_PT)
     ax_m.set_ylabel("score (logit, no unit)")
     ax_m.set_title(title)
-    ax_m.legend(loc="lower right", fontsize=plotstyle.MIN_PT)
     ax_s.plot(t, trace.S, color="C2", lw=1.8, label="running sum $S_t$")
     ax_s.plot(ev, trace.S[ev], "v", color="C3", ms=9, ls="none", label="rescale")
     ax_s.set_yscale("log")
@@ -124,7 +132,7 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     ax_s.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_s.yaxis.set_minor_formatter(NullFormatter())
     ax_s.set_xlabel("token t (position in the KV cache)")
-    ax_s.set_ylabel("$S_t$ (sum of weights, no unit)")
+    ax_s.set_ylabel("$S_t$ (no unit, log scale)")
     ax_s.legend(loc="lower right", fontsize=plotstyle.MIN_PT)
     for ax in (ax_m, ax_s):  # the axes were made by the caller, perhaps before the style was applied
         plotstyle.apply(ax)

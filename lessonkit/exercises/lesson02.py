@@ -56,8 +56,8 @@ def _l02_worst(answer):
 ex02_1 = Exercise(
     lesson="02", name="worst_case", title="exercise 1: the worst case and its price",
     question="Which order of scores ('increasing', 'decreasing', 'random') makes the kernel rescale at every token? "
-    "For hd = 128, how many float multiplies and how many expf calls does a rescaling token cost on top of a "
-    "token that does not raise M? (Timing it is part of the exercise, but not of the check.)",
+    "For hd = 128, how many scalar float multiplies (count each lane of a vector multiply) and how many expf "
+    "calls does a rescaling token cost on top of a token that does not raise M?",
     template={"order": ..., "extra_multiplies": ..., "extra_expf": ...}, check=_l02_worst,
     solution=_l02_worst_truth,
     hint="rescales.count_rescales(np.arange(256.0)); in segment 3 the if-branch has S *= ms and a loop of "
@@ -153,7 +153,7 @@ def _l02_invariant(answer):
 
 ex02_3 = Exercise(
     lesson="02", name="invariant", title="exercise 3: the invariant",
-    question="After the proof, write the invariant as a function f(s, M, V) -> (S, VKQ): S[t] = sum_{j<=t} "
+    question="Write the state of section 1.3 as a function f(s, M, V) -> (S, VKQ): S[t] = sum_{j<=t} "
     "exp(s_j - M_t), VKQ[t] = sum_{j<=t} exp(s_j - M_t) V[j]. The check feeds it the kernel's trace of a "
     "realistic sequence (s = trace.s, M = trace.M, V dequantized) and compares with trace.S and trace.vkq.",
     template={"invariant": ...}, check=_l02_invariant,
