@@ -1124,9 +1124,16 @@ def step_commands(step: str, debugger: str = "gdb") -> list[str]:
     return [l.command for l in lines[begin:end]]
 
 
+# Lines a step leaves out when shown (they stay in the committed transcript): gdb reports each
+# helper process the program starts (Python's subprocess uses vfork), which says nothing about
+# the kernel. The lesson says in one sentence that a terminal session prints them.
+SHOWN_NOISE = re.compile(r"^\[Detaching after v?fork from child process")
+
+
 def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
     """One step of the committed by-hand session: each command after its prompt, then what the
-    debugger printed (from ``notebooks/data/06_session_*.txt``, never retyped). Output longer
+    debugger printed (from ``notebooks/data/06_session_*.txt``, never retyped; ``SHOWN_NOISE``
+    lines left out). Output longer
     than ``max_lines`` lines per command is cut, saying how many lines were left out; the step
     "start" begins with the shell command that started the debugger."""
     d = _debugger_name(debugger)
@@ -1135,7 +1142,7 @@ def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
     out = [start] if step == "start" and start else []
     for l in lines[begin:end]:
         out.append(f"({d}) {l.command}")
-        body = [x for x in l.output if x.strip()]
+        body = [x for x in l.output if x.strip() and not SHOWN_NOISE.match(x)]
         if len(body) > max_lines:
             body = body[:max_lines] + [f"   [... {len(body) - max_lines} more lines: {transcript_path(d).name}]"]
         out.extend(body)

@@ -60,7 +60,8 @@ ex06_a = Exercise(
     solution=_l06_tier_a_truth,
     hint="obs.records: r.seq_len, r.iterations, r.M (one value per token); obs.summary() computes the same.")
 
-ARTICLE_PARTS = {1: "Q 量化 (Q quantization)", 2: "打分 (scoring)", 3: "rescale (online softmax)", 4: "归一 (normalization)"}
+ARTICLE_PARTS = {1: "Q 量化 (Q quantization)", 2: "打分 (scoring)", 3: "rescale + accumulate V (online softmax)",
+                 4: "归一 (normalization)"}
 
 
 def _segment_key(k) -> int:
@@ -115,8 +116,12 @@ ex06_b1 = Exercise(
     lesson="06", name="tier_b_segments", title="tier B: the four segments' lines",
     question="debug.unmarked_kernel() writes the kernel without its segment comments to my-work/"
     + debug.UNMARKED_NAME + ". Read that copy (print it with source.numbered_lines(first, last, path=copy)) and give "
-    "the start and end line, in the copy's numbering, of each part: 1 Q 量化, 2 打分, 3 rescale, 4 归一. "
-    "The token loop's own line (for ...) and the lines around the loop that set up M, S and VKQ belong to no part.",
+    "the start and end line, in the copy's numbering, of each part: 1 Q 量化 (Q to int8), 2 打分 (the score s of "
+    "token t), 3 rescale (the article's name; the part also adds token t's V row into VKQ), 4 归一 (divide by S). "
+    "Rules: a part starts with the declarations of its own variables (Q's buffers qsc and qi belong to part 1). "
+    "The token loop's own line (for ...) and the lines before the loop that set up M, S and VKQ belong to no part. "
+    "A blank line, a comment line or a TRACE_ line (a hook of the traced build) at the edge of a part may be "
+    "counted in or out. Give line numbers as whole numbers.",
     template={1: (..., ...), 2: (..., ...), 3: (..., ...), 4: (..., ...)}, check=_l06_segments,
     solution=lambda path=None: {n: (s[0], e[1]) for n, (s, e) in debug.unmarked_segments(path or source.KERNEL_FILE).items()},
     hint="part 1 ends where Q's codes and block scales are done; part 2 ends when the score s of token t is final; "
@@ -124,8 +129,8 @@ ex06_b1 = Exercise(
     "may be in or out.")
 
 WHY_CHOICES = {
-    "a": Choice("Q is the same for every token, so its codes are made once; each K row was quantized "
-                "when written, with its own max and scale",
+    "a": Choice("Q is the same for every token, so it is coded once; each K row was quantized when "
+                "written, with its own scale",
                 "right: the trace shows segment 1 running once and (nearly) as many K scales as tokens"),
     "b": Choice("Quantizing Q is expensive, so it is done once; K's scale could just as well be "
                 "applied once at the end, to the output",
@@ -199,10 +204,12 @@ def _l06_rescale(answer):
 ex06_break1 = Exercise(
     lesson="06", name="break_rescale", title="break it: no online rescale",
     question=f"In your copy of the kernel (src = workspace.student_native(); edit src / 'flash_attn_q8_neon.c'), comment "
-    "out the two lines of segment 3 that rescale (S *= ms; and the loop that multiplies VKQ by msv). Rebuild and load "
+    "out the two lines that rescale on a new max: S *= ms; and the loop that multiplies VKQ by msv. They are in "
+    "segment 3 (the online softmax update: the second half of the article's 段2). Rebuild and load "
     "it with lk.native.load(src_dir=src, verify='crashes'), then read its weights for the scores "
-    f"{list(RESCALE_SCORES)} with debug.kernel_weights(ffi, lib, scores). Which tokens get too much weight, and by "
-    "what factor is token 0's (normalized) weight too large (broken / right)? Undo the edit afterwards.",
+    f"{list(RESCALE_SCORES)} with debug.kernel_weights(ffi, lib, scores). Which tokens get too much weight "
+    "(too_heavy: a letter, 'a' to 'd'), and by what factor is token 0's (normalized) weight too large "
+    "(factor_token0: a number, broken / right)? Undo the edit afterwards.",
     template={"too_heavy": ..., "factor_token0": ...}, check=_l06_rescale,
     solution=_l06_rescale_truth,
     hint="every score here is a new max, so without the rescale every token keeps weight exp(0) = 1; the right "
