@@ -40,9 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import traffic
+from . import native, traffic
 from . import validate as check
-from .kernels.attention import attend
+from .kernels.attention import attend, kernel_inputs
 from .cache import KVCacheQ8
 from .trace import run_traced
 
@@ -308,6 +308,95 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
                 gc.enable()
             del kv, writer
     return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, kept_up, out)
+
+
+# ----------------------------------------------------------------------------- passes over chunks, compiled
+
+PASSES = ("single", "two_pass_scores", "two_pass_recompute")
+
+
+class ChunkedAttention:
+    """One query's attention over a cache that grows chunk by chunk, with the compiled passes of
+    native/flash_attn_q8_two_pass_parts.c (lesson 05b).
+
+    ``fold(t1)`` runs, on tokens [tokens folded so far, t1), what can run before the last chunk:
+    for "single" the article's token loop (the online state M, S, VKQ continues); for
+    "two_pass_scores" pass 1 (scores stored, running max); for "two_pass_recompute" pass 1 (M and
+    S online). ``finish()`` runs what must wait for M (and S) over all tokens: "single" divides
+    VKQ by S; "two_pass_scores" runs passes 2 and 3 over all stored scores; "two_pass_recompute"
+    its pass 2 over all K and V rows. Folded over consecutive ranges, each gives the result of
+    its whole kernel (``attend(..., backend=variant)``, "neon" for "single").
+
+    Every argument is checked here before C is called: the cache may grow between folds, t1 must
+    lie above the tokens already folded and at most at the cache's seq_len, and the score array
+    is this object's own, grown as tokens come. After ``finish()`` the object refuses more folds."""
+
+    def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0,
+                 scale: float | None = None):
+        if variant not in PASSES:
+            raise ValueError(f"variant must be one of {', '.join(PASSES)}; got {check.short(variant)}")
+        if not isinstance(cache, KVCacheQ8):
+            raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        self.variant, self.cache = variant, cache
+        self.q = check.float32_array("q", q, (cache.head_dim,)).copy()  # later edits of q change nothing
+        self.kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
+        self.scale = check.scale(scale, cache.head_dim)
+        self.ffi, self.lib = native.load()
+        self.n_folded, self.finished = 0, False
+        self._m = self.ffi.new("float *", -1e9)  # the kernels' start: M = -1e9, S = 0
+        self._s = self.ffi.new("float *", 0.0)
+        self.vkq = np.zeros(cache.head_dim, np.float32)
+        self.scores = np.empty(0, np.float32)
+
+    def _args(self):
+        qbuf, k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(self.ffi, self.q, self.cache, self.kv_head)
+        return qbuf, k, v, ks, vs, (kv_dim, kv_bs, nkv, kh_off, self.cache.head_dim)
+
+    def fold(self, t1: int) -> None:
+        """Run the first pass on tokens [n_folded, t1) of the cache."""
+        if self.finished:
+            raise RuntimeError("finish() has run: this object's passes are done; make a new ChunkedAttention")
+        t0 = self.n_folded
+        t1 = check.integer("t1", t1, minimum=t0 + 1)
+        if t1 > self.cache.seq_len:
+            raise ValueError(f"t1 = {t1} is past the cache's {self.cache.seq_len} tokens: append the chunk first")
+        ffi, lib = self.ffi, self.lib
+        qbuf, k, v, ks, vs, layout = self._args()
+        if self.variant == "single":
+            lib.flash_attn_single_pass_fold_q8(ffi.from_buffer("float[]", self.vkq, require_writable=True),
+                                               self._m, self._s, qbuf, k, v, ks, vs, t0, t1, *layout, self.scale)
+        elif self.variant == "two_pass_scores":
+            if t1 > self.scores.size:  # grown by doubling: a chunk costs one copy now and then
+                grown = np.empty(max(t1, 2 * self.scores.size), np.float32)
+                grown[:t0] = self.scores[:t0]
+                self.scores = grown
+            lib.flash_attn_two_pass_scores_pass1_q8(ffi.from_buffer("float[]", self.scores, require_writable=True),
+                                                    self._m, qbuf, k, ks, t0, t1, *layout, self.scale)
+        else:
+            lib.flash_attn_two_pass_recompute_pass1_q8(self._m, self._s, qbuf, k, ks, t0, t1, *layout, self.scale)
+        self.n_folded = t1
+
+    def finish(self) -> np.ndarray:
+        """What waits for the last chunk; returns the output float32 [head_dim] over all folded tokens."""
+        if self.finished:
+            raise RuntimeError("finish() has already run once for this object")
+        if self.n_folded == 0:
+            raise ValueError("no token has been folded in: call fold(t1) first")
+        ffi, lib, T = self.ffi, self.lib, self.n_folded
+        out = np.zeros(self.cache.head_dim, np.float32)
+        obuf = ffi.from_buffer("float[]", out, require_writable=True)
+        qbuf, k, v, ks, vs, layout = self._args()
+        if self.variant == "single":
+            s = float(self._s[0])  # segment 4, as the kernel does it: VKQ * (1 / S), 0 without weight
+            out[:] = self.vkq * np.float32(1.0 / np.float32(s) if s > 0 else 0.0)
+        elif self.variant == "two_pass_scores":
+            lib.flash_attn_two_pass_scores_rest_q8(obuf, ffi.from_buffer("float[]", self.scores, require_writable=True),
+                                                   self._m[0], v, vs, T, *layout)
+        else:
+            lib.flash_attn_two_pass_recompute_pass2_q8(obuf, qbuf, k, v, ks, vs, self._m[0], self._s[0], T,
+                                                       *layout, self.scale)
+        self.finished = True
+        return out
 
 
 # ----------------------------------------------------------------------------- work left after the last chunk
