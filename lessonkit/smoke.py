@@ -209,6 +209,38 @@ def check_kernels(ffi, lib, failures, rng) -> None:
         acc = sum(st[2] * np.exp(st[0] - M) for st in states)
         compare(failures, f"flash_attn_partial_q8_neon (chunks merged) on case '{name}'", acc / S, want)
 
+        # lesson 05b's passes over token ranges (flash_attn_q8_two_pass_parts.c): the first pass on
+        # two consecutive ranges, then what waits for the last one
+        ranges = ((0, cut), (cut, T)) if T > 1 else ((0, 1),)
+        qb, ptrs = ffi.from_buffer("float[]", q), cache.args(ffi, kh)
+        layout = (nkv * hd, bs, nkv, kh * hd, hd)
+        vkq = np.zeros(hd, np.float32)
+        m, s = ffi.new("float *", -1e9), ffi.new("float *", 0.0)
+        for t0, t1 in ranges:
+            step(f"flash_attn_single_pass_fold_q8 on tokens [{t0}, {t1}) of case '{name}'")
+            lib.flash_attn_single_pass_fold_q8(ffi.from_buffer("float[]", vkq), m, s, qb, *ptrs, t0, t1, *layout, scale)
+        compare(failures, f"flash_attn_single_pass_fold_q8 (two ranges) on case '{name}'", vkq / float(s[0]), want)
+        scores = np.full(T, np.nan, np.float32)
+        m = ffi.new("float *", -1e9)
+        for t0, t1 in ranges:
+            step(f"flash_attn_two_pass_scores_pass1_q8 on tokens [{t0}, {t1}) of case '{name}'")
+            lib.flash_attn_two_pass_scores_pass1_q8(ffi.from_buffer("float[]", scores), m, qb, ptrs[0], ptrs[2],
+                                                    t0, t1, *layout, scale)
+        out = np.full(hd, np.nan, np.float32)
+        step(f"flash_attn_two_pass_scores_rest_q8 on case '{name}'")
+        lib.flash_attn_two_pass_scores_rest_q8(ffi.from_buffer("float[]", out), ffi.from_buffer("float[]", scores),
+                                               m[0], ptrs[1], ptrs[3], T, *layout)
+        compare(failures, f"flash_attn_two_pass_scores_pass1_q8 + _rest_q8 on case '{name}'", out, want)
+        m, s = ffi.new("float *", -1e9), ffi.new("float *", 0.0)
+        for t0, t1 in ranges:
+            step(f"flash_attn_two_pass_recompute_pass1_q8 on tokens [{t0}, {t1}) of case '{name}'")
+            lib.flash_attn_two_pass_recompute_pass1_q8(m, s, qb, ptrs[0], ptrs[2], t0, t1, *layout, scale)
+        out = np.full(hd, np.nan, np.float32)
+        step(f"flash_attn_two_pass_recompute_pass2_q8 on case '{name}'")
+        lib.flash_attn_two_pass_recompute_pass2_q8(ffi.from_buffer("float[]", out), qb, *ptrs, m[0], s[0], T,
+                                                   *layout, scale)
+        compare(failures, f"flash_attn_two_pass_recompute_pass1_q8 + _pass2_q8 on case '{name}'", out, want)
+
         # the timing loops compute what the kernels compute: every registry entry
         for variant, fn in enumerate(registry):
             out = np.full(hd, np.nan, np.float32)

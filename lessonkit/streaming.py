@@ -12,11 +12,12 @@ The compiled kernel returns only ``out``; its traced build (``lk.attend(..., tra
 M, S and the accumulator after every token, so a cache holding one chunk of tokens gives that
 chunk's state (``partial_state``).
 
-**The streaming experiment** (``run_stream``): a producer thread writes K and V chunk by chunk
-into a memory-mapped file, announcing each chunk when it is written; the consumer either folds
-each chunk into a running state as it arrives (the streamed single pass) or, like the two-pass
-variants, can only run once the last chunk is there. Both quantize each chunk into a q8 cache as
-it arrives, so the latency after the last chunk differs only by the attention work left to do.
+**The streaming experiment** (``run_stream``, lesson 05b): a producer thread writes K and V chunk
+by chunk into a memory-mapped file, announcing each chunk when it is written; the consumer
+quantizes each chunk into a q8 cache as it arrives and runs on it whatever pass can run before
+the last chunk (``ChunkedAttention``, the compiled passes of flash_attn_q8_two_pass_parts.c), or,
+for reference, nothing until the whole kernel runs at the end. The latency after the last chunk
+then differs only by the attention work left to do.
 
 **Saved simulations** (``simulations``): valgrind's cache simulation where valgrind runs, the
 results saved next to the notebook where it does not (macOS)."""
@@ -40,9 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import traffic
+from . import native, traffic
 from . import validate as check
-from .kernels.attention import attend
+from .kernels.attention import attend, kernel_inputs
 from .cache import KVCacheQ8
 from .trace import run_traced
 
@@ -143,23 +144,24 @@ def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_
 
 # ----------------------------------------------------------------------------- the streaming experiment
 
-MODES = ("streaming", "neon", "two_pass_scores", "two_pass_recompute")
+# "streaming" and "*_streamed": the compiled first pass folds each chunk in as it arrives
+# (ChunkedAttention); the others run the whole kernel once the last chunk is there.
+MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed",
+         "neon", "two_pass_scores", "two_pass_recompute")
+_PASSES_OF = {"streaming": "single", "two_pass_scores_streamed": "two_pass_scores",
+              "two_pass_recompute_streamed": "two_pass_recompute"}
 
 
 @dataclass
 class StreamRun:
-    mode: str          # "streaming": fold each chunk in as it arrives; else the backend run at the end
+    mode: str          # one of MODES
     seq_len: int
     chunk: int         # tokens per chunk
     latency_s: float   # from the announcement of the last chunk to the output
     ingest_s: float    # of which: reading the last chunk from the file and quantizing it
+    work_s: float      # of which: the attention work after that, timed alone (no thread wake-up in it)
     kept_up: bool      # the consumer had finished every earlier chunk when the last one came
     out: np.ndarray
-
-    @property
-    def work_s(self) -> float:
-        """The attention work left after the last chunk was read and quantized: latency - ingest."""
-        return self.latency_s - self.ingest_s
 
 
 def _producer(kv: np.memmap, K: np.ndarray, V: np.ndarray, chunk: int, interval_s: float,
@@ -235,11 +237,13 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
 
     A producer thread writes the chunks into a memory-mapped file (np.memmap) in a temporary
     directory; the consumer (this thread) opens its own mapping of the file and, per chunk as it is
-    announced, reads it and quantizes it into a q8 cache. Mode "streaming" gives each chunk a
-    cache of its own (one block) and merges the chunk's state, from the traced kernel, into a
-    running state; the other modes append the chunk to one cache of all tokens (blocks of
-    ``block_size`` tokens: KVCacheQ8.append touches every block's pointer, so few blocks keep
-    that cost small) and run that backend over all of it once the last chunk has come. Python's garbage collector is paused during the run
+    announced, reads it and appends it to one q8 cache of all tokens (blocks of ``block_size``
+    tokens: KVCacheQ8.append touches every block's pointer, so few blocks keep that cost small).
+    Modes "streaming", "two_pass_scores_streamed" and "two_pass_recompute_streamed" then run
+    their first pass on the chunk at once (``ChunkedAttention.fold``: the single pass's token
+    loop, or a two-pass variant's pass 1) and, after the last chunk, what waits for it
+    (``finish``). Modes "neon", "two_pass_scores", "two_pass_recompute" run that whole kernel
+    once the last chunk has come. Python's garbage collector is paused during the run
     (as ``timeit`` does), so that a collection does not land in one run's latency. The file is
     removed afterwards.
 
@@ -275,7 +279,8 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
         stop = threading.Event()
         producer = threading.Thread(target=_producer, args=(writer, K, V, chunk, interval_s, announce, stop),
                                     name="lessonkit-stream-producer", daemon=True)
-        state, full, done_prev, kept_up = empty(hd), KVCacheQ8(1, hd, block_size), 0.0, True
+        full, done_prev, kept_up = KVCacheQ8(1, hd, block_size), 0.0, True
+        passes = ChunkedAttention(_PASSES_OF[mode], q, full, 0, scale) if mode in _PASSES_OF else None
         gc_was_enabled = gc.isenabled()
         gc.disable()
         producer.start()
@@ -288,18 +293,15 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
                 a, b = j * chunk, min((j + 1) * chunk, T)
                 k = np.array(kv[0, a:b]).reshape(b - a, 1, hd)  # read the chunk from the mapped file
                 v = np.array(kv[1, a:b]).reshape(b - a, 1, hd)
-                if mode == "streaming":
-                    part_cache = KVCacheQ8(1, hd, chunk)
-                    part_cache.append(k, v)
-                    ingest = time.perf_counter() - t0
-                    state = merge(state, partial_state(q, part_cache, 0, scale))
+                full.append(k, v)
+                t_ingested = time.perf_counter()
+                ingest = t_ingested - t0
+                if passes is not None:
+                    passes.fold(b)  # the first pass, on this chunk, now
                     if i == n_chunks - 1:
-                        out = finish(state)
-                else:
-                    full.append(k, v)
-                    ingest = time.perf_counter() - t0
-                    if i == n_chunks - 1:
-                        out = attend(q, full, 0, scale=scale, backend=mode)
+                        out = passes.finish()  # what needed the last chunk
+                elif i == n_chunks - 1:
+                    out = attend(q, full, 0, scale=scale, backend=mode)
                 done_prev = time.perf_counter()
         finally:
             stop.set()  # a producer still sleeping between chunks ends now
@@ -307,13 +309,101 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
             if gc_was_enabled:
                 gc.enable()
             del kv, writer
-    return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, kept_up, out)
+    return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, done_prev - t_ingested, kept_up, out)
+
+
+# ----------------------------------------------------------------------------- passes over chunks, compiled
+
+PASSES = ("single", "two_pass_scores", "two_pass_recompute")
+
+
+class ChunkedAttention:
+    """One query's attention over a cache that grows chunk by chunk, with the compiled passes of
+    native/flash_attn_q8_two_pass_parts.c (lesson 05b).
+
+    ``fold(t1)`` runs, on tokens [tokens folded so far, t1), what can run before the last chunk:
+    for "single" the article's token loop (the online state M, S, VKQ continues); for
+    "two_pass_scores" pass 1 (scores stored, running max); for "two_pass_recompute" pass 1 (M and
+    S online). ``finish()`` runs what must wait for M (and S) over all tokens: "single" divides
+    VKQ by S; "two_pass_scores" runs passes 2 and 3 over all stored scores; "two_pass_recompute"
+    its pass 2 over all K and V rows. Folded over consecutive ranges, each gives the result of
+    its whole kernel (``attend(..., backend=variant)``, "neon" for "single").
+
+    Every argument is checked here before C is called: the cache may grow between folds, t1 must
+    lie above the tokens already folded and at most at the cache's seq_len, and the score array
+    is this object's own, grown as tokens come. After ``finish()`` the object refuses more folds."""
+
+    def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0,
+                 scale: float | None = None):
+        if variant not in PASSES:
+            raise ValueError(f"variant must be one of {', '.join(PASSES)}; got {check.short(variant)}")
+        if not isinstance(cache, KVCacheQ8):
+            raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        self.variant, self.cache = variant, cache
+        self.q = check.float32_array("q", q, (cache.head_dim,)).copy()  # later edits of q change nothing
+        self.kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
+        self.scale = check.scale(scale, cache.head_dim)
+        self.ffi, self.lib = native.load()
+        self.n_folded, self.finished = 0, False
+        self._m = self.ffi.new("float *", -1e9)  # the kernels' start: M = -1e9, S = 0
+        self._s = self.ffi.new("float *", 0.0)
+        self.vkq = np.zeros(cache.head_dim, np.float32)
+        self.scores = np.empty(0, np.float32)
+
+    def _args(self):
+        qbuf, k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(self.ffi, self.q, self.cache, self.kv_head)
+        return qbuf, k, v, ks, vs, (kv_dim, kv_bs, nkv, kh_off, self.cache.head_dim)
+
+    def fold(self, t1: int) -> None:
+        """Run the first pass on tokens [n_folded, t1) of the cache."""
+        if self.finished:
+            raise RuntimeError("finish() has run: this object's passes are done; make a new ChunkedAttention")
+        t0 = self.n_folded
+        t1 = check.integer("t1", t1, minimum=t0 + 1)
+        if t1 > self.cache.seq_len:
+            raise ValueError(f"t1 = {t1} is past the cache's {self.cache.seq_len} tokens: append the chunk first")
+        ffi, lib = self.ffi, self.lib
+        qbuf, k, v, ks, vs, layout = self._args()
+        if self.variant == "single":
+            lib.flash_attn_single_pass_fold_q8(ffi.from_buffer("float[]", self.vkq, require_writable=True),
+                                               self._m, self._s, qbuf, k, v, ks, vs, t0, t1, *layout, self.scale)
+        elif self.variant == "two_pass_scores":
+            if t1 > self.scores.size:  # grown by doubling: a chunk costs one copy now and then
+                grown = np.empty(max(t1, 2 * self.scores.size), np.float32)
+                grown[:t0] = self.scores[:t0]
+                self.scores = grown
+            lib.flash_attn_two_pass_scores_pass1_q8(ffi.from_buffer("float[]", self.scores, require_writable=True),
+                                                    self._m, qbuf, k, ks, t0, t1, *layout, self.scale)
+        else:
+            lib.flash_attn_two_pass_recompute_pass1_q8(self._m, self._s, qbuf, k, ks, t0, t1, *layout, self.scale)
+        self.n_folded = t1
+
+    def finish(self) -> np.ndarray:
+        """What waits for the last chunk; returns the output float32 [head_dim] over all folded tokens."""
+        if self.finished:
+            raise RuntimeError("finish() has already run once for this object")
+        if self.n_folded == 0:
+            raise ValueError("no token has been folded in: call fold(t1) first")
+        ffi, lib, T = self.ffi, self.lib, self.n_folded
+        out = np.zeros(self.cache.head_dim, np.float32)
+        obuf = ffi.from_buffer("float[]", out, require_writable=True)
+        qbuf, k, v, ks, vs, layout = self._args()
+        if self.variant == "single":
+            s = float(self._s[0])  # segment 4, as the kernel does it: VKQ * (1 / S), 0 without weight
+            out[:] = self.vkq * np.float32(1.0 / np.float32(s) if s > 0 else 0.0)
+        elif self.variant == "two_pass_scores":
+            lib.flash_attn_two_pass_scores_rest_q8(obuf, ffi.from_buffer("float[]", self.scores, require_writable=True),
+                                                   self._m[0], v, vs, T, *layout)
+        else:
+            lib.flash_attn_two_pass_recompute_pass2_q8(obuf, qbuf, k, v, ks, vs, self._m[0], self._s[0], T,
+                                                       *layout, self.scale)
+        self.finished = True
+        return out
 
 
 # ----------------------------------------------------------------------------- work left after the last chunk
 
-FAIR_MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed",
-              "neon", "two_pass_scores", "two_pass_recompute")
+FAIR_MODES = MODES  # the counted model and the timed run name the same modes
 
 
 def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 128,

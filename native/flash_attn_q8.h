@@ -138,4 +138,30 @@ const char *fa_backend(void);
 /* Which branch of each helper in q8_simd.h was compiled: "dot=... vkq=... exp=... addv=...". */
 const char *fa_simd_paths(void);
 
+/* Lesson 05b (flash_attn_q8_two_pass_parts.c): the passes of the kernel and of its two-pass
+ * alternatives over a token range, so that each can fold in a chunk of KV as it arrives.
+ * The kernel's arguments; t0, t1 (0 <= t0 <= t1) replace seq_len for a pass over [t0, t1).
+ * fold: the article's token loop continuing the state (*m_io, *s_io, vkq [hd]) in place (start
+ * from M = -1e9, S = 0, VKQ = 0; divide VKQ by S at the end). scores_pass1: scores[t] for t in
+ * [t0, t1), *m_io raised to their max; scores_rest: passes 2 and 3 over scores[0 .. seq_len)
+ * (overwritten by the weights). recompute_pass1: M and S online over [t0, t1); recompute_pass2:
+ * K again and V over [0, seq_len) with the final M and S. */
+void flash_attn_single_pass_fold_q8(float *restrict vkq, float *restrict m_io, float *restrict s_io,
+    const float *restrict q, int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int t0, int t1, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+void flash_attn_two_pass_scores_pass1_q8(float *restrict scores, float *restrict m_io, const float *restrict q,
+    int8_t *const *k_cache_q8, const float *restrict kscale,
+    int t0, int t1, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+void flash_attn_two_pass_scores_rest_q8(float *restrict attn_out, float *restrict scores, float M,
+    int8_t *const *v_cache_q8, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd);
+void flash_attn_two_pass_recompute_pass1_q8(float *restrict m_io, float *restrict s_io, const float *restrict q,
+    int8_t *const *k_cache_q8, const float *restrict kscale,
+    int t0, int t1, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+void flash_attn_two_pass_recompute_pass2_q8(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale, float M, float S,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
 #endif

@@ -109,11 +109,75 @@ def test_run_stream(mode, tmp_path):
     ref = lk.attend(q, streaming.cache_of(K, V), 0)
     run = streaming.run_stream(q, K, V, mode, chunk=256, interval_s=0.001, directory=str(tmp_path))
     assert run.mode == mode and run.seq_len == 1000 and run.chunk == 256
-    assert 0 < run.ingest_s <= run.latency_s
+    assert 0 < run.ingest_s and 0 < run.work_s and run.ingest_s + run.work_s <= run.latency_s
     assert _close(run.out, ref)
     assert list(tmp_path.iterdir()) == []  # the memory-mapped file is gone
     with pytest.raises(ValueError, match="mode must be one of"):
         streaming.run_stream(q, K, V, "three_pass")
+
+
+# ----------------------------------------------------------------------------- the compiled passes over chunks
+
+WHOLE = {"single": "neon", "two_pass_scores": "two_pass_scores", "two_pass_recompute": "two_pass_recompute"}
+
+
+@pytest.mark.parametrize("variant", streaming.PASSES)
+@pytest.mark.parametrize("seq_len, cuts, block", [(1, [], 64), (65, [64], 64), (3000, [1, 2, 777, 2999], 100),
+                                                  (40, list(range(1, 40)), 8)])
+def test_chunked_passes_equal_the_whole_kernel(variant, seq_len, cuts, block):
+    """Each variant's first pass folded chunk by chunk while the cache grows, then finish(), against
+    the whole kernel on the whole cache: the same operations in the same order, so the tolerance is
+    the lesson's 1e-5 of max|out| (a wrong range or a lost rescale is off by far more)."""
+    rng = np.random.default_rng(seq_len)
+    K = rng.standard_normal((seq_len, 2, 128), dtype=np.float32)
+    V = rng.standard_normal((seq_len, 2, 128), dtype=np.float32)
+    q = rng.standard_normal(128, dtype=np.float32)
+    whole = lk.KVCacheQ8(2, 128, block)
+    whole.append(K, V)
+    growing = lk.KVCacheQ8(2, 128, block)
+    passes = streaming.ChunkedAttention(variant, q, growing, kv_head=1)
+    for a, b in zip([0, *cuts], [*cuts, seq_len]):
+        growing.append(K[a:b], V[a:b])
+        passes.fold(b)
+    out = passes.finish()
+    ref = lk.attend(q, whole, 1, backend=WHOLE[variant])
+    assert _close(out, ref)
+    # and not equal to the result over the first chunk alone: finish() really used every token
+    if cuts:
+        first = lk.KVCacheQ8(2, 128, block)
+        first.append(K[:cuts[0]], V[:cuts[0]])
+        assert not _close(out, lk.attend(q, first, 1, backend=WHOLE[variant]))
+
+
+def test_chunked_passes_refuse_bad_calls_before_c():
+    K, V, q = _kv(9, 100, 128)
+    cache = streaming.cache_of(K[:50], V[:50])
+    with pytest.raises(ValueError, match="variant must be one of"):
+        streaming.ChunkedAttention("three_pass", q, cache)
+    with pytest.raises(TypeError, match="KVCacheQ8"):
+        streaming.ChunkedAttention("single", q, np.zeros((4, 4)))
+    with pytest.raises(ValueError, match="kv_head"):
+        streaming.ChunkedAttention("single", q, cache, kv_head=1)
+    with pytest.raises((ValueError, TypeError), match="q"):
+        streaming.ChunkedAttention("single", q[:64], cache)
+    for variant in streaming.PASSES:
+        passes = streaming.ChunkedAttention(variant, q, cache)
+        with pytest.raises(ValueError, match="no token has been folded"):
+            passes.finish()
+        with pytest.raises(ValueError, match="past the cache"):
+            passes.fold(51)  # beyond the tokens the cache holds: C would read rows that are not there
+        with pytest.raises(ValueError, match="at least 1"):
+            passes.fold(0)
+        with pytest.raises(TypeError, match="int"):
+            passes.fold(10.0)
+        passes.fold(30)
+        with pytest.raises(ValueError, match="at least 31"):
+            passes.fold(30)  # tokens already folded: folding them twice would count them twice
+        passes.finish()
+        with pytest.raises(RuntimeError, match="finish"):
+            passes.fold(50)
+        with pytest.raises(RuntimeError, match="already run"):
+            passes.finish()
 
 
 def _fake(variant, seq_len, preset):

@@ -1,4 +1,4 @@
-"""Auto-checked exercises, one module per lesson (``lesson00`` ... ``lesson08``; introduced in lesson 06).
+"""Auto-checked exercises, one module per lesson (``lesson00`` ... ``lesson09``, ``lesson05b``; introduced in lesson 06).
 
 In the style of Kaggle's learntools: every exercise is an object with ``question()``, ``check(answer)``,
 ``hint()`` and ``solution()``. ``check`` prints one line, "Correct: ...", "Incorrect: <the specific
@@ -28,14 +28,14 @@ from __future__ import annotations
 
 from . import core
 from . import lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08
-from . import lesson09
+from . import lesson05b, lesson09
 from .core import CORRECT, INCORRECT, NOT_ATTEMPTED, REGISTRY, Exercise, Verdict
 
 #: every lesson's exercises, in lesson order (lessons without exercises yet included, empty)
 LESSONS = tuple(REGISTRY[n] for n in sorted(REGISTRY))
 ALL = tuple(ex for lesson in LESSONS for ex in lesson)
 
-__all__ = ["core", "lesson00", "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06",
+__all__ = ["core", "lesson00", "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson05b", "lesson06",
            "lesson07", "lesson08", "lesson09", "CORRECT", "INCORRECT", "NOT_ATTEMPTED", "Exercise", "Verdict", "LESSONS",
            "ALL", "overview"]
 

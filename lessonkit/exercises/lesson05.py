@@ -1,12 +1,11 @@
-"""The exercises of lesson 05: where one head's K fits (the engine's layout), what the K-twice
-variant still reads after the last chunk when its first pass streams, and what makes the
-stored-scores variant fast on x86."""
+"""The exercises of lesson 05: where one head's K fits (the engine's layout), and the extra bytes
+per token of each two-pass variant by the model. Lesson 05b's (streaming, time) are in lesson05b."""
 from __future__ import annotations
 
-from .. import streaming, traffic
+from .. import traffic
 from .core import Choice, Exercise, Wrong, close, field_of, pick, register, whole
 
-HD, NKV, T, CHUNK = 128, 8, 65536, 512
+HD, NKV = 128, 8
 
 
 def _fit_truth():
@@ -44,61 +43,45 @@ ex1 = Exercise(
     "the last level.")
 
 
-def _wait_truth():
-    return streaming.work_after_last_chunk("two_pass_recompute_streamed", T, CHUNK, HD, NKV)["bytes"]
+def _extra_truth():
+    n = 4096  # any length: the model's bytes grow linearly with the tokens
+    single = traffic.model_bytes("single", n, n_kv_heads=NKV)["total"]
+    return {k: (traffic.model_bytes(v, n, n_kv_heads=NKV)["total"] - single) / n
+            for k, v in (("k_twice_extra_per_token", "two_pass_recompute"),
+                         ("scores_extra_per_token", "two_pass_scores"))}
 
 
-def _l05_wait(answer):
-    got = field_of(answer, "bytes_after_last_chunk", float)
-    truth = _wait_truth()
-    if close(got, truth, 0.01):
-        return (f"{truth / 2**20:.1f} MiB: the last chunk's pass 1, then all of K again and all of V; only the "
-                "pass that needs M and S over all tokens waits")
-    unfair = streaming.work_after_last_chunk("two_pass_recompute", T, CHUNK, HD, NKV)["bytes"]
-    if close(got, unfair, 0.01):
-        raise Wrong("you counted pass 1 over all tokens after the last chunk; pass 1 (M and S) runs as the "
-                    "chunks arrive, so only the last chunk's pass 1 is left")
-    streamed = streaming.work_after_last_chunk("streaming", T, CHUNK, HD, NKV)["bytes"]
-    if close(got, streamed, 0.01):
-        raise Wrong("that is the online single pass's last chunk; the K-twice variant's second pass needs M and S "
-                    "over all tokens, so it reads all of K and V after the last chunk")
-    raise Wrong(f"{got:.4g} bytes is {'more' if got > truth else 'less'} than the K-twice variant still reads "
-                "(within 1%)")
+def _l05_extra(answer):
+    truth = _extra_truth()
+    got = {k: field_of(answer, k, float) for k in truth}
+    k_row, one_head = traffic.bytes_per_token(HD, NKV)["k"], traffic.bytes_per_token(HD, 1)["k"]
+    g = got["k_twice_extra_per_token"]
+    if not close(g, truth["k_twice_extra_per_token"], 0.01):
+        if close(g, one_head, 0.01):
+            raise Wrong(f"k_twice_extra_per_token = {g:g} is one head alone; with {NKV} heads interleaved a scale "
+                        f"read brings {4 * NKV} bytes of a line")
+        if close(g, HD, 0.01):
+            raise Wrong(f"k_twice_extra_per_token = {g:g} counts the K row only; the second read of K reads its "
+                        "scale again too")
+        if close(g, 2 * k_row, 0.01):
+            raise Wrong(f"k_twice_extra_per_token = {g:g}: V is not read twice, only K")
+        raise Wrong(f"k_twice_extra_per_token = {g:g} is not the second read of one K row and its scale's line share")
+    g = got["scores_extra_per_token"]
+    if not close(g, truth["scores_extra_per_token"], 0.01):
+        if close(g, 4, 0.01):
+            raise Wrong("scores_extra_per_token = 4 counts the array once; it is written, read, written and read")
+        raise Wrong(f"scores_extra_per_token = {g:g}: count 4 bytes per score for each time the array is touched")
+    return (f"{truth['k_twice_extra_per_token']:.0f} bytes per token for K read twice (half of the single pass's "
+            f"K + V + scales), {truth['scores_extra_per_token']:.0f} for the score array")
 
 
 ex2 = Exercise(
-    lesson="05", name="wait_bytes", title="exercise 2: what the K-twice variant reads after the last chunk",
-    question=f"KV arrives in chunks of {CHUNK} tokens, {T} tokens in all, {NKV} kv heads interleaved, head_dim {HD}. "
-    "The K-twice variant runs its pass 1 (M and S) on each chunk as it arrives. How many bytes of lines must it "
-    "read for one head after the last chunk has arrived (within 1%)?",
-    template={"bytes_after_last_chunk": ...}, check=_l05_wait,
-    solution=lambda: {"bytes_after_last_chunk": _wait_truth()},
-    hint="pass 1 of the last chunk (its K), then pass 2 over every token (K again and V); bytes per token from "
-    "traffic.bytes_per_token(128, 8).")
+    lesson="05", name="extra_bytes", title="exercise 2: the extra bytes of each variant, per token",
+    question=f"By the model (no cache reuse), {NKV} kv heads interleaved, head_dim {HD}: how many bytes per token "
+    "does each two-pass variant touch beyond the single pass? The K-twice variant, and the stored-scores variant.",
+    template={"k_twice_extra_per_token": ..., "scores_extra_per_token": ...}, check=_l05_extra,
+    solution=_extra_truth,
+    hint="traffic.bytes_per_token(128, 8)['k'] is one K row with its share of the scale lines; the pass code "
+    "shows how often the score array is written and read.")
 
-
-EXP_CHOICES = {
-    "a": Choice("its pass 2 is a loop of independent exps, which the x86 build vectorizes with the inline exp",
-                "right: q8_simd.h turns expf into an inline function on x86, and the compiler runs pass 2 many lanes "
-                "at a time; the single pass computes one exp per token inside a dependent chain, and ARM's build "
-                "calls libm's expf for every score in both"),
-    "b": Choice("it reads fewer bytes of K and V than the single pass does on every call",
-                "no: it reads the same K and V rows and scales, plus its score array (the model of section 1)"),
-    "c": Choice("its score array stays in the first-level cache, so none of its loads ever miss",
-                "no: the simulation shows the score array's lines missing the first level; bytes are not why"),
-}
-
-
-def _l05_exp(answer):
-    return pick(answer, "choice", EXP_CHOICES, "a")
-
-
-ex3 = Exercise(
-    lesson="05", name="why_fast", title="exercise 3: why stored scores run fast on x86",
-    question="On this x86 machine the stored-scores variant is faster per token than the single pass. Which "
-    "reason do the sources and the disassembly support?",
-    template={"choice": ...}, check=_l05_exp, solution=lambda: {"choice": "a"},
-    hint="look at the #if around q8_expf in native/q8_simd.h, and at pass 2 of flash_attn_two_pass_scores_q8.",
-    choices=EXP_CHOICES)
-
-register(__name__, [ex1, ex2, ex3])
+register(__name__, [ex1, ex2])
