@@ -486,8 +486,15 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
         note = f"simulated now with {_valgrind_version()} (callgrind --cache-sim=yes)"
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
             saved.parent.mkdir(parents=True, exist_ok=True)
+            # merged into what the file holds: a lesson saves its configurations in several calls,
+            # and each call replaces only the entries it simulated
+            key = lambda r: (r["variant"], r["seq_len"], r["preset"], r.get("n_kv_heads", 1))  # noqa: E731
+            kept = json.loads(saved.read_text())["results"] if saved.is_file() else []
+            fresh = [r.as_dict() for r in results.values()]
+            new_keys = {key(r) for r in fresh}
             data = dict(generated_by="lessonkit.streaming.simulations", valgrind=_valgrind_version(),
-                        machine=platform.machine(), results=[r.as_dict() for r in results.values()])
+                        machine=platform.machine(),
+                        results=[r for r in kept if key(r) not in new_keys] + fresh)
             saved.write_text(json.dumps(data, indent=1) + "\n")
             note += f"; saved to {saved.name}"
         return results, note

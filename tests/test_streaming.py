@@ -206,3 +206,18 @@ def test_saved_simulations_are_loaded_without_valgrind(tmp_path, monkeypatch):
         streaming.simulations([("single", 4096, "a76")], saved)
     with pytest.raises(RuntimeError, match="not installed"):
         streaming.simulations(configs, tmp_path / "missing.json")
+
+
+def test_saving_in_several_calls_keeps_every_configuration(tmp_path, monkeypatch):
+    """A lesson saves its simulations in batches: each call replaces only what it simulated."""
+    saved = tmp_path / "sim.json"
+    monkeypatch.setattr(traffic, "valgrind_available", lambda: True)
+    monkeypatch.setattr(traffic, "simulate", lambda v, n, preset_name: _fake(v, n, preset_name))
+    first, second = [("single", 1024, "a76"), ("single", 2048, "a76")], [("single", 2048, "a76"), ("single", 4096, "a76")]
+    streaming.simulations(first, saved, save=True)
+    streaming.simulations(second, saved, save=True)
+    results = json.loads(saved.read_text())["results"]
+    assert sorted(r["seq_len"] for r in results) == [1024, 2048, 4096]  # 2048 once, replaced
+    monkeypatch.setattr(traffic, "valgrind_available", lambda: False)
+    loaded, _ = streaming.simulations(first + second[1:], saved)
+    assert [c[1] for c in loaded] == [1024, 2048, 4096]
