@@ -149,7 +149,7 @@ class PassCounts:
     block_dots: int          # int32 block dots (each = 2 calls of i8x16_dot_s32)
     expf_calls: int          # expf(M - s) on a new max, expf(s - M) otherwise: one per token
     rescales: int            # tokens that raised M (S and VKQ multiplied by ms)
-    rescale_multiplies: int  # VKQ elements multiplied in rescales: rescales x head_dim
+    rescale_multiplies: int  # multiplies in rescales: rescales x (head_dim VKQ elements + 1 for S *= ms)
     v_fmas: int              # VKQ += V * w: head_dim per token
     divisions: int           # 1 / S, once
     out_multiplies: int      # attn_out[i] = VKQ[i] * (1/S): head_dim, once
@@ -176,7 +176,7 @@ def pass_counts(trace, cache) -> PassCounts:
         k_rows_read=k_rows, v_rows_read=v_rows, k_bytes=k_rows * hd, v_bytes=v_rows * hd,
         k_scale_bytes=4 * T, v_scale_bytes=4 * T,
         block_dots=int(trace.dots.size), expf_calls=expf_new_max + expf_otherwise,
-        rescales=rescales, rescale_multiplies=rescales * hd, v_fmas=v_rows * hd,
+        rescales=rescales, rescale_multiplies=rescales * (hd + 1), v_fmas=v_rows * hd,
         divisions=1, out_multiplies=hd)
 
 
@@ -212,73 +212,67 @@ SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
 
 def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = None,
                   final_S: float | None = None):
-    """Boxes and arrows of the single pass, annotated with this call's shapes and counts.
-    Returns the matplotlib Axes."""
+    """Boxes and arrows of the single pass, annotated with this call's shapes and counts. Every
+    segment's box names its segment and source lines (so the colours need no legend). Drawn in
+    data units of one inch on the style's 10-inch column width (``figsize=(10, 7)``), so the text
+    fits its boxes at 12 pt. Returns the matplotlib Axes."""
     import matplotlib.pyplot as plt
     plotstyle.use()
-    from matplotlib.patches import FancyBboxPatch, Patch
+    from matplotlib.patches import FancyBboxPatch
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(13, 6.6))
-    ax.set_xlim(0, 13)
-    ax.set_ylim(0, 6.6)
+        _, ax = plt.subplots(figsize=(10, 7))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 7)
     ax.axis("off")
     hd, T, nblk = c.head_dim, c.seq_len, c.n_blocks_q
+    lines = {n: f"lines {segments[n].begin}-{segments[n].end}" for n in (1, 2, 3, 4)}
 
-    def box(x, y, w, h, text, seg=None, fs=plotstyle.MIN_PT):
+    def box(x, y, w, h, text, seg=None):
         color = SEGMENT_COLORS.get(seg, "#f2f2f2")
         ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=color, ec="0.3", lw=1.2))
-        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fs)
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=plotstyle.MIN_PT)
 
-    def arrow(x0, y0, x1, y1, text=None, dx=0.08, dy=0.0):
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                    arrowprops=dict(arrowstyle="-|>", lw=1.6, color="0.2"))
+    def arrow(x0, y0, x1, y1, text=None):
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="-|>", lw=1.6, color="0.2"))
         if text:
-            ax.text((x0 + x1) / 2 + dx, (y0 + y1) / 2 + dy, text, fontsize=plotstyle.MIN_PT, color="0.15")
+            ax.text((x0 + x1) / 2, y0 + 0.12, text, fontsize=plotstyle.MIN_PT, color="0.15", ha="center",
+                    va="bottom")
 
     # segment 1, once
-    box(0.2, 5.45, 2.3, 0.9, f"q  fp32 [{hd}]\n{c.q_bytes} B")
-    box(3.2, 5.35, 4.1, 1.1, f"segment 1: Q -> int8, once\ncodes int8 [{hd}] + {nblk} block scales qsc\n"
-                             f"(ran {c.n_q_quantized} time in this call)", seg=1)
-    arrow(2.55, 5.9, 3.15, 5.9)
-    # the loop
-    ax.add_patch(FancyBboxPatch((0.1, 1.55), 12.8, 3.3, boxstyle="round,pad=0.05", fc="none",
+    box(0.1, 6.0, 1.7, 0.8, f"q  fp32 [{hd}]\n{c.q_bytes} B")
+    box(2.3, 5.85, 4.5, 1.1, f"segment 1 ({lines[1]}), once\nQ -> int8 codes [{hd}]\n+ {nblk} block scales qsc",
+        seg=1)
+    arrow(1.85, 6.4, 2.25, 6.4)
+    arrow(3.4, 5.8, 3.4, 4.3)
+    ax.text(3.55, 5.35, "int8 Q codes + qsc,\nkept for the whole loop", ha="left", va="center",
+            fontsize=plotstyle.MIN_PT, color="0.15")
+    # the token loop: segments 2 and 3, once per token
+    ax.add_patch(FancyBboxPatch((0.05, 1.75), 9.9, 3.1, boxstyle="round,pad=0.05", fc="none",
                                 ec="0.35", lw=1.4, ls="--"))
-    ax.text(12.8, 4.6, f"for t = 0 ... {T - 1}   (seq_len = {T}; each K row and V row read once)",
-            fontsize=plotstyle.MIN_PT, weight="bold", ha="right")
-    box(0.3, 2.6, 2.4, 1.45, f"K row t\nint8 [{hd}] = {hd} B\n+ kscale 4 B", seg=None)
-    box(3.2, 2.45, 3.0, 1.75, f"segment 2: score\n{nblk} int32 block dots\n"
-                              f"s = sum dot32*qsc[b]\n    * ks * scale", seg=2)
-    box(6.7, 2.45, 2.9, 1.75, f"segment 3: online softmax\nM, S;  new max -> rescale\n"
-                              f"rescaled at {c.rescales} of {T} tokens\n1 expf per token", seg=3)
-    box(10.1, 2.45, 2.7, 1.75, f"VKQ += V row t\n  * (vsf * vs)\nV row int8 [{hd}] = {hd} B\n"
-                               f"+ vscale 4 B", seg=3)
-    arrow(2.75, 3.3, 3.15, 3.3)
-    arrow(4.7, 5.3, 4.7, 4.25)
-    ax.text(4.55, 5.1, "int8 Q codes + qsc,\nkept for the whole loop", ha="right", va="center", fontsize=plotstyle.MIN_PT,
-            color="0.15")
-    arrow(6.25, 3.3, 6.65, 3.3, text="s", dx=-0.08, dy=0.1)
-    arrow(9.65, 3.3, 10.05, 3.3, text="w", dx=-0.1, dy=0.1)
-    ax.text(0.3, 1.98, f"K read: {T} x {hd} B = {kib(c.k_bytes)} (+ {kib(c.k_scale_bytes)} scales);  "
-                       f"{c.block_dots} int32 block dots\n"
-                       f"V read: {T} x {hd} B = {kib(c.v_bytes)} (+ {kib(c.v_scale_bytes)} scales);  "
-                       f"{c.expf_calls} expf, {c.rescales} rescales",
+    ax.text(9.85, 4.55, f"for t = 0 ... {T - 1}: each K and V row read once", fontsize=plotstyle.MIN_PT,
+            weight="bold", ha="right", va="center")
+    box(0.2, 2.1, 1.7, 2.1, f"K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B")
+    box(2.3, 2.1, 2.3, 2.1, f"segment 2\n({lines[2]})\n{nblk} int32 dots\ns += dot32 * qsc[b]\ns *= ks * scale", seg=2)
+    box(5.0, 2.1, 2.3, 2.1, f"segment 3\n({lines[3]})\nnew max: rescale\n({c.rescales} of {T} tokens)\n"
+                            "1 expf per token", seg=3)
+    box(7.7, 2.1, 2.15, 2.1, f"VKQ += V row t\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B", seg=3)
+    arrow(1.95, 3.15, 2.25, 3.15)
+    arrow(4.65, 3.15, 4.95, 3.15, text="s")
+    arrow(7.35, 3.15, 7.65, 3.15, text="w")
+    # after the loop: what it read, and segment 4, once
+    ax.text(0.1, 0.85, f"K read: {T} x {hd} B = {kib(c.k_bytes)} + {kib(c.k_scale_bytes)} scales\n"
+                       f"          {c.block_dots} int32 block dots\n"
+                       f"V read: {T} x {hd} B = {kib(c.v_bytes)} + {kib(c.v_scale_bytes)} scales\n"
+                       f"          {c.expf_calls} expf, {c.rescales} rescales",
             fontsize=plotstyle.MIN_PT, color="0.1", va="center")
-    # segment 4, once
-    sval = "" if final_S is None else f"\n(S = {final_S:.4g} here)"
-    box(9.4, 0.1, 3.4, 1.15, f"segment 4: x 1/S, once\n{c.divisions} division + {c.out_multiplies} multiplies"
-                             f"{sval}", seg=4)
-    box(6.4, 0.25, 2.4, 0.9, f"attn_out\nfp32 [{hd}] = {4 * hd} B")
-    arrow(11.1, 2.4, 11.1, 1.3)
-    ax.text(11.2, 1.95, "VKQ after\nthe last token", fontsize=plotstyle.MIN_PT, color="0.15", va="center")
-    arrow(9.35, 0.7, 8.85, 0.7)
-    handles = [Patch(fc=SEGMENT_COLORS[n], ec="0.3",
-                     label=f"segment {n}: lines {segments[n].begin}-{segments[n].end}") for n in (1, 2, 3, 4)]
-    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 0.0), fontsize=plotstyle.MIN_PT,
-              title="native/flash_attn_q8_neon.c", title_fontsize=plotstyle.MIN_PT, frameon=True)
+    sval = "" if final_S is None else f" (S = {final_S:.4g})"
+    box(6.3, 0.1, 3.55, 1.35, f"segment 4 ({lines[4]}), once\nx 1/S{sval}: {c.divisions} division\n"
+                              f"+ {c.out_multiplies} multiplies\n-> attn_out fp32 [{hd}]", seg=4)
+    arrow(8.8, 2.0, 8.8, 1.5)
     kh = "" if kv_head is None else f", kv head {kv_head}"
-    ax.set_title(f"One call of flash_attn_single_q_q8_neon, as traced (head_dim {hd}, seq_len {T}{kh}):"
-                 f" {kib(c.kv_bytes)} of K, V and scales read, once", fontsize=13)
+    ax.set_title(f"One traced call of the kernel (head_dim {hd}, seq_len {T}{kh}):\n"
+                 f"{kib(c.kv_bytes)} of K, V and scales read, once", fontsize=13)
     return ax
 
 
@@ -344,3 +338,52 @@ def check_walkthrough(seed: int = 0):
     low_out = attend(low_q, low_cache, 0, scale=low_scale)
     out.add("segment 4 guard: scores below -1e9 give zeros, not NaN", (low_out == 0).all(), f"out {low_out[:4]}")
     return out
+
+
+# ----------------------------------------------------------------------------- one line's aarch64 code
+
+@dataclass(frozen=True)
+class LineCode:
+    compiler: str        # e.g. "aarch64-linux-gnu-gcc 12.2.0"
+    flags: str           # the -O3 flags lessonkit.native uses on an ARM machine
+    line: int            # the kernel line
+    mnemonics: dict      # {mnemonic: count} of the instructions GCC attributes to that line
+
+    def __str__(self) -> str:
+        ins = ", ".join(f"{n} {m}" for m, n in sorted(self.mnemonics.items()))
+        return f"{self.compiler} {self.flags}: line {self.line} compiles to {ins}"
+
+
+def aarch64_line_code(text: str, segment: int | None = None, function: str = "flash_attn_single_q_q8_neon",
+                      dotprod: bool = True) -> LineCode | None:
+    """Cross-compile the kernel file for aarch64 with lessonkit's ARM flags plus ``-g -S`` and
+    count the instructions GCC's line table (``.loc``) attributes to the kernel line containing
+    ``text``, inside ``function``. ``None`` when the cross-compiler is not installed (the lesson
+    then says so instead of showing a claim it cannot check)."""
+    import shutil
+    import subprocess
+    import tempfile
+    from collections import Counter
+    from . import cycles, source
+    if shutil.which(cycles.CC) is None:
+        return None
+    line = source.find_line(text, segment=segment)
+    flags = cycles.aarch64_flags(dotprod)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "kernel.s"
+        subprocess.run([cycles.CC, *flags, "-g", f"-I{source.KERNEL_FILE.parent}", "-S",
+                        str(source.KERNEL_FILE), "-o", str(out)], check=True, capture_output=True, timeout=300)
+        asm = out.read_text()
+    version = subprocess.run([cycles.CC, "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
+    files = dict(re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]+)"\s*$', asm, flags=re.M))
+    index = next(i for i, name in files.items() if Path(name).name == source.KERNEL_FILE.name)
+    body = asm.split(f"\n{function}:\n", 1)[1].split(f"\t.size\t{function},", 1)[0]
+    counts, here = Counter(), False
+    for row in body.splitlines():
+        loc = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)\s", row)
+        if loc:
+            here = loc.group(1) == index and int(loc.group(2)) == line
+        elif here and re.match(r"\t[a-z]", row):
+            counts[row.split()[0]] += 1
+    return LineCode(f"{cycles.CC} {version}", " ".join(f for f in flags if f.startswith(("-O", "-march"))),
+                    line, dict(counts))

@@ -139,11 +139,13 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
 MAX_DRAWN_ROWS = 48
 
 
-def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15, 9)):
+def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10, 7.6)):
     """Draw a small cache from its own data: the pointer table (entries labelled by block, never by
     address), the blocks as rows of tokens with the kv heads side by side (colour = int8 code;
-    allocated but unused rows grey), and the scale array ``[token][kv head]`` with the stride nkv
-    the kernel walks. ``highlight=(t, kh)`` frames token t of kv head kh everywhere.
+    allocated but unused rows grey), the scale array ``[token][kv head]`` (its values written in
+    its cells) and the same scales as they lie in memory, numbered by their index, with the
+    stride nkv the kernel walks. ``highlight=(t, kh)`` frames token t of kv head kh everywhere.
+    The default size is the plot style's column width (10 inches), so no text shrinks below 12 pt.
     Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
     plotstyle.use()
@@ -160,15 +162,16 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
                          f"this one has {nb * bs}")
     t_hi, kh_hi = highlight
     w = locate(check.integer("t", t_hi, minimum=0, below=T), kh_hi, bs, nkv, hd)
-    name = "k_cache_q8" if which == "k" else "v_cache_q8"
-    sname = "kscale" if which == "k" else "vscale"
+    side = "k" if which == "k" else "v"
+    name, sname = f"{side}_cache_q8", f"{side}scale"
     blocks = cache.k_blocks if which == "k" else cache.v_blocks
-    scales = np.stack([(cache.k_scales if which == "k" else cache.v_scales)(kh) for kh in range(nkv)], 1)
+    scales = np.stack([(cache.k_scales if which == "k" else cache.v_scales)(kh) for kh in range(nkv)], 1)  # [T, nkv]
     red = "#d62728"
+    pt = plotstyle.MIN_PT
 
     fig = plt.figure(figsize=figsize)
-    gs = fig.add_gridspec(2, 3, width_ratios=[1.25, 6.0, 2.4], height_ratios=[6.0, 1.0], wspace=0.16,
-                          hspace=0.3)
+    gs = fig.add_gridspec(2, 3, width_ratios=[1.15, 5.0, 2.3], height_ratios=[6.0, 1.0], wspace=0.12,
+                          hspace=0.42)
     ax_p, ax_b, ax_s = (fig.add_subplot(gs[0, i]) for i in range(3))
     ax_f = fig.add_subplot(gs[1, :])
     gap = 0.8
@@ -186,34 +189,32 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
             if t >= T:
                 ax_b.add_patch(Rectangle((0, top(b) + r), kv_dim, 1, facecolor="0.85", edgecolor="0.6",
                                          hatch="//", lw=0.5))
-                ax_b.text(kv_dim / 2, y, "allocated, unused", ha="center", va="center", fontsize=plotstyle.MIN_PT,
-                          color="0.3")
-            ax_b.text(kv_dim * 1.01, y, f"row {r}: t={t}" if t < T else f"row {r}: -", ha="left",
-                      va="center", fontsize=plotstyle.MIN_PT, color=red if t == w.t else "black",
+                ax_b.text(kv_dim / 2, y, "allocated, unused", ha="center", va="center", fontsize=pt,
+                          color="0.3", bbox=dict(fc="0.85", ec="none", pad=0.5), zorder=3)
+            ax_b.text(kv_dim * 1.02, y, f"t={t}" if t < T else "-", ha="left",
+                      va="center", fontsize=pt, color=red if t == w.t else "black",
                       fontweight="bold" if t == w.t else "normal")
         ax_b.add_patch(Rectangle((0, top(b)), kv_dim, bs, fill=False, edgecolor="black", lw=1.5))
     for kh in range(1, nkv):
         ax_b.axvline(kh * hd, color="black", lw=2)
     for kh in range(nkv):
-        ax_b.text((kh + 0.5) * hd, -0.35, f"kv head {kh}\nkh_off = {kh * hd}", ha="center", va="bottom",
-                  fontsize=plotstyle.MIN_PT, color=red if kh == w.kv_head else "black")
+        ax_b.text((kh + 0.5) * hd, -0.35, f"head {kh}", ha="center", va="bottom",
+                  fontsize=pt, color=red if kh == w.kv_head else "black")
     ax_b.add_patch(Rectangle((w.kh_off, top(w.block) + w.row), hd, 1, fill=False, edgecolor=red, lw=3.5))
-    ax_b.set_xlim(0, kv_dim * 1.16)
-    ax_b.set_ylim(height + 0.2, -2.6)
+    ax_b.set_xlim(0, kv_dim * 1.17)
+    ax_b.set_ylim(height + 0.2, -1.6)
     ax_b.set_xticks([kh * hd for kh in range(nkv + 1)])
     ax_b.spines["bottom"].set_bounds(0, kv_dim)
-    ax_b.set_xlabel(f"byte offset inside a row (one int8 code per value, value = code x scale / 127;\n"
-                    f"a row = kv_dim = {nkv} x {hd} = {kv_dim} bytes)", fontsize=plotstyle.MIN_PT)
+    ax_b.set_xlabel(f"byte offset in a row (kv_dim = {nkv} x {hd} = {kv_dim} bytes)", fontsize=pt)
     ax_b.set_yticks([])
     for s in ("left", "right", "top"):
         ax_b.spines[s].set_visible(False)
-    ax_b.set_title(f"{name}[{w.t} / {bs} = {w.block}] + ({w.t} % {bs} = {w.row}) * {kv_dim} + {w.kh_off}"
-                   f"  =  block {w.block} + {w.offset} bytes", fontsize=12, color=red, pad=10)
     cax = ax_p.inset_axes((0.62, 0.0, 0.1, 0.24))
     cb = fig.colorbar(im, cax=cax, orientation="vertical")
     cax.yaxis.set_ticks_position("left")
     cax.yaxis.set_label_position("left")
-    cb.set_label("int8 code", fontsize=plotstyle.MIN_PT)
+    cb.set_label("int8 code", fontsize=pt)
+    cb.set_ticks([-127, 0, 127])
 
     # --- the pointer table: one entry per block, labelled, arrows to the blocks
     ph = 1.0
@@ -221,42 +222,44 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
     for b in range(nb):
         y = y0 + b * ph
         hit = b == w.block
-        ax_p.add_patch(Rectangle((0.1, y), 0.8, ph, facecolor="#fde0dd" if hit else "white",
+        ax_p.add_patch(Rectangle((0.05, y), 0.9, ph, facecolor="#fde0dd" if hit else "white",
                                  edgecolor=red if hit else "black", lw=2.5 if hit else 1.2))
-        ax_p.text(0.5, y + ph / 2, f"[{b}]  &block {b}", ha="center", va="center", fontsize=plotstyle.MIN_PT)
-        fig.add_artist(ConnectionPatch((0.9, y + ph / 2), (0, top(b)), "data", "data", axesA=ax_p, axesB=ax_b,
+        ax_p.text(0.5, y + ph / 2, f"[{b}]", ha="center", va="center", fontsize=pt)
+        fig.add_artist(ConnectionPatch((0.95, y + ph / 2), (0, top(b)), "data", "data", axesA=ax_p, axesB=ax_b,
                                        arrowstyle="-|>", mutation_scale=14, lw=2 if hit else 1,
                                        color=red if hit else "0.3"))
-    ax_p.text(0.5, y0 - 0.3, f"{name}\n(pointer table,\none int8_t * per block)", ha="center", va="bottom",
-              fontsize=plotstyle.MIN_PT)
+    ax_p.text(0.5, y0 - 0.3, f"{name}\n(one pointer\nper block)", ha="center", va="bottom", fontsize=pt)
     ax_p.set_xlim(0, 1)
-    ax_p.set_ylim(height + 0.2, -2.6)
+    ax_p.set_ylim(height + 0.2, -1.6)
     ax_p.axis("off")
 
     # --- the scale array [token][kv head]: the kernel walks one column with stride nkv
-    ax_s.imshow(scales, cmap="Greens", aspect="auto", interpolation="nearest",
-                vmin=0, vmax=float(scales.max()) * 1.6 or 1.0, extent=(0, nkv, T, 0))
+    # plain cells: the values are written in them, a colour scale would repeat them without a key;
+    # pink marks the kernel's column (kv head kh), as in the memory strip below
     for t in range(T):
         for kh in range(nkv):
             hit = (t, kh) == (w.t, w.kv_head)
-            ax_s.text(kh + 0.5, t + 0.5, f"[{t * nkv + kh}] {scales[t, kh]:.2f}", ha="center", va="center",
-                      fontsize=plotstyle.MIN_PT, color=red if hit else "black", fontweight="bold" if hit else "normal")
-    ax_s.add_patch(Rectangle((w.kv_head, 0), 1, T, fill=False, edgecolor=red, lw=1.2, ls="--"))
+            ax_s.add_patch(Rectangle((kh, t), 1, 1, facecolor="#fde0dd" if kh == w.kv_head else "white",
+                                     edgecolor="0.4", lw=0.8))
+            ax_s.text(kh + 0.5, t + 0.5, f"{scales[t, kh]:.2f}", ha="center", va="center",
+                      fontsize=pt, color=red if hit else "black", fontweight="bold" if hit else "normal")
     ax_s.add_patch(Rectangle((w.kv_head, w.t), 1, 1, fill=False, edgecolor=red, lw=3.5))
-    ax_s.set_xticks(np.arange(nkv) + 0.5, [f"kh={kh}" for kh in range(nkv)], fontsize=plotstyle.MIN_PT)
-    ax_s.set_yticks(np.arange(T) + 0.5, [f"t={t}" for t in range(T)], fontsize=plotstyle.MIN_PT)
+    ax_s.set_xlim(0, nkv)
+    ax_s.set_ylim(T, 0)
+    ax_s.set_xticks(np.arange(nkv) + 0.5, [f"{kh}" for kh in range(nkv)], fontsize=pt)
+    ax_s.set_yticks(np.arange(T) + 0.5, [f"t={t}" for t in range(T)], fontsize=pt)
     ax_s.tick_params(axis="y", labelright=True, labelleft=False, right=True, left=False)
-    ax_s.set_xlabel(f"kv head ([flat index] raw max|x|)\none row = nkv = {nkv} floats", fontsize=plotstyle.MIN_PT)
-    ax_s.set_title(f"{sname} = {'k' if which == 'k' else 'v'}_scale + {w.kv_head}:\n"
-                   f"{sname}[{w.t} * {nkv}] = {'k' if which == 'k' else 'v'}_scale[{w.flat_scale_index}], stride {nkv}",
-                   fontsize=plotstyle.MIN_PT, color=red)
+    ax_s.grid(False)
+    ax_s.set_xlabel("kv head", fontsize=pt)
+    ax_s.set_title(f"{side}_scale: raw max|x|", fontsize=pt)
     # --- the same scale array as it lies in memory: the kernel hops nkv floats per token
     n = T * nkv
     for i in range(n):
         t, kh = divmod(i, nkv)
         mine = kh == w.kv_head
         ax_f.add_patch(Rectangle((i, 0), 1, 1, facecolor="#fde0dd" if mine else "white", edgecolor="0.4", lw=0.8))
-        ax_f.text(i + 0.5, 0.5, f"{t},{kh}", ha="center", va="center", fontsize=plotstyle.MIN_PT)
+        ax_f.text(i + 0.5, 0.5, f"{i}", ha="center", va="center", fontsize=pt,
+                  color=red if i == w.flat_scale_index else "black")
         if mine and t + 1 < T:
             ax_f.annotate("", xy=(i + nkv + 0.5, 1.0), xytext=(i + 0.5, 1.0),
                           arrowprops=dict(arrowstyle="-|>", color=red, lw=1.2, connectionstyle="arc3,rad=-0.45"))
@@ -266,15 +269,17 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(15
     ax_f.set_xlim(-0.5, n + 0.5)
     ax_f.set_ylim(-0.1, 2.1)
     ax_f.set_yticks([])
-    ax_f.set_xticks(np.arange(0, n + 1, nkv))
+    ax_f.grid(False)
+    ax_f.set_xticks(np.arange(0, n, nkv) + nkv / 2, [f"t={t}" for t in range(T)], fontsize=pt)
+    ax_f.tick_params(axis="x", length=0)
     for s in ("left", "right", "top"):
         ax_f.spines[s].set_visible(False)
-    ax_f.set_xlabel(f"index into {'k' if which == 'k' else 'v'}_scale (floats; cell = token,kv head); "
-                    f"red arcs: the kernel's steps of nkv = {nkv} from {sname} = "
-                    f"{'k' if which == 'k' else 'v'}_scale + {w.kv_head}", fontsize=plotstyle.MIN_PT)
+    ax_f.set_title(f"{side}_scale in memory, by index; red arcs: the kernel's steps of nkv = {nkv} "
+                   f"from {sname} = {side}_scale + {w.kv_head}", fontsize=pt, pad=12)
 
-    fig.suptitle(f"KVCacheQ8 {which.upper()} side: {T} tokens, {nkv} kv heads x head_dim {hd}, kv_bs {bs} "
-                 f"({nb} blocks); token t={w.t}, kv head kh={w.kv_head} framed in red", fontsize=13)
+    fig.suptitle(f"{T} tokens, {nkv} kv heads x {hd}, kv_bs {bs}: token {w.t} of kv head {w.kv_head} in red\n"
+                 f"{name}[{w.t} / {bs} = {w.block}] + ({w.t} % {bs} = {w.row}) * {kv_dim} + {w.kh_off}"
+                 f" = block {w.block} + {w.offset} bytes", fontsize=13, color="black")
     return fig
 
 

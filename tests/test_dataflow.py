@@ -124,7 +124,7 @@ def test_cost_table_and_figure_show_the_counts():
     assert f"lines {segs[3].begin}-{segs[3].end}" in table and "12.5 KiB" in table  # 100 x 128 B
     ax = df.draw_dataflow(c, segs, kv_head=0, final_S=float(tr.S[-1]))
     texts = " ".join(t.get_text() for t in ax.texts)
-    assert "100 x 128 B = 12.5 KiB" in texts and f"rescaled at {c.rescales} of 100 tokens" in texts
+    assert "100 x 128 B = 12.5 KiB" in texts and f"({c.rescales} of 100 tokens)" in texts
     plt.close(ax.figure)
 
 
@@ -137,3 +137,17 @@ def test_check_walkthrough_passes_and_can_fail(monkeypatch):
     monkeypatch.setattr(quant, "quantize_q", lambda q: ((real(q)[0] // 2).astype(real(q)[0].dtype), real(q)[1]))
     bad = dataflow.check_walkthrough()
     assert not bad and "segment 1" in str(bad)
+
+
+def test_aarch64_line_code_tells_fused_from_plain_multiplies():
+    """The line s += dot32 * qsc[b] compiles to fmadd for aarch64 (GCC contracts it), while
+    s = s * ks * scale compiles to plain fmul: the helper's count tells the two apart."""
+    import shutil
+    from lessonkit import cycles
+    if shutil.which(cycles.CC) is None:
+        pytest.skip(f"{cycles.CC} is not installed")
+    fused = df.aarch64_line_code("s += (float)dot32 * qsc[b]", segment=2)
+    plain = df.aarch64_line_code("s = s * ks * scale", segment=2)
+    assert fused.mnemonics.get("fmadd", 0) >= 1 and "fmul" not in fused.mnemonics, fused
+    assert plain.mnemonics.get("fmul", 0) >= 1 and "fmadd" not in plain.mnemonics, plain
+    assert str(fused).startswith(cycles.CC) and f"line {fused.line} " in str(fused)

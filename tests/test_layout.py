@@ -103,9 +103,10 @@ def test_draw_cache_frames_the_highlighted_token():
         assert frames[0].get_y() == pytest.approx(1 * (4 + 0.8) + 2)
         # the 2 unused rows of the last block are drawn
         assert sum(t.get_text() == "allocated, unused" for t in ax_b.texts) == 2
-        # every scale cell shows its flat index and value; the highlighted one is [6 * 3 + 1]
-        assert sum(t.get_text().startswith("[") for t in ax_s.texts) == 30
-        assert any(t.get_text().startswith("[19] ") for t in ax_s.texts)
+        # every scale cell shows its value; the memory strip numbers all 30 floats and marks 6 * 3 + 1 in red
+        assert len(ax_s.texts) == 30 and all(t.get_text().replace(".", "").isdigit() for t in ax_s.texts)
+        red = [t.get_text() for t in ax_f.texts if matplotlib.colors.same_color(t.get_color(), "#d62728")]
+        assert red == ["19"] and [t.get_text() for t in ax_f.texts if t.get_text()] == [str(i) for i in range(30)]
     finally:
         plt.close(fig)
 

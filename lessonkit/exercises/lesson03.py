@@ -106,14 +106,21 @@ def _l03_per_head(answer):
 
 ex03_2 = Exercise(
     lesson="03", name="per_head", title="exercise 2: why per (token, head)?",
-    question="K = exercises.l03_loud_head_K() (8 kv heads, head 3 ten times larger). How many bytes per token and "
-    "layer would one scale per token row save (K and V)? By what factor does the RMS error of the 7 quiet "
-    "heads grow with one scale per row (quantize_kv_rows(K.reshape(T, -1))) against the per-(token, head) "
-    "cache? Which two kernel lines (numbers) would change?",
+    question="K = ex.lesson03.l03_loud_head_K() holds K for 256 tokens, 8 kv heads of 128; kv head 3 is ten "
+    "times larger than the others. Suppose the cache kept one scale per token row (all 1024 values) instead of "
+    "one per (token, kv head).\n"
+    "  bytes_saved_per_token (a whole number): bytes of K and V scales saved per token and layer.\n"
+    "  quiet_error_ratio (a number): the RMS error of the 7 quiet heads with one scale per row, divided by "
+    "their RMS error in the real cache. One scale per row: from lessonkit.quant import quantize_kv_rows; "
+    "codes, scales = quantize_kv_rows(K.reshape(len(K), -1)); value = code * scale / 127. The real cache: "
+    "c = lk.KVCacheQ8(8, 128, 64); c.append(K, K); c.dequantized(h)[0] is head h's K.\n"
+    "  lines (two whole numbers): the two kernel lines, as numbered in section 2's listing, that would "
+    "change.",
     template={"bytes_saved_per_token": ..., "quiet_error_ratio": ..., "lines": [..., ...]}, check=_l03_per_head,
     solution=_l03_per_head_truth,
     hint="scales: 2 (K, V) x 4 bytes x nkv per token; the loud head sets the max of the whole row; "
-    "source.find_line('kscale[(size_t)t * nkv]', segment=2) and its V twin in segment 3.")
+    "the lines read K's and V's scale at index t * nkv (source.find_line('kscale[(size_t)t * nkv]', segment=2) "
+    "and its V twin in segment 3).")
 
 L03_KV_BS = (16, 64, 256, 4096)
 

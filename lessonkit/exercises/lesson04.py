@@ -126,12 +126,19 @@ def _l04_fold(answer):
 
 ex04_3 = Exercise(
     lesson="04", name="fold_scale", title="exercise 3: fold scale into qsc",
-    question="Fold scale into qsc, in YOUR copy of the kernel (never in native/): from lessonkit import "
-    "debug, workspace; src = workspace.student_native(); in src / 'flash_attn_q8_neon.c' change segment 1's line to "
-    "qsc[b] = qm * KVQ_INV * scale; and segment 2's to s = s * ks; then ffi, lib = lk.native.load(src_dir=src) "
-    "and tr2 = debug.trace_with(ffi, lib, q, cache, kh, scale) with this lesson's q, cache, kh and scale. "
-    "How many multiplies per token are saved, and do the scores tr2.s differ from tr.s only in their last "
-    "bits (less than 1e-5 relative)? (The check makes the same edit in a temporary copy of its own.)",
+    question="Fold the multiply by scale into Q's block scales, in YOUR copy of the kernel (never in "
+    "native/).\n"
+    "  1. src = workspace.student_native() (from lessonkit import debug, workspace) copies native/ to "
+    "my-work/native/.\n"
+    "  2. In src / 'flash_attn_q8_neon.c' change segment 1's line to  qsc[b] = qm * KVQ_INV * scale;  and "
+    "segment 2's line to  s = s * ks;\n"
+    "  3. ffi2, lib2 = lk.native.load(src_dir=src) builds your copy. tr2 = debug.trace_with(ffi2, lib2, q, "
+    "cache, kh, scale) runs its traced build on this lesson's q, cache, kh and scale and returns the same "
+    "kind of trace as lk.attend(..., trace=True).\n"
+    "  multiplies_saved_per_token (a whole number): how many multiplies per token the edit saves.\n"
+    "  scores_change_only_in_last_bits (True or False): do the scores tr2.s differ from tr.s by less than "
+    "1e-5 relative?\n"
+    "(The check makes the same edit in a temporary copy of its own.)",
     template={"multiplies_saved_per_token": ..., "scores_change_only_in_last_bits": ...}, check=_l04_fold,
     solution=_l04_fold_truth,
     hint="the multiply by scale moves from the token loop into segment 1 (4 blocks, once per call); float32 "
