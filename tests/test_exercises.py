@@ -176,9 +176,9 @@ CASES = [
      {"engine_bytes": 128, "q8_0_bytes": 136, "same_cost_hd": 64}, "codes only"),
     (E.lesson07.ex3, {"choice": "a"}, {"choice": "b"}, "outliers are in K"),
     # lesson 08: bytes from the formula (hd + hd + 4 + 4 per token and kv head), the merge by hand
-    (E.lesson08.ex1, {"grouped_mib": 8 * 65536 * (128 + 128 + 4 + 4) / 2**20,
-                      "per_head_mib": 4 * 8 * 65536 * (128 + 128 + 4 + 4) / 2**20},
-     {"grouped_mib": 8 * 65536 * 256 / 2**20, "per_head_mib": 528}, "left out the two 4-byte scales"),
+    (E.lesson08.ex1, {"grouped_gib": 36 * 8 * 32768 * (128 + 128 + 4 + 4) / 2**30,
+                      "per_head_gib": 4 * 36 * 8 * 32768 * (128 + 128 + 4 + 4) / 2**30},
+     {"grouped_gib": 36 * 8 * 32768 * 256 / 2**30, "per_head_gib": 9.28}, "left out the two 4-byte scales"),
     (E.lesson08.ex2, {"M": 5.0, "S": 3.0 * math.exp(2.0 - 5.0) + 1.5, "empty_changes_S": False},
      {"M": 5.0, "S": 4.5, "empty_changes_S": False}, "without moving A's"),
     (E.lesson08.ex3, {"choice": "a"}, {"choice": "b"}, "waits for the same memory"),

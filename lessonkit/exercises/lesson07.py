@@ -134,8 +134,8 @@ def _protect(answer):
 
 ex07_3 = Exercise(
     lesson="07", name="protect_half", title="exercise 3: which half to keep in fp16",
-    question="K has 3 outlier channels (factor 20), V is Gaussian. You may keep ONE half of the cache in fp16 "
-    "(256 bytes per row at hd = 128) and the other in this engine's q8. Which choice gives the smaller "
+    question="K has 3 outlier channels (factor 20), V is Gaussian. You may keep either K or V in fp16 "
+    "(256 bytes per row at hd = 128), not both; the other one stays in this engine's q8. Which choice gives the smaller "
     "attention error? Measure it with precision.attend_scheme(Q, K, V, 'fp16', v_scheme='engine') and "
     "precision.attend_scheme(Q, K, V, 'engine', v_scheme='fp16').",
     template={"choice": ...}, check=_protect, solution=lambda: {"choice": _protect_truth()},

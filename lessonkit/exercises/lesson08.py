@@ -1,5 +1,5 @@
-"""The exercises of lesson 08 (GQA in one scan, split-KV): the bytes of one decode step of a GQA
-layer, a merge of two partial states worked by hand, and when a second thread helps split-KV.
+"""The exercises of lesson 08 (GQA in one scan, split-KV): the KV bytes of one decode step of a GQA
+model, a merge of two partial states worked by hand, and when a second thread helps split-KV.
 Right answers are computed when the check runs (``traffic.model_bytes``, ``streaming.merge``)."""
 from __future__ import annotations
 
@@ -11,41 +11,45 @@ from .. import traffic
 from ..streaming import Partial, merge
 from .core import Choice, Exercise, Wrong, close, field_of, pick, register
 
-L08_LAYER = dict(n_kv_heads=8, group=4, seq_len=65536, head_dim=128)   # Qwen3-8B: 32 query heads on 8 kv heads
+L08_MODEL = dict(n_layers=36, n_kv_heads=8, group=4, seq_len=32768, head_dim=128)   # Qwen3-8B's config.json
 
 
 def _layer_truth():
-    c = L08_LAYER
-    per = c["n_kv_heads"] * traffic.model_bytes(f"per_head{c['group']}", c["seq_len"], c["head_dim"])["total"]
-    grp = c["n_kv_heads"] * traffic.model_bytes(f"group{c['group']}", c["seq_len"], c["head_dim"])["total"]
-    return grp / 2**20, per / 2**20       # in the template's order
+    c = L08_MODEL
+    heads = c["n_layers"] * c["n_kv_heads"]
+    per = heads * traffic.model_bytes(f"per_head{c['group']}", c["seq_len"], c["head_dim"])["total"]
+    grp = heads * traffic.model_bytes(f"group{c['group']}", c["seq_len"], c["head_dim"])["total"]
+    return grp / 2**30, per / 2**30       # in the template's order
 
 
 def _layer(answer):
     grp, per = _layer_truth()
-    codes_only = L08_LAYER["n_kv_heads"] * L08_LAYER["seq_len"] * 2 * L08_LAYER["head_dim"] / 2**20
-    g = field_of(answer, "grouped_mib", float)
+    c = L08_MODEL
+    codes_only = c["n_layers"] * c["n_kv_heads"] * c["seq_len"] * 2 * c["head_dim"] / 2**30
+    g = field_of(answer, "grouped_gib", float)
     if not close(g, grp, 0.01):
-        why = " (you left out the two 4-byte scales per token)" if close(g, codes_only, 0.01) else ""
-        raise Wrong(f"grouped_mib = {g:g} is not within 1% of the bytes of 8 kv heads' K, V and scales read once"
-                    f"{why}: per token and kv head, hd bytes of K, hd of V, 4 + 4 of scales")
-    p = field_of(answer, "per_head_mib", float)
+        why = (" (you left out the two 4-byte scales per token)" if close(g, codes_only, 0.01)
+               else " (you counted one layer only)" if close(g * c["n_layers"], grp, 0.01) else "")
+        raise Wrong(f"grouped_gib = {g:g} is not within 1% of the bytes of 36 layers x 8 kv heads' K, V and scales "
+                    f"read once{why}: per token and kv head, hd bytes of K, hd of V, 4 + 4 of scales")
+    p = field_of(answer, "per_head_gib", float)
     if not close(p, per, 0.01):
-        raise Wrong(f"per_head_mib = {p:g}: each of the 4 query heads of a group reads its kv head's whole KV "
+        raise Wrong(f"per_head_gib = {p:g}: each of the 4 query heads of a group reads its kv head's whole KV "
                     f"again, so per-head calls read {per / grp:.0f} times the grouped bytes, not {p / grp:.2g} times")
-    return (f"{grp:.0f} MiB with grouped calls, {per:.0f} MiB with per-head calls, per layer and decode step, "
-            "when nothing is reused from a cache")
+    return (f"{grp:.2f} GiB with grouped calls, {per:.2f} GiB with per-head calls, for one decode step of the "
+            "whole model, when nothing is reused from a cache")
 
 
 ex08_1 = Exercise(
-    lesson="08", name="layer_bytes", title="exercise 1: the bytes of one GQA layer",
-    question="A Qwen3-8B layer has 8 kv heads, each shared by 4 query heads; head_dim 128; 65536 tokens in the "
-    "cache. How many MiB (2**20 bytes) of K, V and scales does one decode step of this layer read when nothing "
-    "is reused from a cache: with one grouped call per kv head, and with one call per query head?",
-    template={"grouped_mib": ..., "per_head_mib": ...}, check=_layer,
+    lesson="08", name="layer_bytes", title="exercise 1: the KV bytes of one decode step",
+    question="Qwen3-8B has 36 layers; each layer has 8 kv heads, each shared by 4 query heads; head_dim 128. "
+    "The cache holds 32768 tokens. How many GiB (2**30 bytes) of K, V and scales does one decode step of the "
+    "whole model read when nothing is reused from a cache: with one grouped call per kv head, and with one "
+    "call per query head? Answer with two numbers (float).",
+    template={"grouped_gib": ..., "per_head_gib": ...}, check=_layer,
     solution=_layer_truth,
-    hint="traffic.model_bytes('group4', 65536)['total'] is one kv head's bytes for its 4 query heads; "
-    "'per_head4' the same for 4 separate calls. Multiply by the 8 kv heads.")
+    hint="traffic.model_bytes('group4', 32768)['total'] is one kv head's bytes for its 4 query heads; "
+    "'per_head4' the same for 4 separate calls. Multiply by the 8 kv heads and the 36 layers.")
 
 L08_A = (2.0, 3.0)      # (M, S) of run A
 L08_B = (5.0, 1.5)      # (M, S) of run B
