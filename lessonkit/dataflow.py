@@ -293,7 +293,7 @@ def check_walkthrough(seed: int = 0):
     roundings). Plus the guard of segment 4: scores below -1e9 give zeros, not NaN."""
     from .cache import KVCacheQ8
     from .kernels.attention import attend
-    from .layout import Checks
+    from .checks import Checks
     from .quant import quantize_q
     from .softmax import online
     from .synthetic import cache_with_scores

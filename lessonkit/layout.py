@@ -22,6 +22,7 @@ from . import native
 from . import plotstyle
 from . import validate as check
 from .cache import KVCacheQ8
+from .checks import Checks
 
 MAX_GROW_BYTES = 4 << 30  # what grow_layer may allocate: the cache at its last checkpoint and one fp32 chunk
 
@@ -284,33 +285,6 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
 
 
 # ----------------------------------------------------------------------------- the check on awkward shapes
-
-class Checks:
-    """Named checks of one lesson cell: ``add(name, ok, detail)``, then ``str()`` is one line,
-    "7 checks passed", or the failed checks with their details (the lesson cell prints it)."""
-
-    def __init__(self):
-        self.results: list[tuple[str, bool, str]] = []
-
-    def add(self, name: str, ok, detail: str = "") -> None:
-        self.results.append((name, bool(ok), detail))
-
-    @property
-    def failed(self) -> list[tuple[str, bool, str]]:
-        return [r for r in self.results if not r[1]]
-
-    def __bool__(self) -> bool:
-        return not self.failed
-
-    def __str__(self) -> str:
-        n = len(self.results)
-        if not self.failed:
-            return f"{n} checks passed"
-        lines = [f"{len(self.failed)} of {n} checks FAILED:"]
-        lines += [f"  {name}: {detail}" for name, _, detail in self.failed]
-        return "\n".join(lines)
-
-    __repr__ = __str__
 
 
 # (n_kv_heads, head_dim, kv_bs, seq_len): a half-filled last block, one token per block, one block
