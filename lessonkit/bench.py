@@ -196,11 +196,14 @@ def fast_built() -> bool:
     return "fast" in timing.VARIANTS
 
 
-def interleaved(contenders: dict, rounds: int) -> dict[str, float]:
+def interleaved(contenders: dict, rounds: int, stat: str = "median") -> dict[str, float]:
     """Median ns of each contender (a function of no arguments returning the ns of one sample),
     sampled in alternation: one warm-up call each, then ``rounds`` rounds of one sample of each,
     the order rotated every round, so that no contender always runs right after the same one and
-    a slow moment of the machine lands on all of them alike."""
+    a slow moment of the machine lands on all of them alike. ``stat="min"``: the minimum of the
+    rounds instead, the least disturbed sample (on a shared machine a busy moment only adds time)."""
+    if stat not in ("median", "min"):
+        raise ValueError(f"stat must be 'median' or 'min'; got {stat!r}")
     rounds = check.integer("rounds", rounds, minimum=1)
     check.at_most("rounds", rounds, MAX_BENCH_REPEATS, "rounds of one interleaved timing")
     names = list(contenders)
@@ -213,7 +216,8 @@ def interleaved(contenders: dict, rounds: int) -> dict[str, float]:
         k = r % len(names)
         for name in names[k:] + names[:k]:
             samples[name].append(float(contenders[name]()))
-    return {name: float(np.median(v)) for name, v in samples.items()}
+    reduce = np.min if stat == "min" else np.median
+    return {name: float(reduce(v)) for name, v in samples.items()}
 
 
 def _per_call(fn, number: int):

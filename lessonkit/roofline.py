@@ -12,7 +12,8 @@ module gathers what lesson 09 shows about the versions of the registry (native/f
   (1e-5 of max|out|, the registry's tolerance: the versions only reorder float32 sums and fuse
   multiply-adds).
 - ``measure()``: ns/token of each version at each length, timed in alternation (``bench.interleaved``),
-  this machine's single-thread read bandwidth, and the grouped, split and llama.cpp (ggml) rows at one
+  the minimum of the rounds (the least disturbed one: on a shared machine load only adds time),
+  this machine's single-thread read bandwidth and its last-level cache size, and the grouped, split and llama.cpp (ggml) rows at one
   length.
 - ``a76_estimates()``: llvm-mca ESTIMATES of cycles/token on the Neoverse N1 model (the stand-in for the
   Cortex-A76, lessonkit.cycles), with the instruction mix.
@@ -41,6 +42,10 @@ LENGTHS = (1024, 8192, 65536, 262144)
 # traced lengths for llvm-mca, tried in order: 7 and 13 tiles of 16 so the tiled loops repeat often enough
 # (the default 48/80 finds no loop in them); a second pair when the first finds none (seen once for "magic")
 TRACE_TOKENS = ((112, 208), (144, 272))
+# the board's all-core sequential DRAM bandwidth, a cited range (docs/references.md, "All-core memory
+# bandwidth of an RK3588 board"); its single-thread figure is lessonkit.cycles.BOARD_GBPS
+BOARD_ALLCORE_GBPS = (17.0, 22.0)
+ROUNDS = 9  # interleaved rounds of the saved table; its minimum is kept (cheap: a sample is ~1 ms)
 RTOL = 1e-5  # of max|scalar out|: the registry's tolerance for every version
 # (seq_len, n_kv_heads, head_dim, block_size, kv_head): one token, a tile and a bit, odd blocks, hd 32..256
 SHAPES = ((1, 1, 32, 1, 0), (15, 2, 64, 16, 1), (17, 1, 128, 4, 0), (100, 3, 96, 7, 2),
@@ -120,22 +125,40 @@ def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, 
     return passed, failures
 
 
+def cache_bytes(sysfs: Path | str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """The largest CPU cache of this machine in bytes (its last level, usually L3), from Linux's sysfs;
+    None where sysfs does not say. A KV cache smaller than this can stay in it between calls."""
+    sizes = []
+    for f in Path(sysfs).glob("index*/size"):
+        txt = f.read_text().strip().upper()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(txt[-1:], 1)
+        try:
+            sizes.append(int(txt.rstrip("KMG")) * mult)
+        except ValueError:
+            continue
+    return max(sizes) if sizes else None
+
+
 def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None = None) -> dict:
-    """ns/token of each version at each length, timed in alternation (one sample of each per round),
-    one kv head of head_dim 128; this machine's single-thread read bandwidth; and, at ``extra_at``
-    tokens (if given), the grouped call for 4 query heads, 4 per-head calls of "fast", split-KV on 1
+    """ns/token of each version at each length, timed in alternation (one sample of each per round;
+    the MINIMUM of the rounds is kept: the least disturbed sample, since other load on a shared
+    machine only ever adds time), one kv head of head_dim 128; this machine's single-thread read
+    bandwidth and largest cache (``cache_bytes``); and, at ``extra_at``
+    tokens (if given), the grouped call for 4 query heads, 4 per-head calls of "neon" and of "fast", split-KV on 1
     and 2 threads and llama.cpp's q8_0 flash attention (ggml; skipped with the reason when missing)."""
     from . import bench
     from .kernels import attention, split
     from .timing import time_kernel
     names = path() if names is None else list(names)
     res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
-               read_gbps=bench.read_bandwidth_gbps(), rows={}, extra={}, extra_at=extra_at, skipped={})
+               read_gbps=bench.read_bandwidth_gbps(), cache_bytes=cache_bytes(), rounds=rounds, rows={}, extra={}, extra_at=extra_at, skipped={})
     for T in bench._lengths("lengths", list(lengths)):
         cache, kh, q = bench.make_inputs(T)[:3]
         number = max(1, 65536 // T)
         cont = {n: (lambda n=n: time_kernel(q, cache, kh, backend=n, repeats=1, number=number)) for n in names}
-        res["rows"][T] = {n: ns / T for n, ns in bench.interleaved(cont, rounds).items()}
+        res["rows"][T] = {n: ns / T for n, ns in bench.interleaved(cont, rounds, stat="min").items()}
+        # the probe again after each length, the highest kept: like a timing, load only lowers it
+        res["read_gbps"] = max(res["read_gbps"], bench.read_bandwidth_gbps())
     if extra_at:
         T = extra_at
         cache, kh, q, K, V = bench.make_inputs(T)
@@ -143,6 +166,8 @@ def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None =
         number = max(1, 65536 // T)
         cont = {"group4": lambda: attention.time_group(qs, cache, kh, "group", repeats=1, number=number),
                 "per_head4": lambda: attention.time_group(qs, cache, kh, "per_head", repeats=1, number=number),
+                "per_head_fast4": lambda: attention.time_group(qs, cache, kh, "per_head_fast", repeats=1,
+                                                               number=number),
                 "fast": lambda: time_kernel(q, cache, kh, backend="fast", repeats=1, number=number),
                 "split_1t": bench._per_call(lambda: split.attend_split(q, cache, kh, 2, 1), number),
                 "split_2t": bench._per_call(lambda: split.attend_split(q, cache, kh, 2, 2), number)}
@@ -153,7 +178,7 @@ def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None =
         else:
             cont.update({k: gc[k] for k in ("ggml_h1_t1", "ggml_h4_t1") if k in gc})
         try:
-            res["extra"] = {n: ns / T for n, ns in bench.interleaved(cont, rounds).items()}
+            res["extra"] = {n: ns / T for n, ns in bench.interleaved(cont, rounds, stat="min").items()}
         finally:
             for fa in closing:
                 fa.close()
@@ -179,7 +204,7 @@ def a76_estimates(names=None) -> dict:
 
 def collect() -> dict:
     """Everything lesson 09 shows, measured now (several minutes)."""
-    res = measure(LENGTHS, rounds=5, extra_at=65536)
+    res = measure(LENGTHS, rounds=ROUNDS, extra_at=65536)
     res["a76"] = a76_estimates()
     res["llvm_mca"] = cycles.MCA
     return res
@@ -210,8 +235,9 @@ def table(res: dict) -> str:
     lengths = sorted(res["rows"])
     head = f"{'version':<14}" + "".join(f"{f'{T // 1024}K':>8}" for T in lengths) + \
         f"{'A76 est.':>10}{'instr.':>8}  mix per token (loads/simd/scalar)"
-    lines = [f"ns/token on {res['machine']} (x86 runs SIMDe's build of the NEON source, not NEON)",
-             "A76 est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token (+-20-30 %)", head]
+    rounds = f", fastest of {res['rounds']} interleaved rounds" if res.get("rounds") else ""
+    lines = [f"ns/token on {res['machine']}{rounds} (x86 runs SIMDe's build of the NEON source, not NEON)",
+             "A76 est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token", head]
     for n in path():
         if n not in res["rows"][lengths[0]]:
             continue
@@ -219,6 +245,6 @@ def table(res: dict) -> str:
         e = res.get("a76", {}).get(n)
         est = (f"{e['cycles_per_token']:10.0f}{e['mix']['total']:8.0f}  "
                f"{e['mix']['loads']:.0f}/{e['mix']['simd']:.0f}/{e['mix']['scalar']:.0f}") if isinstance(e, dict) \
-            else f"{'-':>10}{'-':>8}  {e or 'no llvm-mca here'}"
+            else f"{'-':>10}{'-':>8}  {'no estimate' if e else 'no llvm-mca here'}"
         lines.append(f"{n:<14}{cells}{est}")
     return "\n".join(lines)

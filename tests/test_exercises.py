@@ -182,11 +182,17 @@ CASES = [
     (E.lesson08.ex2, {"M": 5.0, "S": 3.0 * math.exp(2.0 - 5.0) + 1.5, "empty_changes_S": False},
      {"M": 5.0, "S": 4.5, "empty_changes_S": False}, "without moving A's"),
     (E.lesson08.ex3, {"choice": "a"}, {"choice": "b"}, "waits for the same memory"),
-    # lesson 09: right answers worked out here by hand (264 bytes = 2 x 128 int8 + 2 fp32 scales)
-    (E.lesson09.ex1, {"bytes_per_token": 264, "floor_ns": 264 / 20.0}, {"bytes_per_token": 256, "floor_ns": 12.8},
+    # lesson 09: right answers worked out here by hand (head_dim 256: 520 bytes = 2 x 256 int8 + 2 fp32 scales)
+    (E.lesson09.ex1, {"bytes_per_token": 520, "floor_ns": 520 / 20.0}, {"bytes_per_token": 512, "floor_ns": 25.6},
      "fp32 K scale"),
+    (E.lesson09.ex1, {"bytes_per_token": 520, "floor_ns": 520 / 20.0}, {"bytes_per_token": 264, "floor_ns": 13.2},
+     "head_dim 128"),
     (E.lesson09.ex2, {"one_core_gbps": 264 / (100 / 2.4), "four_cores_gbps": 4 * 264 / (100 / 2.4), "verdict": "a"},
      {"one_core_gbps": 2.64, "four_cores_gbps": 10.56, "verdict": "b"}, "cycles into ns"),
+    # 6.3 GB/s per core is below one thread's 10.8 (b is true of one core alone), 25.3 for four is above 17
+    (E.lesson09.ex2, {"one_core_gbps": 264 / (100 / 2.4), "four_cores_gbps": 4 * 264 / (100 / 2.4), "verdict": "a"},
+     {"one_core_gbps": 264 / (100 / 2.4), "four_cores_gbps": 4 * 264 / (100 / 2.4), "verdict": "b"},
+     "four share one DRAM"),
     (E.lesson09.ex3, {"choice": "a"}, {"choice": "b"}, "instruction count did fall"),
 ]
 

@@ -44,3 +44,20 @@ def test_run_variant_checks_before_c():
         roofline.run_variant("fast", np.ones(64, np.float32), cache, 1)
     out = roofline.run_variant("fast", np.ones(64, np.float32), cache, 0)
     np.testing.assert_allclose(out, lk.attend(np.ones(64, np.float32), cache, 0, backend="scalar"), rtol=1e-5)
+
+
+def test_cache_bytes_reads_sysfs_sizes(tmp_path):
+    for i, size in enumerate(("48K", "2048K", "32M")):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "size").write_text(size + "\n")
+    assert roofline.cache_bytes(tmp_path) == 32 << 20
+    assert roofline.cache_bytes(tmp_path / "none") is None
+
+
+def test_interleaved_min_keeps_the_least_disturbed_round():
+    from lessonkit import bench
+    samples = {"a": iter([0.0, 5.0, 1.0, 9.0]), "b": iter([0.0, 3.0, 3.0, 3.0])}  # first value: the warm-up
+    cont = {k: (lambda it=it: next(it)) for k, it in samples.items()}
+    assert bench.interleaved(cont, 3, stat="min") == {"a": 1.0, "b": 3.0}
+    with pytest.raises(ValueError):
+        bench.interleaved({"a": lambda: 1.0}, 1, stat="mean")
