@@ -231,6 +231,41 @@ static inline void vkq_cols_rows_magic(float *vkq, const int8_t *const *vr, int 
 #else
 #define FA_GROUP_COLS 16
 #endif
+#if defined(__aarch64__) || !defined(__AVX512F__)
+/* vkq_cols_rows_group's NEON body for a G the caller makes a constant. Each head's weights for four
+ * rows come in ONE vector load and feed fmla by element (vfmaq_laneq_f32): no broadcast load per
+ * row and head. With G = 4: 16 accumulators, 4 weight vectors, 4 converted V vectors and the two
+ * magic constants, 26 of the 32 registers. fmla by element is the same fused multiply-add as
+ * vfmaq_f32 with the weight broadcast, so every head's sums are bit for bit those of before. */
+static inline __attribute__((always_inline)) void vkq_group_neon(float *const *vkq, const int8_t *const *vr,
+    int c, const float *w, int wstride, int n, const int G)
+{
+    float32x4_t a[GQA_MAXG][4];
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) a[g][i] = vld1q_f32(vkq[g] + c + 4 * i);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t wq[GQA_MAXG], f[4];
+        for (int g = 0; g < G; g++) wq[g] = vld1q_f32(w + g * wstride + j);
+#define Q8_GROUP_ROW(u)                                                                   \
+        v_i8x16_to_f32_magic(vr[j + (u)] + c, f);                                         \
+        for (int g = 0; g < G; g++)                                                       \
+            for (int i = 0; i < 4; i++) a[g][i] = vfmaq_laneq_f32(a[g][i], f[i], wq[g], (u));
+        Q8_GROUP_ROW(0) Q8_GROUP_ROW(1) Q8_GROUP_ROW(2) Q8_GROUP_ROW(3)
+#undef Q8_GROUP_ROW
+    }
+    for (; j < n; j++) { /* a last tile's rows beyond a multiple of 4 */
+        float32x4_t f[4];
+        v_i8x16_to_f32_magic(vr[j] + c, f);
+        for (int g = 0; g < G; g++) {
+            float32x4_t wj = vdupq_n_f32(w[g * wstride + j]);
+            for (int i = 0; i < 4; i++) a[g][i] = vfmaq_f32(a[g][i], f[i], wj);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) vst1q_f32(vkq[g] + c + 4 * i, a[g][i]);
+}
+#endif
 static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *vr, int c, const float *w,
     int wstride, int n, int G)
 {
@@ -249,19 +284,15 @@ static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *v
     }
     for (int g = 0; g < G; g++) { _mm512_storeu_ps(vkq[g] + c, a[g][0]); _mm512_storeu_ps(vkq[g] + c + 16, a[g][1]); }
 #else
-    float32x4_t a[GQA_MAXG][4];
-    for (int g = 0; g < G; g++)
-        for (int i = 0; i < 4; i++) a[g][i] = vld1q_f32(vkq[g] + c + 4 * i);
-    for (int j = 0; j < n; j++) {
-        float32x4_t f[4];
-        v_i8x16_to_f32_magic(vr[j] + c, f);
-        for (int g = 0; g < G; g++) {
-            float32x4_t wj = vdupq_n_f32(w[g * wstride + j]);
-            for (int i = 0; i < 4; i++) a[g][i] = vfmaq_f32(a[g][i], f[i], wj);
-        }
+    /* NEON: a compile-time G (below) keeps the G x 4 accumulators in registers: with G a runtime
+     * value the compiler kept a[][] on the stack, a load and a store per multiply-add. */
+    switch (G) {
+    case 1: vkq_group_neon(vkq, vr, c, w, wstride, n, 1); break;
+    case 2: vkq_group_neon(vkq, vr, c, w, wstride, n, 2); break;
+    case 3: vkq_group_neon(vkq, vr, c, w, wstride, n, 3); break;
+    case 4: vkq_group_neon(vkq, vr, c, w, wstride, n, 4); break;
+    default: vkq_group_neon(vkq, vr, c, w, wstride, n, G); break; /* 5..8: more than 32 registers anyway */
     }
-    for (int g = 0; g < G; g++)
-        for (int i = 0; i < 4; i++) vst1q_f32(vkq[g] + c + 4 * i, a[g][i]);
 #endif
 }
 
