@@ -8,6 +8,7 @@
  *   ./fa_perf T rounds [variant names...]    # T tokens, hd 128, one kv head, blocks of 64
  * Prints ns/token (min and median of rounds) per contender, and read GB/s: one thread over one
  * stream (fa_read_gbps), one thread over two streams as the kernel reads K and V, and two threads. */
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "fa_variants.h"
@@ -110,6 +112,17 @@ static double read_2t_gbps(const unsigned char *buf, size_t bytes, int reps)
     return best;
 }
 
+/* A 2 MiB-aligned buffer of at least `bytes`, marked for transparent huge pages: numpy asks the
+ * same for its large arrays (the workbook's cache slabs and its bandwidth probe's buffer), so the
+ * C figures are taken under the workbook's paging, not under 4 KiB pages and their TLB misses. */
+static void *huge_alloc(size_t bytes)
+{
+    size_t sz = (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    void *p = aligned_alloc(2u << 20, sz);
+    if (p) madvise(p, sz, MADV_HUGEPAGE);
+    return p;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) return 2;
@@ -120,10 +133,11 @@ int main(int argc, char **argv)
     V = malloc(sizeof *V * nb);
     srand(1);
     /* FA_PERF_CONTIG=1: all K blocks in one arena and all V blocks in another (as an engine's
-     * pool allocates them) instead of one allocation per block, K and V alternating */
+     * pool allocates them, and as lessonkit.cache's slabs are laid out), with huge pages as numpy
+     * gets them, instead of one allocation per block, K and V alternating */
     int contig = getenv("FA_PERF_CONTIG") && atoi(getenv("FA_PERF_CONTIG"));
-    int8_t *ka = contig ? aligned_alloc(4096, (size_t)nb * BS * HD) : NULL;
-    int8_t *va = contig ? aligned_alloc(4096, (size_t)nb * BS * HD) : NULL;
+    int8_t *ka = contig ? huge_alloc((size_t)nb * BS * HD) : NULL;
+    int8_t *va = contig ? huge_alloc((size_t)nb * BS * HD) : NULL;
     for (int b = 0; b < nb; b++) {
         K[b] = contig ? ka + (size_t)b * BS * HD : aligned_alloc(64, BS * HD);
         V[b] = contig ? va + (size_t)b * BS * HD : aligned_alloc(64, BS * HD);
@@ -180,7 +194,7 @@ int main(int argc, char **argv)
                a[rounds / 2] / T, (double)T * (2 * HD + 8) / best[c]);
     }
     size_t bytes = 256u << 20;
-    void *buf = aligned_alloc(64, bytes);
+    void *buf = huge_alloc(bytes);
     memset(buf, 1, bytes);
     printf("read bandwidth 1 thread: %.2f GB/s (best of 5)\n", fa_read_gbps(buf, bytes, 5));
     printf("read bandwidth 1 thread, two streams (K and V): %.2f GB/s (best of 5)\n",
