@@ -122,16 +122,16 @@ void flash_attn_group_q8_neon(float *restrict attn_out, const float *restrict q,
     float ks[FA_TILE4], vs[FA_TILE];
     for (int t0 = 0; t0 < seq_len; t0 += FA_TILE) {
         const int n = seq_len - t0 < FA_TILE ? seq_len - t0 : FA_TILE;
-        /* the query-independent part of the tile, once: row addresses and scales */
+        /* the query-independent part of the tile, once: row addresses (one division per tile,
+         * fa_tile_rows) and scales */
+        fa_tile_rows(kr, k_cache_q8, t0, n, kv_bs, kv_dim, kh_off);
+        fa_tile_rows(vr, v_cache_q8, t0, n, kv_bs, kv_dim, kh_off);
         for (int j = 0; j < (n + 3) / 4 * 4; j++) {
             int t = t0 + (j < n ? j : n - 1); /* a last group of four repeats the last row */
-            kr[j] = fa_row(k_cache_q8, t, kv_bs, kv_dim, kh_off);
+            kr[j] = kr[t - t0];
             ks[j] = kscale[(size_t)t * nkv] * KVQ_INV * scale;
         }
-        for (int j = 0; j < n; j++) {
-            vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
-            vs[j] = vscale[(size_t)(t0 + j) * nkv] * KVQ_INV;
-        }
+        for (int j = 0; j < n; j++) vs[j] = vscale[(size_t)(t0 + j) * nkv] * KVQ_INV;
 
         /* segment 2 and 3's weights, per query head: the K rows come from memory once, for head 0;
          * heads 1 .. G-1 find them in the L1 cache */
