@@ -142,6 +142,22 @@ static inline int32x4_t i8x32_dot4_s32(const int8_t *q, const int8_t *k0, const 
  * n rows. MAGIC 0 converts V with sxtl + scvtf (a widening to int32, then int -> float); MAGIC 1
  * adds the int8 (widened to int16) to the bits of 1.5 * 2^23 = 12582912.0f (0x4B400000) and
  * subtracts 12582912.0f: exact for every int8, and no scvtf. */
+/* V's sixteen int8 to two int16x8 for the magic-number conversion. On aarch64 as saddl with a zero
+ * register, not sxtl: the same values, but in LLVM's Neoverse N1 model (the A76's sibling) sxtl, a
+ * shift, issues on the V1 pipe only while saddl issues on V0 or V1, and V1 was the fast kernel's
+ * bottleneck (lessonkit.cycles). An estimate of a model, to be checked on a board. */
+static inline void q8_widen_s8(int8x16_t v8, int16x8_t *lo, int16x8_t *hi)
+{
+#if defined(__aarch64__)
+    const int8x16_t z = vdupq_n_s8(0);
+    *lo = vaddl_s8(vget_low_s8(v8), vget_low_s8(z));
+    *hi = vaddl_high_s8(v8, z);
+#else
+    *lo = vmovl_s8(vget_low_s8(v8));
+    *hi = vmovl_high_s8(v8);
+#endif
+}
+
 #define Q8_MAGIC_BITS 0x4B400000
 #define Q8_MAGIC_F 12582912.0f
 static inline void vkq_cols_rows_impl(float *vkq, const int8_t *const *vr, int c, const float *w, int n,
@@ -179,7 +195,9 @@ static inline void vkq_cols_rows_impl(float *vkq, const int8_t *const *vr, int c
         float32x4_t wj = vdupq_n_f32(w[j]);
         for (int h = 0; h < 2; h++) {
             int8x16_t v8 = vld1q_s8(v + 16 * h);
-            int16x8_t lo = vmovl_s8(vget_low_s8(v8)), hi = vmovl_high_s8(v8);
+            int16x8_t lo, hi;
+            if (magic) q8_widen_s8(v8, &lo, &hi);
+            else { lo = vmovl_s8(vget_low_s8(v8)); hi = vmovl_high_s8(v8); }
             float32x4_t f[4];
             if (magic) {
                 f[0] = vsubq_f32(vreinterpretq_f32_s32(vaddw_s16(mb, vget_low_s16(lo))), mf);
@@ -204,7 +222,8 @@ static inline void v_i8x16_to_f32_magic(const int8_t *v, float32x4_t f[4])
     const int32x4_t mb = vdupq_n_s32(Q8_MAGIC_BITS);
     const float32x4_t mf = vdupq_n_f32(Q8_MAGIC_F);
     int8x16_t v8 = vld1q_s8(v);
-    int16x8_t lo = vmovl_s8(vget_low_s8(v8)), hi = vmovl_high_s8(v8);
+    int16x8_t lo, hi;
+    q8_widen_s8(v8, &lo, &hi);
     f[0] = vsubq_f32(vreinterpretq_f32_s32(vaddw_s16(mb, vget_low_s16(lo))), mf);
     f[1] = vsubq_f32(vreinterpretq_f32_s32(vaddw_high_s16(mb, lo)), mf);
     f[2] = vsubq_f32(vreinterpretq_f32_s32(vaddw_s16(mb, vget_low_s16(hi))), mf);
@@ -231,6 +250,41 @@ static inline void vkq_cols_rows_magic(float *vkq, const int8_t *const *vr, int 
 #else
 #define FA_GROUP_COLS 16
 #endif
+#if defined(__aarch64__) || !defined(__AVX512F__)
+/* vkq_cols_rows_group's NEON body for a G the caller makes a constant. Each head's weights for four
+ * rows come in ONE vector load and feed fmla by element (vfmaq_laneq_f32): no broadcast load per
+ * row and head. With G = 4: 16 accumulators, 4 weight vectors, 4 converted V vectors and the two
+ * magic constants, 26 of the 32 registers. fmla by element is the same fused multiply-add as
+ * vfmaq_f32 with the weight broadcast, so every head's sums are bit for bit those of before. */
+static inline __attribute__((always_inline)) void vkq_group_neon(float *const *vkq, const int8_t *const *vr,
+    int c, const float *w, int wstride, int n, const int G)
+{
+    float32x4_t a[GQA_MAXG][4];
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) a[g][i] = vld1q_f32(vkq[g] + c + 4 * i);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float32x4_t wq[GQA_MAXG], f[4];
+        for (int g = 0; g < G; g++) wq[g] = vld1q_f32(w + g * wstride + j);
+#define Q8_GROUP_ROW(u)                                                                   \
+        v_i8x16_to_f32_magic(vr[j + (u)] + c, f);                                         \
+        for (int g = 0; g < G; g++)                                                       \
+            for (int i = 0; i < 4; i++) a[g][i] = vfmaq_laneq_f32(a[g][i], f[i], wq[g], (u));
+        Q8_GROUP_ROW(0) Q8_GROUP_ROW(1) Q8_GROUP_ROW(2) Q8_GROUP_ROW(3)
+#undef Q8_GROUP_ROW
+    }
+    for (; j < n; j++) { /* a last tile's rows beyond a multiple of 4 */
+        float32x4_t f[4];
+        v_i8x16_to_f32_magic(vr[j] + c, f);
+        for (int g = 0; g < G; g++) {
+            float32x4_t wj = vdupq_n_f32(w[g * wstride + j]);
+            for (int i = 0; i < 4; i++) a[g][i] = vfmaq_f32(a[g][i], f[i], wj);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) vst1q_f32(vkq[g] + c + 4 * i, a[g][i]);
+}
+#endif
 static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *vr, int c, const float *w,
     int wstride, int n, int G)
 {
@@ -249,19 +303,15 @@ static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *v
     }
     for (int g = 0; g < G; g++) { _mm512_storeu_ps(vkq[g] + c, a[g][0]); _mm512_storeu_ps(vkq[g] + c + 16, a[g][1]); }
 #else
-    float32x4_t a[GQA_MAXG][4];
-    for (int g = 0; g < G; g++)
-        for (int i = 0; i < 4; i++) a[g][i] = vld1q_f32(vkq[g] + c + 4 * i);
-    for (int j = 0; j < n; j++) {
-        float32x4_t f[4];
-        v_i8x16_to_f32_magic(vr[j] + c, f);
-        for (int g = 0; g < G; g++) {
-            float32x4_t wj = vdupq_n_f32(w[g * wstride + j]);
-            for (int i = 0; i < 4; i++) a[g][i] = vfmaq_f32(a[g][i], f[i], wj);
-        }
+    /* NEON: a compile-time G (below) keeps the G x 4 accumulators in registers: with G a runtime
+     * value the compiler kept a[][] on the stack, a load and a store per multiply-add. */
+    switch (G) {
+    case 1: vkq_group_neon(vkq, vr, c, w, wstride, n, 1); break;
+    case 2: vkq_group_neon(vkq, vr, c, w, wstride, n, 2); break;
+    case 3: vkq_group_neon(vkq, vr, c, w, wstride, n, 3); break;
+    case 4: vkq_group_neon(vkq, vr, c, w, wstride, n, 4); break;
+    default: vkq_group_neon(vkq, vr, c, w, wstride, n, G); break; /* 5..8: more than 32 registers anyway */
     }
-    for (int g = 0; g < G; g++)
-        for (int i = 0; i < 4; i++) vst1q_f32(vkq[g] + c + 4 * i, a[g][i]);
 #endif
 }
 
