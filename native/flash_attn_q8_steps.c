@@ -130,13 +130,11 @@ FA_VERSION(flash_attn_q8_v9_magic, SCORE4 | TILE_RESCALE | VEXP | VKQ_REGS | MAG
 FA_VERSION(flash_attn_q8_v10_prefetch, SCORE4 | TILE_RESCALE | VEXP | VKQ_REGS | MAGIC | PREFETCH)
 
 /* The fastest single-head version; the split-KV kernel runs the same steps (fa_fast_state).
- * Measured on the x86 build (lessonkit.timing, hd 128, 1 kv head, best of 3 interleaved rounds on a
- * shared 2-core machine, so +-20 %): v8 fastest at 8K (~13 ns/token against the article kernel's
- * ~28); the magic add (v9) costs ~4 ns there, because AVX-512 converts int32 -> fp32 in one
- * instruction and the add and subtract are two; prefetch (v10) bought nothing. So x86 takes v8's
- * steps. aarch64 takes v9's: there the magic add replaces sxtl + scvtf, the conversion that is
- * about half the vector work in the llvm-mca estimate for the Neoverse N1 -- an estimate, not a
- * measurement on a board. */
+ * Which steps: on x86 v8's, because there the magic add of v9 is slower than the conversion it
+ * replaces (AVX-512 converts int32 -> fp32 in one instruction; the add and the subtract are two);
+ * on aarch64 v9's, because there it replaces sxtl + scvtf, about half the vector work in llvm-mca's
+ * Neoverse N1 estimate (an estimate, not a measurement on a board). Lesson 09 and make bench
+ * measure each version on your machine; make bench-a76 gives the estimates. */
 #if defined(__aarch64__)
 #define FA_FAST_STEPS (SCORE4 | TILE_RESCALE | VEXP | VKQ_REGS | MAGIC)
 #else
