@@ -334,3 +334,19 @@ def test_clean_transcript_removes_what_varies():
 def test_engine_recipe_is_labelled_not_run_here():
     text = debug.engine_debug_recipe()
     assert "not run here" in text.lower() and "6594" in text and "vllm_safetensors.c" in text and debug.KERNEL in text
+
+
+def test_transcripts_from_another_environment_compare_the_kernel_lines(monkeypatch):
+    """On another system, Python or debugger the frames differ: the test then compares the kernel's
+    line numbers the session stops at, so a moved line still fails it."""
+    which = "gdb"
+    saved = debug.saved_transcript(which)
+    lines = debug.kernel_lines(saved)
+    assert lines, "the committed gdb session shows no kernel line"
+    monkeypatch.setattr(debug, "capture_environment", lambda d: "elsewhere")
+    monkeypatch.setattr(debug, "run_session", lambda d, t=120.0: saved.replace("Python", "CPython"))
+    assert debug.transcripts_match(which) == (True, "")
+    moved = saved.replace(f"flash_attn_q8_neon.c:{lines[0]}", f"flash_attn_q8_neon.c:{int(lines[0]) + 1}")
+    monkeypatch.setattr(debug, "run_session", lambda d, t=120.0: moved)
+    ok, why = debug.transcripts_match(which)
+    assert not ok and "kernel lines" in why
