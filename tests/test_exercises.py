@@ -155,15 +155,16 @@ CASES = [
                  {"multiplies_saved_per_token": 4, "scores_change_only_in_last_bits": True}, "not 4",
                  marks=pytest.mark.slow, id="ex04_fold_scale"),
     # lesson 05: right answers by hand (bytes of lines per token: K row 128 + 8 heads' scales 32 = 160)
-    (E.lesson05.ex1, {"tokens_512k": (512 << 10) // 160, "tokens_3m": (3 << 20) // 160},
-     {"tokens_512k": (512 << 10) // 132, "tokens_3m": (3 << 20) // 132}, "one head alone"),
-    (E.lesson05.ex2, {"k_twice_extra_per_token": 160, "scores_extra_per_token": 4 * 4},
-     {"k_twice_extra_per_token": 132, "scores_extra_per_token": 16}, "one head alone"),
-    (E.lesson05.ex2, {"k_twice_extra_per_token": 160, "scores_extra_per_token": 16},
-     {"k_twice_extra_per_token": 160, "scores_extra_per_token": 4}, "counts the array once"),
+    # (ex1 at head_dim 64: K row 64 + 8 heads' scales 32 = 96 bytes of lines; ex2 at head_dim 256: 256 + 32)
+    (E.lesson05.ex1, {"tokens_512k": (512 << 10) // 96, "tokens_3m": (3 << 20) // 96},
+     {"tokens_512k": (512 << 10) // 68, "tokens_3m": (3 << 20) // 68}, "one head alone"),
+    (E.lesson05.ex2, {"k_twice_extra_per_token": 288, "scores_extra_per_token": 4 * 4},
+     {"k_twice_extra_per_token": 260, "scores_extra_per_token": 16}, "one head alone"),
+    (E.lesson05.ex2, {"k_twice_extra_per_token": 288, "scores_extra_per_token": 16},
+     {"k_twice_extra_per_token": 288, "scores_extra_per_token": 4}, "counts the array once"),
     # lesson 05b: bytes by hand as for lesson 05
-    (E.lesson05b.ex1, {"bytes_after_last_chunk": (512 + 65536) * 160 + 65536 * 160},
-     {"bytes_after_last_chunk": 2 * 65536 * 160 + 65536 * 160}, "pass 1 (M and S) runs as the chunks arrive"),
+    (E.lesson05b.ex1, {"bytes_after_last_chunk": (512 + 32768) * 160 + 32768 * 160},
+     {"bytes_after_last_chunk": 2 * 32768 * 160 + 32768 * 160}, "pass 1 (M and S) runs as the chunks arrive"),
     (E.lesson05b.ex2, {"choice": "a"}, {"choice": "c"}, "first level"),
     (E.lesson06.ex2, right_ex06_segments, lambda: right_ex06_segments(source.KERNEL_FILE) | {2: (
         right_ex06_segments()[2][0] - 1, right_ex06_segments()[2][1])}, "segment 2"),
