@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from . import native, source
+from .env import lldb_path  # where lldb is: the set-up check lists it too
 from . import validate as check
 from .kernels.attention import attend
 from .cache import KVCacheQ8
@@ -111,37 +112,6 @@ INSTALL = {
     "lldb": "lldb is not installed (Debian/Ubuntu: sudo apt install lldb; macOS: lldb comes with Xcode's "
             "command line tools: xcode-select --install)",
 }
-
-
-def lldb_path() -> str | None:
-    """Where lldb is: ``lldb`` on PATH; else the newest versioned ``lldb-NN`` on PATH (Debian and
-    Ubuntu install e.g. ``lldb-14`` and ``lldb-19`` side by side, the plain name only with the
-    ``lldb`` package); on macOS, Xcode's (``xcrun -f lldb``). None when there is none."""
-    found = shutil.which("lldb")
-    if found:
-        return found
-    versioned = []
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        try:
-            names = os.listdir(d or ".")
-        except OSError:
-            continue
-        for n in names:
-            m = re.fullmatch(r"lldb-(\d+)", n)
-            full = os.path.join(d, n)
-            if m and os.access(full, os.X_OK):
-                versioned.append((int(m.group(1)), full))
-    if versioned:
-        return max(versioned)[1]
-    if sys.platform == "darwin" and shutil.which("xcrun"):
-        try:
-            out = subprocess.run(["xcrun", "-f", "lldb"], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        path = out.stdout.strip()
-        if out.returncode == 0 and path and os.access(path, os.X_OK):
-            return path
-    return None
 
 
 def debugger_path(debugger: str = "gdb") -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -283,7 +284,7 @@ def check_setup() -> list[Check]:
                    "(xcode-select --install)" if sys.platform == "darwin" else f"{inst} gdb")
     lldb_install = "xcode-select --install" if sys.platform == "darwin" else f"{inst} lldb"
     tools = [("gdb", ["gdb", "--version"], "lesson 06 (debugger exercise)", gdb_install),
-             ("lldb", [_lldb() or "lldb", "--version"], "lesson 06 (the lldb track)", lldb_install),
+             ("lldb", [lldb_path() or "lldb", "--version"], "lesson 06 (the lldb track)", lldb_install),
              ("llvm-mca-19", ["llvm-mca-19", "--version"], "lesson 09 (A76 estimates, make bench-a76)",
               f"{inst} llvm-19" if sys.platform != "darwin" else "not packaged as llvm-mca-19 on macOS: "
               "lesson 09 shows saved estimates"),
@@ -299,10 +300,35 @@ def check_setup() -> list[Check]:
     return checks
 
 
-def _lldb() -> str | None:
-    """lldb under the name this machine has it (lldb, lldb-NN, Xcode's): lessonkit.debug finds it."""
-    from .debug import lldb_path  # here: lessonkit.debug imports this module
-    return lldb_path()
+def lldb_path() -> str | None:
+    """Where lldb is: ``lldb`` on PATH; else the newest versioned ``lldb-NN`` on PATH (Debian and
+    Ubuntu install e.g. ``lldb-14`` and ``lldb-19`` side by side, the plain name only with the
+    ``lldb`` package); on macOS, Xcode's (``xcrun -f lldb``). None when there is none."""
+    found = shutil.which("lldb")
+    if found:
+        return found
+    versioned = []
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            names = os.listdir(d or ".")
+        except OSError:
+            continue
+        for n in names:
+            m = re.fullmatch(r"lldb-(\d+)", n)
+            full = os.path.join(d, n)
+            if m and os.access(full, os.X_OK):
+                versioned.append((int(m.group(1)), full))
+    if versioned:
+        return max(versioned)[1]
+    if sys.platform == "darwin" and shutil.which("xcrun"):
+        try:
+            out = subprocess.run(["xcrun", "-f", "lldb"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        path = out.stdout.strip()
+        if out.returncode == 0 and path and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def print_setup(checks: list[Check] | None = None) -> None:
