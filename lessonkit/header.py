@@ -29,6 +29,11 @@ def constants(path: Path | str = HEADER_FILE) -> dict[str, int]:
     return found
 
 
+def declared(path: Path | str = HEADER_FILE) -> set[str]:
+    """The names the header writes before a "(": its functions, what cffi can call by name."""
+    return set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", Path(path).read_text()))
+
+
 def _required(values: dict[str, int], name: str) -> int:
     if name not in values:
         raise RuntimeError(f"{HEADER_FILE.name} no longer defines {name}: lessonkit reads it from there")

@@ -36,3 +36,10 @@ def test_parser_refuses_two_values_for_one_name(tmp_path):
     h.write_text("#define A 32\n#define A 64\n")
     with pytest.raises(ValueError, match="defines A twice: 32 and 64"):
         header.constants(h)
+
+
+def test_declared_functions_are_read_from_the_header(tmp_path):
+    h = tmp_path / "h.h"
+    h.write_text("#define QBLK 32\nvoid f_one(int a);\nint g_two (float *x);\n/* not_a_call */\n")
+    assert {"f_one", "g_two"} <= header.declared(h) and "not_a_call" not in header.declared(h)
+    assert "flash_attn_single_q_q8_fast" in header.declared()

@@ -12,15 +12,13 @@ Every argument is checked in Python (``lessonkit.validate``) before any call int
 turns the checked (q, cache, kv_head) into the pointers and sizes every kernel takes."""
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import numpy as np
 
 from .. import env, native
 from .. import timing
 from .. import validate as check
 from ..cache import KVCacheQ8
+from .. import header
 from ..header import GQA_MAX
 from ..reference import kernel_math
 from ..trace import Trace, run_traced
@@ -31,8 +29,8 @@ from ..variants import VARIANTS
 # (native/fa_variants.h) whose function flash_attn_q8.h declares, i.e. those cffi can call by name
 # ("neon", "scalar", the two-pass pair, "fast" ...). The other numbered versions are timed through
 # the registry's table (lessonkit.timing.time_kernel(..., backend=name)).
-_DECLARED = (Path(__file__).resolve().parents[2] / "native" / "flash_attn_q8.h").read_text(encoding="utf-8")
-KERNELS = {v.name: v.function for v in VARIANTS if re.search(rf"\b{v.function}\s*\(", _DECLARED)}
+_DECLARED = header.declared()
+KERNELS = {v.name: v.function for v in VARIANTS if v.function in _DECLARED}
 BACKENDS = (*KERNELS, "numpy")
 GROUP_VARIANTS = {"group": 0, "per_head": 1, "per_head_fast": 2}  # fa_time_group_calls: per_head runs the article kernel, per_head_fast the fast one
 
