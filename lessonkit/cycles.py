@@ -232,7 +232,7 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
 
 def aarch64_flags(dotprod: bool) -> list[str]:
     """lessonkit.native's -O3 flags for aarch64 (its compile_flags on an ARM machine), for -S."""
-    return ["-std=gnu11", "-O3", "-fPIC", "-Wall", "-march=armv8.2-a+dotprod" if dotprod else "-march=armv8-a"]
+    return [*native.language_flags(), native.AARCH64_MARCH[dotprod]]
 
 
 def build(work: Path, vs: list[Variant], dotprod: bool, native_dir: Path | None = None) -> Path:

@@ -149,6 +149,10 @@ def is_arm64() -> bool:
     return platform.machine().lower() in ("aarch64", "arm64")
 
 
+# aarch64's two paths: with the dot-product instruction (sdot), or the plain NEON fallback
+AARCH64_MARCH = {True: "-march=armv8.2-a+dotprod", False: "-march=armv8-a"}
+
+
 def arch_flags(dotprod: bool | None = None) -> list[str]:
     """Flags that pick the kernel's path on this CPU.
 
@@ -157,7 +161,7 @@ def arch_flags(dotprod: bool | None = None) -> list[str]:
     if is_arm64():
         if dotprod is None:
             dotprod = _cpu_has_dotprod()
-        return ["-march=armv8.2-a+dotprod" if dotprod else "-march=armv8-a"]
+        return [AARCH64_MARCH[bool(dotprod)]]
     inc = simde_include_dir()
     if inc is None:
         raise BuildError(
@@ -206,10 +210,15 @@ def compile_flags(debug: bool = False, dotprod: bool | None = None,
                   defines: dict | None = None) -> list[str]:
     """Every flag of a build, in order (without sources and output). ``defines`` become
     ``-DNAME=VALUE``, e.g. ``{"FA_PREFETCH": 0}`` for a build without software prefetch."""
-    opt = ["-O0", "-g", "-fno-omit-frame-pointer"] if debug else ["-O3"]
     macros = [f"-D{name}={value}" for name, value in sorted(check_defines(defines).items())]
-    return ["-std=gnu11", *opt, "-fPIC", "-shared", "-Wall", *macros, *arch_flags(dotprod),
-            *sanitizer_flags()]
+    return [*language_flags(debug), "-shared", *macros, *arch_flags(dotprod), *sanitizer_flags()]
+
+
+def language_flags(debug: bool = False) -> list[str]:
+    """The flags of every build that do not depend on the CPU: C dialect, optimization, PIC,
+    warnings (also what lessonkit.cycles compiles the aarch64 assembly with)."""
+    opt = ["-O0", "-g", "-fno-omit-frame-pointer"] if debug else ["-O3"]
+    return ["-std=gnu11", *opt, "-fPIC", "-Wall"]
 
 
 # ----------------------------------------------------------------------------- the build key

@@ -195,7 +195,7 @@ def driver() -> Path:
     instruction". The kernel loads and stores the same bytes on every path, so the simulated
     traffic is the same; only instruction counts differ."""
     if native.is_arm64():
-        arch = ["-march=armv8-a"]
+        arch = [native.AARCH64_MARCH[False]]
     else:
         arch = [f"-I{native.simde_include_dir()}"] if native.simde_include_dir() else []
         if platform.machine().lower() in ("x86_64", "amd64") and _host_has("avx2"):
