@@ -50,6 +50,8 @@ from pathlib import Path
 import numpy as np
 
 from . import native
+from . import variants as registry
+from .variants import Variant
 
 MCA = "llvm-mca-19"
 MC = "llvm-mc-19"
@@ -77,29 +79,14 @@ LONG_TOKENS = (272, 528)
 ITERATIONS = 300     # llvm-mca iterations of the block: enough for its steady state
 QUICK_ITERATIONS = 20
 
-# Today's single-head kernels, used while native/fa_variants.h does not exist.
-FALLBACK = [(0, "scalar", "flash_attn_single_q_q8_scalar", "scalar C, no SIMD"),
-            (1, "neon", "flash_attn_single_q_q8_neon", "the article's loop"),
-            (-1, "two_pass_scores", "flash_attn_two_pass_scores_q8", "scores stored, then V"),
-            (-1, "two_pass_recompute", "flash_attn_two_pass_recompute_q8", "scores computed twice"),
-            (-1, "group", "flash_attn_group_q8_neon", f"{GROUP_G} query heads per K/V row")]
 # Not in the registry (its signature has G): the grouped kernel, estimated after the registry's
 # entries; its per-token cycles serve all GROUP_G query heads of the group.
 GROUP = (-1, f"group{GROUP_G}", "flash_attn_group_q8_neon",
          f"beyond the article: {GROUP_G} query heads per scan of one kv head (cycles per token for all {GROUP_G})")
-_X_LINE = re.compile(r'X\(\s*(\d+)\s*,\s*"([^"]*)"\s*,\s*([A-Za-z_]\w*)\s*,\s*"((?:[^"\\]|\\.)*)"\s*\)')
 
 
 class ToolMissing(RuntimeError):
     """An external tool this module needs (llvm-mca-19, the cross compiler, qemu) is missing."""
-
-
-@dataclasses.dataclass
-class Variant:
-    version: int
-    name: str
-    function: str
-    adds: str
 
 
 @dataclasses.dataclass
@@ -130,15 +117,10 @@ def missing_tools() -> list[str]:
 
 
 def variants(native_dir: Path | None = None, group: bool = True) -> list[Variant]:
-    """The registry native/fa_variants.h (its ``X(version, "name", function, "adds")`` lines), or
-    today's kernels when it does not exist; then (``group``) the grouped kernel, when native/ has it."""
+    """The registry native/fa_variants.h of ``native_dir`` (read by lessonkit.variants' parser);
+    then (``group``) the grouped kernel, when native/ has it."""
     src = Path(native_dir or native.NATIVE_DIR)
-    header = src / "fa_variants.h"
-    if not header.is_file():
-        return [Variant(*v) for v in FALLBACK]
-    found = [Variant(int(v), n, f, a) for v, n, f, a in _X_LINE.findall(header.read_text())]
-    if not found:
-        raise ValueError(f"{header.name} holds no X(version, \"name\", function, \"adds\") line")
+    found = list(registry.parse((src / "fa_variants.h").read_text()))
     if group and any(GROUP[2] in c.read_text() for c in src.glob("*.c")):
         found.append(Variant(*GROUP))
     return found

@@ -64,7 +64,7 @@ def test_registry_parsed(tmp_path):
     assert [(v.name, v.function) for v in cycles.variants(d)[3:]] == [("group4", "flash_attn_group_q8_neon")]
 
 
-def test_without_registry_todays_kernels(tmp_path):
+def test_the_workbook_registry_and_the_grouped_kernel(tmp_path):
     names = [v.function for v in cycles.variants(fixture_native(tmp_path, registry=False))]
     assert "flash_attn_single_q_q8_neon" in names and "flash_attn_group_q8_neon" in names
 
