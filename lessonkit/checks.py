@@ -25,10 +25,11 @@ class Checks:
         return not self.failed
 
     def __str__(self) -> str:
+        from .language import tr
         n = len(self.results)
         if not self.failed:
-            return f"{n} checks passed"
-        lines = [f"{len(self.failed)} of {n} checks FAILED:"]
+            return tr(f"{n} checks passed", f"{n} 项检查全部通过")
+        lines = [tr(f"{len(self.failed)} of {n} checks FAILED:", f"{n} 项检查中有 {len(self.failed)} 项失败：")]
         lines += [f"  {name}: {detail}" for name, _, detail in self.failed]
         return "\n".join(lines)
 

@@ -42,7 +42,9 @@ __all__ = ["core", "lesson00", "lesson01", "lesson02", "lesson03", "lesson04", "
 
 def overview() -> str:
     """A table of every exercise: lesson, attribute, pytest marker, title."""
-    rows = [f"{'lesson':<7} {'object':<28} {'pytest marker':<22} title"]
+    from ..language import tr
+    rows = [tr(f"{'lesson':<7} {'object':<28} {'pytest marker':<22} title",
+               f"{'课':<7} {'对象':<28} {'pytest 标记':<22} 标题")]
     for lesson in LESSONS:
         for i, ex in enumerate(lesson, start=1):
             rows.append(f"{lesson.number:<7} {f'lesson{lesson.number}.ex{i}':<28} {ex.marker:<22} {ex.title}")

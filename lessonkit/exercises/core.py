@@ -14,6 +14,7 @@ import numpy as np
 
 from ..kernels.attention import attend
 from ..cache import KVCacheQ8
+from ..language import Text, text, tr
 from ..validate import short
 
 MAX_ANSWER_ITEMS = 10_000   # values in one answer; the longest right answer has a few hundred
@@ -23,6 +24,9 @@ MAX_WHOLE = 2**63           # |whole number| of any answer: line numbers, counts
 # ============================================================================ verdicts and the base class
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
+# how a verdict starts its line, in the language of the moment (lessonkit.language)
+STATUS_LABELS = {CORRECT: Text("Correct", "正确"), INCORRECT: Text("Incorrect", "不对"),
+                 NOT_ATTEMPTED: Text("Not attempted", "还没作答")}
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class Verdict:
         return self.status == CORRECT
 
     def __str__(self) -> str:
-        return f"{self.status.capitalize()}: {self.message}"
+        return f"{STATUS_LABELS[self.status]}{tr(': ', '：')}{self.message}"
 
     __repr__ = __str__
 
@@ -74,10 +78,12 @@ def _has_blank(value) -> bool:
         else:
             continue
         if depth >= MAX_ANSWER_DEPTH:
-            raise Wrong(f"your answer is nested more than {MAX_ANSWER_DEPTH} levels deep; no answer here is")
+            raise Wrong(tr(f"your answer is nested more than {MAX_ANSWER_DEPTH} levels deep; no answer here is",
+                           f"你的答案嵌套超过 {MAX_ANSWER_DEPTH} 层；这里没有哪个答案这么深"))
         budget -= len(children)
         if budget < 0:
-            raise Wrong(f"your answer holds more than {MAX_ANSWER_ITEMS} values; no answer here is that large")
+            raise Wrong(tr(f"your answer holds more than {MAX_ANSWER_ITEMS} values; no answer here is that large",
+                           f"你的答案超过 {MAX_ANSWER_ITEMS} 个值；这里没有哪个答案这么大"))
         stack.extend((c, depth + 1) for c in children)
     return found
 
@@ -89,9 +95,11 @@ def items_of(answer: Mapping, key, most: int) -> list:
     if isinstance(v, np.ndarray):
         v = v.ravel() if v.ndim <= 1 else v
     if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, (list, tuple, set, frozenset, range, np.ndarray)):
-        raise Wrong(f"{key!r} is a list; got {type(v).__name__} {short(v)}")
+        raise Wrong(tr(f"{key!r} is a list; got {type(v).__name__} {short(v)}",
+                       f"{key!r} 应是一个 list；你给的是 {type(v).__name__} {short(v)}"))
     if len(v) > most:
-        raise Wrong(f"{key!r} holds {len(v)} values; the answer has at most {most}")
+        raise Wrong(tr(f"{key!r} holds {len(v)} values; the answer has at most {most}",
+                       f"{key!r} 有 {len(v)} 个值；答案最多 {most} 个"))
     return list(v)
 
 
@@ -109,9 +117,11 @@ def whole(value, what: str) -> int:
                 raise TypeError("expected a whole number")
             n = int(f) if not isinstance(value, str) else int(value)
     except (TypeError, ValueError, OverflowError) as e:
-        raise Wrong(f"{what} = {short(value)} cannot be read ({e})") from None
+        raise Wrong(tr(f"{what} = {short(value)} cannot be read ({e})",
+                       f"{what} = {short(value)} 读不成整数（{e}）")) from None
     if abs(n) >= MAX_WHOLE:
-        raise Wrong(f"{what} = {short(n)} is far too large: no answer here reaches 2**63")
+        raise Wrong(tr(f"{what} = {short(n)} is far too large: no answer here reaches 2**63",
+                       f"{what} = {short(n)} 太大了：这里没有哪个答案达到 2**63"))
     return n
 
 
@@ -119,10 +129,10 @@ def field_of(answer: Mapping, key, kind=None):
     """answer[key], converted with ``kind``; Blank if it is still ``...``, Wrong if missing or
     unreadable."""
     if key not in answer:
-        raise Wrong(f"your answer has no {key!r}")
+        raise Wrong(tr(f"your answer has no {key!r}", f"你的答案里没有 {key!r}"))
     v = answer[key]
     if not filled(v):
-        raise Blank(f"fill in {key!r}")
+        raise Blank(tr(f"fill in {key!r}", f"请填写 {key!r}"))
     if kind is None:
         return v
     if kind is int:
@@ -134,7 +144,8 @@ def field_of(answer: Mapping, key, kind=None):
             return bool(v)
         return kind(v)
     except (TypeError, ValueError, OverflowError) as e:  # float(10**400) overflows
-        raise Wrong(f"{key!r} = {short(v)} cannot be read ({e})") from None
+        raise Wrong(tr(f"{key!r} = {short(v)} cannot be read ({e})",
+                       f"{key!r} = {short(v)} 读不懂（{e}）")) from None
 
 
 def close(a: float, b: float, rtol: float) -> bool:
@@ -143,8 +154,8 @@ def close(a: float, b: float, rtol: float) -> bool:
 
 @dataclass(frozen=True)
 class Choice:
-    text: str
-    why: str   # the explanation shown when this choice is picked (right or wrong)
+    text: str | Text
+    why: str | Text   # the explanation shown when this choice is picked (right or wrong)
 
 
 def shown(template) -> str:
@@ -162,8 +173,8 @@ class Exercise:
     ``solution`` (computes the right answer now), ``hint``, optional ``explain`` (shown with the
     solution) and ``choices`` (multiple choice)."""
 
-    def __init__(self, *, lesson: str, name: str, title: str, question: str, template,
-                 check: Callable, solution: Callable, hint: str, explain: str = "",
+    def __init__(self, *, lesson: str, name: str, title: str | Text, question: str | Text, template,
+                 check: Callable, solution: Callable, hint: str | Text, explain: str | Text = "",
                  choices: dict[str, Choice] | None = None):
         self.lesson, self.slug, self.title = lesson, name, title
         self.marker = f"ex{lesson}_{name}"
@@ -171,12 +182,13 @@ class Exercise:
         self._hint, self._explain, self.choices = hint, explain, choices or {}
 
     def __repr__(self) -> str:
-        return f"<Exercise {self.marker}: {self.title}>"
+        return f"<Exercise {self.marker}: {text(self.title)}>"
 
     def question(self) -> None:
-        lines = [f"Lesson {self.lesson}, {self.title}  (pytest marker: {self.marker})", self._text]
+        lines = [tr(f"Lesson {self.lesson}, {text(self.title)}  (pytest marker: {self.marker})",
+                    f"第 {self.lesson} 课，{text(self.title)}  (pytest 标记: {self.marker})"), text(self._text)]
         for key, c in self.choices.items():
-            lines.append(f"  ({key}) {c.text}")
+            lines.append(f"  ({key}) {text(c.text)}")
         lines.append(f"answer = {shown(self.template)}")
         print("\n".join(lines))
 
@@ -191,25 +203,29 @@ class Exercise:
             v = Verdict(INCORRECT, str(too_large))
         elif not filled(answer) or (isinstance(answer, Mapping) and answer
                                      and not any(filled(v) for v in answer.values())):
-            v = Verdict(NOT_ATTEMPTED, f"give your answer as {shown(self.template)}")
+            v = Verdict(NOT_ATTEMPTED, tr(f"give your answer as {shown(self.template)}",
+                                          f"请按这个格式作答：{shown(self.template)}"))
         else:
             try:
                 if _has_blank(answer):
-                    raise Blank(f"replace every ... in {shown(self.template)} by your answer")
+                    raise Blank(tr(f"replace every ... in {shown(self.template)} by your answer",
+                                   f"把 {shown(self.template)} 里的每个 ... 换成你的答案"))
                 if isinstance(self.template, Mapping) and not isinstance(answer, Mapping):
-                    raise Wrong(f"give a dict like {shown(self.template)}; got {type(answer).__name__}")
+                    raise Wrong(tr(f"give a dict like {shown(self.template)}; got {type(answer).__name__}",
+                                   f"答案应是像 {shown(self.template)} 这样的 dict，你给的是 {type(answer).__name__}"))
                 v = Verdict(CORRECT, self._checker(answer, **context))
             except Blank as e:
                 v = Verdict(NOT_ATTEMPTED, str(e))
             except Wrong as e:
                 v = Verdict(INCORRECT, str(e))
             except (TypeError, ValueError, OverflowError, IndexError, KeyError) as e:  # an unexpected shape
-                v = Verdict(INCORRECT, f"your answer could not be read: {short(str(e), 200)}")
+                v = Verdict(INCORRECT, tr(f"your answer could not be read: {short(str(e), 200)}",
+                                          f"读不懂你的答案：{short(str(e), 200)}"))
         print(v)
         return v
 
     def hint(self) -> None:
-        print(f"Hint: {self._hint}")
+        print(tr("Hint: ", "提示：") + text(self._hint))
 
     def answer(self, **context):
         """The right answer, computed now from the code and data. A tuple from the answer function
@@ -220,9 +236,9 @@ class Exercise:
         return value
 
     def solution(self, **context) -> None:
-        print(f"Solution: answer = {self.answer(**context)!r}")
+        print(tr("Solution: ", "参考答案：") + f"answer = {self.answer(**context)!r}")
         if self._explain:
-            print(self._explain)
+            print(text(self._explain))
 
 
 class Lesson:
@@ -266,10 +282,11 @@ def pick(answer: Mapping, key: str, choices: dict[str, Choice], right: str) -> s
     value = field_of(answer, key)
     got = (value if isinstance(value, str) else short(value, 20)).strip().strip("()").lower()
     if got not in choices:
-        raise Wrong(f"{key!r} must be one of {', '.join(map(repr, choices))}; got {short(answer[key])}")
+        raise Wrong(tr(f"{key!r} must be one of {', '.join(map(repr, choices))}; got {short(answer[key])}",
+                       f"{key!r} 只能是 {', '.join(map(repr, choices))} 之一；你给的是 {short(answer[key])}"))
     if got != right:
-        raise Wrong(f"({got}) {choices[got].why}")
-    return f"({got}) {choices[got].why}"
+        raise Wrong(f"({got}) {text(choices[got].why)}")
+    return f"({got}) {text(choices[got].why)}"
 
 
 # ============================================================================ shared data (cached)
