@@ -1,6 +1,7 @@
 # The workbook's two commands:
 #   make lab    set up .venv, build the kernel, open JupyterLab on your copy of lesson 00
 #               (my-work/, git-ignored: lessonkit/workspace.py; make update, make reset LESSON=04)
+#               make lab LAB_LANG=zh (or make lab-zh) opens the Chinese lesson 00 (notebooks/zh/) instead
 #   make test   set up .venv, build the kernel, run every test (C, sanitizers, pytest, notebooks)
 #
 # On aarch64, DOTPROD=0 or DOTPROD=1 forces the kernel's choice of the dot-product instruction
@@ -27,6 +28,13 @@ LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 # The student's copies of the lessons and of native/ (lessonkit/workspace.py's WORK_DIR; in
 # .gitignore): lessons run and saved there, so git pull never meets a student's edit
 WORK := my-work
+# The edition make lab opens: en (notebooks/) or zh (notebooks/zh/, the Chinese lessons). Not LANG,
+# which is the shell's locale.
+LAB_LANG ?= en
+ifeq ($(filter en zh,$(LAB_LANG)),)
+  $(error LAB_LANG must be en (English lessons) or zh (中文课程), not '$(LAB_LANG)')
+endif
+LAB_START := $(WORK)/$(if $(filter zh,$(LAB_LANG)),zh/,)00_start_here.ipynb
 
 ifneq ($(DOTPROD),)
   ifeq ($(filter 0 1,$(DOTPROD)),)
@@ -64,15 +72,16 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: setup build lab copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench bench bench-a76 clean help
+.PHONY: setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench bench bench-a76 clean help
 help:
-	@echo "make lab    set up and open the workbook in JupyterLab"
+	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
 	@echo "make bench  time the kernel against its variants and numpy (BENCH_ARGS=--quick)"
 	@echo "make bench-a76  llvm-mca ESTIMATES of cycles per token on the RK3588's cores (A76 via the"
 	@echo "  Neoverse N1 model, A55); needs llvm-19, gcc-aarch64-linux-gnu, qemu-user (CYCLES_ARGS=--quick)"
 	@echo "make update   git pull, then copy the lessons it brought into $(WORK)/ (yours stay as they are)"
-	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); make reset-native: the kernel copy"
+	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); LESSON=zh/04 the Chinese one;"
+	@echo "  make reset-native: the kernel copy"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
 	@echo "DOTPROD=0 or DOTPROD=1 (aarch64): build and test without or with sdot, whatever the CPU"
 	@echo "  reports (e.g. make build DOTPROD=0); it sets LESSONKIT_DOTPROD"
@@ -90,12 +99,16 @@ build: setup
 	$(PY) -m lessonkit build --debug
 
 # JupyterLab serves the whole checkout (native/ is browsable) and opens the student's copy of lesson 00
+# of the edition LAB_LANG names
 lab: build copies
-	$(VENV)/bin/jupyter lab $(LAB_ARGS) --ServerApp.root_dir=. $(WORK)/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(LAB_ARGS) --ServerApp.root_dir=. $(LAB_START)
+
+lab-zh:
+	$(MAKE) lab LAB_LANG=zh
 
 # Copy each lesson that has no working copy yet into $(WORK)/; existing copies are never touched
 copies: setup
-	$(PY) -m lessonkit.workspace copies
+	LESSONKIT_LANG=$(LAB_LANG) $(PY) -m lessonkit.workspace copies
 
 # The update: the new commits, then (in a new make, so that setup sees a changed pyproject.toml)
 # the copies of lessons the update added. A pull that stops on a conflict was meant for native/ or

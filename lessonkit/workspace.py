@@ -7,6 +7,8 @@ tracked by git: a student who saved a run lesson or edited the C file there woul
 conflicts on the next ``git pull``. So the student works on copies that git ignores:
 
     my-work/00_start_here.ipynb ...   one copy per lesson, made by ``make lab`` when it is missing
+    my-work/zh/00_start_here.ipynb    the same for the Chinese lessons (notebooks/zh/), and the
+    my-work/glossary.md               glossary both editions link
     my-work/native/                   the student's copy of the kernel: student_native()
     my-work/.build/                   the builds of that copy (native.build_dir_for)
     my-work/old/                      what a reset moved aside; a reset never deletes anything
@@ -54,17 +56,39 @@ OLD_DIR = WORK_DIR / "old"
 # sha256 of each shipped file when its copy was made: tells "the lesson changed in an update"
 # from "you changed your copy" without ever reading or touching the copy.
 MANIFEST = WORK_DIR / ".copied.json"
-LESSON_GLOB = "[0-9][0-9]_*.ipynb"
+LESSON_GLOB = "[0-9][0-9]*_*.ipynb"
+# The editions: English in notebooks/, Chinese in notebooks/zh/ (lessonkit.edition makes them)
+EDITIONS = {"en": LESSONS_DIR, "zh": LESSONS_DIR / "zh"}
+GLOSSARY = LESSONS_DIR / "glossary.md"
 
 
-def lessons() -> list[Path]:
-    """The shipped lessons, ``notebooks/NN_name.ipynb``, in order."""
-    return sorted(LESSONS_DIR.glob(LESSON_GLOB))
+def lessons(edition: str | None = "en") -> list[Path]:
+    """The shipped lessons of one edition ("en": ``notebooks/NN_name.ipynb``, "zh":
+    ``notebooks/zh/NN_name.ipynb``), in order; ``None``: both."""
+    if edition is None:
+        return [p for e in EDITIONS for p in lessons(e)]
+    if edition not in EDITIONS:
+        raise ValueError(f"edition must be one of {', '.join(EDITIONS)}; got {edition!r}")
+    return sorted(EDITIONS[edition].glob(LESSON_GLOB))
+
+
+def shipped() -> list[Path]:
+    """Every file make lab copies: the lessons of both editions and the glossary they link."""
+    return lessons(None) + ([GLOSSARY] if GLOSSARY.exists() else [])
 
 
 def working_copy(lesson: Path | str) -> Path:
-    """The path of the working copy of a lesson (a path in notebooks/ or its file name)."""
-    return WORK_DIR / Path(lesson).name
+    """The path of the working copy of a lesson: a path in notebooks/ (``notebooks/zh/04_x.ipynb``
+    is copied to ``my-work/zh/04_x.ipynb``) or a file name of the English edition."""
+    path = Path(lesson)
+    if path.is_absolute() and path.is_relative_to(LESSONS_DIR):
+        return WORK_DIR / path.relative_to(LESSONS_DIR)
+    return WORK_DIR / (path if path.parent.name in EDITIONS else path.name)
+
+
+def _key(lesson: Path) -> str:
+    """A shipped file's name in the manifest: its path under notebooks/ ("04_x.ipynb", "zh/04_x.ipynb")."""
+    return lesson.relative_to(LESSONS_DIR).as_posix()
 
 
 def _sha256_file(path: Path) -> str:
@@ -158,12 +182,12 @@ def make_copies() -> dict[str, list[Path]]:
     WORK_DIR.mkdir(exist_ok=True)
     manifest = _read_manifest()
     copied, changed, made = [], [], {}
-    for lesson in lessons():
+    for lesson in shipped():
         dest = working_copy(lesson)
         if _copy_new(lesson, dest):
             copied.append(dest)
-            made[lesson.name] = _sha256_file(lesson)
-        elif lesson.name in manifest and manifest[lesson.name] != _sha256_file(lesson):
+            made[_key(lesson)] = _sha256_file(lesson)
+        elif _key(lesson) in manifest and manifest[_key(lesson)] != _sha256_file(lesson):
             changed.append(dest)
     if made:
         _record(made)
@@ -173,19 +197,24 @@ def make_copies() -> dict[str, list[Path]]:
 
 
 def find_lesson(which: str | int) -> Path:
-    """The shipped lesson named by its number (``"04"``, ``4``) or its name
-    (``"04_kernel_walkthrough"``, with or without ``.ipynb``)."""
+    """The shipped lesson named by its number (``"04"``, ``4``, ``"05b"``) or its name
+    (``"04_kernel_walkthrough"``, with or without ``.ipynb``); ``"zh/04"`` names the Chinese one."""
     text = str(which).strip()
+    edition = "en"
+    if text.startswith("zh/"):
+        edition, text = "zh", text[3:]
     if text.endswith(".ipynb"):
         text = text[: -len(".ipynb")]
-    if re.fullmatch(r"\d{1,2}", text):
-        matches = sorted(LESSONS_DIR.glob(f"{int(text):02d}_*.ipynb"))
+    pool = lessons(edition)
+    if re.fullmatch(r"\d{1,2}[a-z]?", text):
+        number = f"{int(text[:-1] if text[-1].isalpha() else text):02d}" + (text[-1] if text[-1].isalpha() else "")
+        matches = [p for p in pool if p.stem.split("_", 1)[0] == number]
     else:
-        matches = [p for p in lessons() if p.stem == Path(text).name]
+        matches = [p for p in pool if p.stem == Path(text).name]
     if len(matches) != 1:
-        names = ", ".join(p.stem for p in lessons())
+        names = ", ".join(p.stem for p in pool)
         raise ValueError(f"no single lesson {which!r}; the lessons are {names} "
-                         f"(give the number, e.g. LESSON=04)")
+                         f"(give the number, e.g. LESSON=04, or LESSON=zh/04 for the Chinese one)")
     return matches[0]
 
 
@@ -196,10 +225,11 @@ def reset_lesson(which: str | int) -> tuple[Path, Path | None]:
     lesson = find_lesson(which)
     dest = working_copy(lesson)
     WORK_DIR.mkdir(exist_ok=True)
-    old = _move_to_old(dest, lesson.stem, ".ipynb") if dest.exists() else None
+    stem = lesson.stem if lesson.parent == LESSONS_DIR else f"{lesson.parent.name}-{lesson.stem}"
+    old = _move_to_old(dest, stem, ".ipynb") if dest.exists() else None
     if not _copy_new(lesson, dest):  # another process made a copy in between: keep theirs
         raise FileExistsError(errno.EEXIST, "a new working copy appeared during the reset; run it again", str(dest))
-    _record({lesson.name: _sha256_file(lesson)})
+    _record({_key(lesson): _sha256_file(lesson)})
     return dest, old
 
 
@@ -259,22 +289,32 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("lesson", help="its number, e.g. 04")
     sub.add_parser("reset-native", help="move my-work/native/ to my-work/old/ and copy native/ again")
     args = p.parse_args(argv)
+    from .language import tr  # the Makefile sets LESSONKIT_LANG from LAB_LANG
     try:
         if args.what == "copies":
             result = make_copies()
             for path in result["copied"]:
-                print(f"new working copy: {_shown(path)}")
+                print(tr("new working copy: ", "新的工作副本：") + _shown(path))
             for path in result["changed"]:
                 if path.name == "native":
-                    print(f"native/ changed since {_shown(path)} was made; `make reset-native` starts your "
-                          "copy over from it (yours is kept in my-work/old/)")
+                    print(tr(f"native/ changed since {_shown(path)} was made; `make reset-native` starts your "
+                             "copy over from it (yours is kept in my-work/old/)",
+                             f"{_shown(path)} 做好以后 native/ 又更新了；`make reset-native` 从新的 native/ 重新复制"
+                             "（你的副本保存在 my-work/old/）"))
+                elif path.suffix != ".ipynb":  # the glossary: nothing of the student's to keep in it
+                    print(tr(f"notebooks/{path.name} changed; delete {_shown(path)} and run make copies for the new one",
+                             f"notebooks/{path.name} 更新了；删掉 {_shown(path)} 再运行 make copies 就得到新的"))
                 else:
-                    print(f"notebooks/{path.name} changed since your copy was made; `make reset "
-                          f"LESSON={path.name[:2]}` gives you the new one (yours is kept in my-work/old/)")
+                    rel = path.relative_to(WORK_DIR).as_posix()
+                    which = rel.split("_", 1)[0]
+                    print(tr(f"notebooks/{rel} changed since your copy was made; `make reset "
+                             f"LESSON={which}` gives you the new one (yours is kept in my-work/old/)",
+                             f"你复制之后 notebooks/{rel} 更新了；`make reset LESSON={which}` 给你新版"
+                             "（你的副本保存在 my-work/old/）"))
         elif args.what == "reset":
             new, old = reset_lesson(args.lesson)
             print(f"{_shown(old)}: your previous copy" if old else "there was no working copy")
-            print(f"{_shown(new)}: a fresh copy of notebooks/{new.name}")
+            print(f"{_shown(new)}: a fresh copy of notebooks/{new.relative_to(WORK_DIR).as_posix()}")
         else:
             new, old = reset_native(confirm=True)
             print(f"{_shown(old)}: your previous kernel copy" if old else "there was no kernel copy")
