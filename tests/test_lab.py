@@ -55,7 +55,10 @@ def test_make_lab_serves_lesson_00(tmp_path):
         # every lesson has its working copy (a student's earlier copy is theirs: not compared)
         work = get_json(f"{base}/api/contents/my-work?token={token}", time.monotonic() + 10, server)
         shipped = {p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")}
-        assert shipped <= {f["name"] for f in work["content"]}
+        assert shipped <= {f["name"] for f in work["content"]} and "glossary.md" in {f["name"] for f in work["content"]}
+        # ... and in Chinese, in my-work/zh/
+        work_zh = get_json(f"{base}/api/contents/my-work/zh?token={token}", time.monotonic() + 10, server)
+        assert {p.name for p in (REPO / "notebooks" / "zh").glob("[0-9][0-9]*_*.ipynb")} <= {f["name"] for f in work_zh["content"]}
         # the whole repository is browsable, so native/*.c can be edited from JupyterLab
         native = get_json(f"{base}/api/contents/native?token={token}", time.monotonic() + 10, server)
         assert "flash_attn_q8_neon.c" in {f["name"] for f in native["content"]}
@@ -64,3 +67,11 @@ def test_make_lab_serves_lesson_00(tmp_path):
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_lab_lang_zh_opens_the_chinese_lesson_00():
+    """make lab LAB_LANG=zh (make lab-zh) starts JupyterLab on the Chinese lesson 00; other values are refused."""
+    out = subprocess.run(["make", "-n", "lab", "LAB_LANG=zh"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "my-work/zh/00_start_here.ipynb" in out.splitlines()[-1]
+    bad = subprocess.run(["make", "-n", "lab", "LAB_LANG=fr"], cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode != 0 and "LAB_LANG must be en" in bad.stderr
