@@ -39,7 +39,7 @@ SHA_CHARS = 12
 HEADER = re.compile(r"^<!-- cell (?P<id>[A-Za-z0-9_-]+) en:(?P<sha>[0-9a-f]+)(?P<todo> TODO)? -->$")
 LANGUAGE_CELL_ID = "zh-language"
 LANGUAGE_CELL = ('import lessonkit\n'
-                 'lessonkit.set_language("zh")  # 本课用中文：提示、检查结果、练习和图中文字都是中文')
+                 'lessonkit.set_language("zh");  # 本课用中文：提示、检查结果、练习和图中文字都是中文')
 
 
 def en_sha(source: str) -> str:

@@ -128,9 +128,13 @@ def labelled(ax, xlabel: str, xunit: str | None = None, ylabel: str | None = Non
              title: str | None = None):
     """Name the axes of ``ax`` with their units, as ``quantity (unit)``: e.g.
     ``labelled(ax, "seq_len", "tokens", "time per token", "ns")``. Returns ``ax``."""
-    ax.set_xlabel(f"{xlabel} ({xunit})" if xunit else xlabel, fontsize=SIZES["label"])
+    from .language import tr
+
+    def unit(quantity, u):  # Chinese puts the unit in full-width brackets
+        return tr(f"{quantity} ({u})", f"{quantity}（{u}）") if u else quantity
+    ax.set_xlabel(unit(xlabel, xunit), fontsize=SIZES["label"])
     if ylabel is not None:
-        ax.set_ylabel(f"{ylabel} ({yunit})" if yunit else ylabel, fontsize=SIZES["label"])
+        ax.set_ylabel(unit(ylabel, yunit), fontsize=SIZES["label"])
     if title is not None:
         ax.set_title(title, fontsize=SIZES["title"])
     return ax

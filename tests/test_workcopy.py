@@ -172,6 +172,26 @@ def test_copies_never_overwrite_and_reset_keeps_the_old_copy(clone):
     assert porcelain(clone) == ""
 
 
+def test_the_chinese_lessons_and_the_glossary_get_copies_too(clone):
+    """make lab copies notebooks/zh/ into my-work/zh/ (make lab-zh opens the Chinese lesson 00 there)
+    and the glossary both editions link, so that the copies' relative links work; LESSON=zh/04
+    resets a Chinese lesson and keeps the old copy, named apart from the English one."""
+    work = clone / "my-work"
+    out = copies(clone)
+    shipped = sorted((clone / "notebooks" / "zh").glob("[0-9][0-9]*_*.ipynb"))
+    assert shipped and all((work / "zh" / p.name).read_bytes() == p.read_bytes() for p in shipped)
+    assert (work / "glossary.md").read_bytes() == (clone / "notebooks" / "glossary.md").read_bytes()
+    assert "my-work/zh/00_start_here.ipynb" in out
+    mine = work / "zh" / "04_kernel_walkthrough.ipynb"
+    mine.write_text(mine.read_text().replace("\"# 04", "\"# 04 (我的笔记)", 1))
+    assert "(我的笔记)" in mine.read_text()
+    reset = in_clone(clone, "from lessonkit import workspace\nworkspace.main(['reset', 'zh/04'])")
+    assert "my-work/old/zh-04_kernel_walkthrough.1.ipynb" in reset
+    assert "(我的笔记)" in (work / "old" / "zh-04_kernel_walkthrough.1.ipynb").read_text()
+    assert mine.read_bytes() == (clone / "notebooks" / "zh" / mine.name).read_bytes()
+    assert porcelain(clone) == ""
+
+
 def test_reset_names_a_lesson_that_exists(clone):
     out = run_python("""
         from lessonkit import workspace

@@ -186,7 +186,7 @@ class Exercise:
 
     def question(self) -> None:
         lines = [tr(f"Lesson {self.lesson}, {text(self.title)}  (pytest marker: {self.marker})",
-                    f"第 {self.lesson} 课，{text(self.title)}  (pytest 标记: {self.marker})"), text(self._text)]
+                    f"第 {self.lesson} 课，{text(self.title)}（pytest 标记：{self.marker}）"), text(self._text)]
         for key, c in self.choices.items():
             lines.append(f"  ({key}) {text(c.text)}")
         lines.append(f"answer = {shown(self.template)}")
@@ -204,7 +204,7 @@ class Exercise:
         elif not filled(answer) or (isinstance(answer, Mapping) and answer
                                      and not any(filled(v) for v in answer.values())):
             v = Verdict(NOT_ATTEMPTED, tr(f"give your answer as {shown(self.template)}",
-                                          f"请按这个格式作答：{shown(self.template)}"))
+                                          f"答案的格式是 {shown(self.template)}"))
         else:
             try:
                 if _has_blank(answer):
