@@ -42,6 +42,7 @@ from . import timing
 from . import validate as check
 from .cache import KVCacheQ8
 from .kernels import split
+from .language import tr
 from .timing import time_kernel
 
 FULL_LENGTHS = (1024, 8192, 65536, 262144)
@@ -79,11 +80,13 @@ def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
     """A cache of N_KV_HEADS heads (only KV_HEAD random, the others zero: cheap to build) and the
     fp32 K, V of that head for the numpy reference."""
     seq_len = check.integer("seq_len", seq_len, minimum=1)
-    check.at_most("seq_len", seq_len, MAX_LENGTH, "tokens of one benchmark row")
+    check.at_most("seq_len", seq_len, MAX_LENGTH, tr("tokens of one benchmark row", "一行基准测试的 token 数"))
     n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
-    check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, "kv heads of the benchmark's cache")
-    check.memory(f"the inputs of seq_len {seq_len} with {n_kv_heads} kv heads", input_bytes(seq_len, n_kv_heads),
-                 MAX_BENCH_BYTES, "use a shorter seq_len or fewer kv heads")
+    check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS,
+                  tr("kv heads of the benchmark's cache", "基准测试 KV 缓存的 kv 头数"))
+    check.memory(tr(f"the inputs of seq_len {seq_len} with {n_kv_heads} kv heads",
+                    f"seq_len {seq_len}、{n_kv_heads} 个 kv 头的输入"), input_bytes(seq_len, n_kv_heads),
+                 MAX_BENCH_BYTES, tr("use a shorter seq_len or fewer kv heads", "请用更短的 seq_len 或更少的 kv 头"))
     rng = np.random.default_rng(seed)
     cache = KVCacheQ8(n_kv_heads, HEAD_DIM, BLOCK_SIZE)
     kv_head = min(KV_HEAD, n_kv_heads - 1)
@@ -129,9 +132,10 @@ def median_ns(fn, repeats: int, cores: str | None = None) -> float:
     one core type like the kernel timings (``cores``, as in ``lessonkit.env.timing_cores``), so
     that a numpy reference and the kernel are timed on the same kind of core."""
     if not callable(fn):
-        raise TypeError(f"fn must be a function of no arguments; got {type(fn).__name__}")
+        raise TypeError(tr(f"fn must be a function of no arguments; got {type(fn).__name__}",
+                           f"fn 必须是一个不带参数的函数；实际是 {type(fn).__name__}"))
     repeats = check.integer("repeats", repeats, minimum=1)
-    check.at_most("repeats", repeats, timing.MAX_REPEATS, "repeats of one timing")
+    check.at_most("repeats", repeats, timing.MAX_REPEATS, tr("repeats of one timing", "一次计时的重复次数"))
     with env.pinned(cores):
         fn()  # warm up
         times = []
@@ -153,10 +157,12 @@ def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str 
     workbook's build), pinned like the timings (``cores``)."""
     ffi, lib = check.library(ffi, lib, ("fa_read_gbps",))
     nbytes = check.integer("nbytes", nbytes, minimum=64)
-    check.at_most("nbytes", nbytes, MAX_READ_BYTES, "bytes of the read-bandwidth buffer")
+    check.at_most("nbytes", nbytes, MAX_READ_BYTES, tr("bytes of the read-bandwidth buffer", "读带宽缓冲区的字节数"))
     if nbytes % 64:
-        raise ValueError(f"nbytes must be a multiple of 64 (the probe reads whole 64-byte lines); "
-                         f"got {nbytes}: use {nbytes - nbytes % 64}")
+        raise ValueError(tr(f"nbytes must be a multiple of 64 (the probe reads whole 64-byte lines); "
+                            f"got {nbytes}: use {nbytes - nbytes % 64}",
+                            f"nbytes 必须是 64 的倍数（探测按整条 64 字节的缓存行读）；"
+                            f"实际是 {nbytes}：请用 {nbytes - nbytes % 64}"))
     buf = np.ones(nbytes, np.uint8)  # numpy aligns it for the probe's 8-byte loads
     with env.pinned(cores):
         return float(lib.fa_read_gbps(ffi.from_buffer("unsigned char[]", buf), nbytes, 5))
@@ -164,11 +170,12 @@ def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str 
 
 def _lengths(name: str, values) -> list[int]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(f"{name} must be a list of sequence lengths; got {type(values).__name__}")
-    check.at_most(f"len({name})", len(values), 64, "lengths of one benchmark run")
+        raise TypeError(tr(f"{name} must be a list of sequence lengths; got {type(values).__name__}",
+                           f"{name} 必须是一个序列长度的列表；实际是 {type(values).__name__}"))
+    check.at_most(f"len({name})", len(values), 64, tr("lengths of one benchmark run", "一次基准测试的长度个数"))
     out = [check.integer(name[:-1] if name.endswith("s") else name, T, minimum=1) for T in values]
     for T in out:
-        check.at_most(name, T, MAX_LENGTH, "tokens of one benchmark row")
+        check.at_most(name, T, MAX_LENGTH, tr("tokens of one benchmark row", "一行基准测试的 token 数"))
     return out
 
 
@@ -203,13 +210,15 @@ def interleaved(contenders: dict, rounds: int, stat: str = "median") -> dict[str
     a slow moment of the machine lands on all of them alike. ``stat="min"``: the minimum of the
     rounds instead, the least disturbed sample (on a shared machine a busy moment only adds time)."""
     if stat not in ("median", "min"):
-        raise ValueError(f"stat must be 'median' or 'min'; got {stat!r}")
+        raise ValueError(tr(f"stat must be 'median' or 'min'; got {stat!r}",
+                            f"stat 必须是 'median' 或 'min'；实际是 {stat!r}"))
     rounds = check.integer("rounds", rounds, minimum=1)
-    check.at_most("rounds", rounds, MAX_BENCH_REPEATS, "rounds of one interleaved timing")
+    check.at_most("rounds", rounds, MAX_BENCH_REPEATS, tr("rounds of one interleaved timing", "一次交替计时的轮数"))
     names = list(contenders)
     for name in names:
         if not callable(contenders[name]):
-            raise TypeError(f"contender {name!r} must be a function of no arguments")
+            raise TypeError(tr(f"contender {name!r} must be a function of no arguments",
+                               f"参赛者 {name!r} 必须是一个不带参数的函数"))
         contenders[name]()  # warm-up
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
@@ -240,11 +249,13 @@ def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: in
     import threading
     ffi, lib = check.library(ffi, lib, ("fa_read_gbps",))
     nbytes = check.integer("nbytes", nbytes, minimum=128)
-    check.at_most("nbytes", nbytes, MAX_READ_BYTES, "bytes of the read-bandwidth buffer")
+    check.at_most("nbytes", nbytes, MAX_READ_BYTES, tr("bytes of the read-bandwidth buffer", "读带宽缓冲区的字节数"))
     if nbytes % 128:
-        raise ValueError(f"nbytes must be a multiple of 128 (two halves of whole 64-byte lines); got {nbytes}")
+        raise ValueError(tr(f"nbytes must be a multiple of 128 (two halves of whole 64-byte lines); got {nbytes}",
+                            f"nbytes 必须是 128 的倍数（两半各是整条 64 字节的缓存行）；实际是 {nbytes}：请用 "
+                            f"{nbytes - nbytes % 128}"))
     reps = check.integer("reps", reps, minimum=1)
-    check.at_most("reps", reps, 20, "passes of the read-bandwidth probe")
+    check.at_most("reps", reps, 20, tr("passes of the read-bandwidth probe", "读带宽探测的遍数"))
     buf = np.ones(nbytes, np.uint8)
     half = nbytes // 2
     ptrs = [ffi.from_buffer("unsigned char[]", buf[i * half:(i + 1) * half]) for i in range(2)]

@@ -51,6 +51,7 @@ import numpy as np
 
 from . import native
 from . import variants as registry
+from .language import tr
 from .variants import Variant
 
 MCA = "llvm-mca-19"
@@ -441,7 +442,7 @@ def estimate(variant: str | None = None, cpu: str = "neoverse-n1", dotprod: bool
     """llvm-mca's estimated cycles per token of each variant (or of the one named), hd 128.
     ``tokens``: the two traced sequence lengths (see ``token_loops``)."""
     if cpu not in CPUS:
-        raise ValueError(f"cpu must be one of {CPUS}; got {cpu!r}")
+        raise ValueError(tr(f"cpu must be one of {CPUS}; got {cpu!r}", f"cpu 必须是 {CPUS} 之一；实际是 {cpu!r}"))
     return estimate_all([cpu], [dotprod], variant, iterations, native_dir, tokens)
 
 
@@ -449,12 +450,15 @@ def estimate_all(cpus=CPUS, dotprods=(True, False), variant: str | None = None,
                  iterations: int = ITERATIONS, native_dir: Path | None = None, tokens=TOKENS) -> list[Estimate]:
     missing = missing_tools()
     if missing:
-        raise ToolMissing(f"needs {', '.join(missing)} (Debian: apt install llvm-19 gcc-aarch64-linux-gnu "
-                          "qemu-user)")
+        raise ToolMissing(tr(f"needs {', '.join(missing)} (Debian: apt install llvm-19 gcc-aarch64-linux-gnu "
+                             "qemu-user)",
+                             f"需要 {', '.join(missing)}（Debian：apt install llvm-19 gcc-aarch64-linux-gnu "
+                             "qemu-user）"))
     vs = variants(native_dir)
     if variant is not None:
         if variant not in [v.name for v in vs]:
-            raise ValueError(f"unknown variant {variant!r}; known: {', '.join(v.name for v in vs)}")
+            raise ValueError(tr(f"unknown variant {variant!r}; known: {', '.join(v.name for v in vs)}",
+                                f"没有版本 {variant!r}；已有的版本：{', '.join(v.name for v in vs)}"))
     results = []
     with tempfile.TemporaryDirectory() as d:
         for dotprod in dotprods:

@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from . import validate as check
+from .language import tr
 
 INSTALL_HINT = "pip install -e '.[bench]'"
 QK8_0 = 32                 # values per q8_0 block (ggml-common.h, block_q8_0)
@@ -36,7 +37,7 @@ def load():
     try:
         import ggml  # noqa: F401  (ggml-python)
     except ImportError as e:  # the optional [bench] extra
-        return None, f"skipped: {INSTALL_HINT} ({e})"
+        return None, tr(f"skipped: {INSTALL_HINT} ({e})", f"已跳过：需要 {INSTALL_HINT}（{e}）")
     return ggml, None
 
 
@@ -67,34 +68,39 @@ class FlashAttnQ8:
         if qs.ndim == 1:
             qs = qs[None]
         if qs.ndim != 2:
-            raise ValueError(f"qs must have shape [G, head_dim] or [head_dim]; got {list(qs.shape)}")
+            raise ValueError(tr(f"qs must have shape [G, head_dim] or [head_dim]; got {list(qs.shape)}",
+                                f"qs 的形状必须是 [G, head_dim] 或 [head_dim]；实际是 {list(qs.shape)}"))
         G, hd = qs.shape
-        check.at_most("G (query heads)", G, MAX_HEADS, "query heads of one ggml graph")
-        check.at_most("head_dim", hd, MAX_HEAD_DIM, "head_dim of one ggml graph")
+        check.at_most("G (query heads)", G, MAX_HEADS, tr("query heads of one ggml graph", "一个 ggml 计算图的查询头数"))
+        check.at_most("head_dim", hd, MAX_HEAD_DIM, tr("head_dim of one ggml graph", "一个 ggml 计算图的 head_dim"))
         if hd < QK8_0 or hd % QK8_0:
-            raise ValueError(f"head_dim must be a multiple of {QK8_0} (ggml's q8_0 block); got {hd}")
+            raise ValueError(tr(f"head_dim must be a multiple of {QK8_0} (ggml's q8_0 block); got {hd}",
+                                f"head_dim 必须是 {QK8_0} 的倍数（ggml 的 q8_0 块）；实际是 {hd}"))
         K = np.ascontiguousarray(K, dtype=np.float32)
         V = np.ascontiguousarray(V, dtype=np.float32)
         if K.ndim != 2 or K.shape[1] != hd or V.shape != K.shape:
-            raise ValueError(f"K and V must both have shape [seq_len, {hd}]; got {list(K.shape)} and {list(V.shape)}")
+            raise ValueError(tr(f"K and V must both have shape [seq_len, {hd}]; got {list(K.shape)} and {list(V.shape)}",
+                                f"K 和 V 的形状都必须是 [seq_len, {hd}]；实际是 {list(K.shape)} 和 {list(V.shape)}"))
         T = K.shape[0]
         if T < 1:
-            raise ValueError("seq_len must be at least 1")
-        check.at_most("seq_len", T, MAX_TOKENS, "tokens of one ggml graph")
+            raise ValueError(tr("seq_len must be at least 1", "seq_len 至少是 1"))
+        check.at_most("seq_len", T, MAX_TOKENS, tr("tokens of one ggml graph", "一个 ggml 计算图的 token 数"))
         qs = np.ascontiguousarray(qs, dtype=np.float32)
         for name, a in (("qs", qs), ("K", K), ("V", V)):
             if not np.isfinite(a).all():
-                raise ValueError(f"{name} must be finite (ggml's quantizer and exp do not check)")
+                raise ValueError(tr(f"{name} must be finite (ggml's quantizer and exp do not check)",
+                                    f"{name} 必须是有限值（ggml 的量化和 exp 不做检查）"))
         if isinstance(threads, (int, np.integer)):
             threads = (threads,)
         self.threads = tuple(check.integer("n_threads", n, minimum=1) for n in threads)
         if not self.threads:
-            raise ValueError("threads must name at least one thread count")
+            raise ValueError(tr("threads must name at least one thread count", "threads 至少要给出一个线程数"))
         for n in self.threads:
-            check.at_most("n_threads", n, min(MAX_THREADS, os.cpu_count() or 1), "threads of this machine")
+            check.at_most("n_threads", n, min(MAX_THREADS, os.cpu_count() or 1), tr("threads of this machine", "本机的线程数"))
         self.scale = float(1 / np.sqrt(hd) if scale is None else scale)
         if not np.isfinite(self.scale) or self.scale <= 0:
-            raise ValueError(f"scale must be a positive finite number; got {scale!r}")
+            raise ValueError(tr(f"scale must be a positive finite number; got {scale!r}",
+                                f"scale 必须是一个有限的正数；实际是 {scale!r}"))
         self.G, self.head_dim, self.seq_len = G, hd, T
         self._g = ggml
         q8 = ggml.GGML_TYPE_Q8_0
@@ -136,10 +142,11 @@ class FlashAttnQ8:
         """One ``ggml_graph_compute`` of the graph built once, on ``n_threads`` (one of ``threads``;
         default the first): what the bench times."""
         if self._ctx is None:
-            raise RuntimeError("this FlashAttnQ8 is closed")
+            raise RuntimeError(tr("this FlashAttnQ8 is closed", "这个 FlashAttnQ8 已经关闭"))
         n = self.threads[0] if n_threads is None else n_threads
         if n not in self._plans:
-            raise ValueError(f"n_threads must be one of {self.threads} (the plans built); got {check.short(n)}")
+            raise ValueError(tr(f"n_threads must be one of {self.threads} (the plans built); got {check.short(n)}",
+                                f"n_threads 必须是 {self.threads} 之一（已建好的计划）；实际是 {check.short(n)}"))
         status = self._g.ggml_graph_compute(self._graph, ctypes.byref(self._plans[n]))
         if status != 0:
             raise RuntimeError(f"ggml_graph_compute returned status {status}")
@@ -147,7 +154,7 @@ class FlashAttnQ8:
     def output(self) -> np.ndarray:
         """The last compute's result, float32 ``[G, head_dim]`` (a copy)."""
         if self._ctx is None:
-            raise RuntimeError("this FlashAttnQ8 is closed")
+            raise RuntimeError(tr("this FlashAttnQ8 is closed", "这个 FlashAttnQ8 已经关闭"))
         # ggml's result is [hd, n_head, n_batch, 1]: for one query row, head after head
         ptr = ctypes.cast(self._g.ggml_get_data(self._out), ctypes.POINTER(ctypes.c_float))
         return np.ctypeslib.as_array(ptr, shape=(self.G, self.head_dim)).copy()
@@ -198,8 +205,10 @@ def check_output(got, want, what: str = "ggml_flash_attn_ext") -> float:
     """max |got - want| / max |want|; raises AssertionError above CHECK_RTOL."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     if got.shape != want.shape:
-        raise AssertionError(f"{what}: shape {list(got.shape)}, expected {list(want.shape)}")
+        raise AssertionError(tr(f"{what}: shape {list(got.shape)}, expected {list(want.shape)}",
+                                f"{what}：形状是 {list(got.shape)}，应为 {list(want.shape)}"))
     err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
     if not err <= CHECK_RTOL:  # NaN fails too
-        raise AssertionError(f"{what}: max error {err:.2e} of max|out| is above {CHECK_RTOL:g}")
+        raise AssertionError(tr(f"{what}: max error {err:.2e} of max|out| is above {CHECK_RTOL:g}",
+                                f"{what}：最大误差为 max|out| 的 {err:.2e}，超过了 {CHECK_RTOL:g}"))
     return err

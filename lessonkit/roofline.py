@@ -27,6 +27,7 @@ import dataclasses
 import json
 import math
 import os
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ import numpy as np
 from . import cycles, env, native
 from . import validate as check
 from .cache import KVCacheQ8
+from .language import tr
 from .variants import BY_NAME, VARIANTS
 
 SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
@@ -76,16 +78,21 @@ def path() -> list[str]:
 
 
 def what_it_adds(name: str) -> str:
-    return BY_NAME[name].adds
+    """What version ``name`` adds to the one before it, in the current language (the registry's
+    text; lessonkit.variants.ADDS_ZH in Chinese)."""
+    from .variants import adds_text
+    return adds_text(name)
 
 
 def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
     """One call of registry version ``name`` (through the library's table, fa_time_calls(version, 1, ...)),
     its output float32 ``[head_dim]``. Inputs checked first: nothing bad reaches the C code."""
     if name not in BY_NAME:
-        raise ValueError(f"name must be one of {', '.join(map(repr, BY_NAME))}; got {check.short(name)}")
+        raise ValueError(tr(f"name must be one of {', '.join(map(repr, BY_NAME))}; got {check.short(name)}",
+                            f"name 必须是 {', '.join(map(repr, BY_NAME))} 之一；实际是 {check.short(name)}"))
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     ffi, lib = native.load()
@@ -120,8 +127,10 @@ def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, 
             if err <= tol:
                 passed += 1
             else:
-                failures.append(f"{name} at seq_len {T}, {nkv} kv heads, hd {hd}, blocks of {bs}: "
-                                f"max error {err:.3g} > {tol:.3g}")
+                failures.append(tr(f"{name} at seq_len {T}, {nkv} kv heads, hd {hd}, blocks of {bs}: "
+                                   f"max error {err:.3g} > {tol:.3g}",
+                                   f"{name} 在 seq_len {T}、{nkv} 个 kv 头、hd {hd}、块大小 {bs} 时："
+                                   f"最大误差 {err:.3g} > {tol:.3g}"))
     return passed, failures
 
 
@@ -214,30 +223,56 @@ def _keys_to_int(rows: dict) -> dict:
     return {int(k): v for k, v in rows.items()}
 
 
+def _saved_path(saved: Path) -> Path:
+    """``saved``; a relative path missing here is looked up beside the English lessons too (the
+    Chinese lessons run in notebooks/zh/ and read the figures the English ones saved, in
+    notebooks/data/)."""
+    if saved.is_file() or saved.is_absolute():
+        return saved
+    beside = native.REPO_DIR / "notebooks" / saved
+    return beside if beside.is_file() else saved
+
+
 def results(saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
     """(the figures, a note saying where they come from). With ``save`` (default: LESSONKIT_SAVE_RESULTS
-    is "1") measure everything now and write it to ``saved``; otherwise read ``saved``."""
+    is "1") measure everything now and write it to ``saved``; otherwise read ``saved`` (a relative
+    path not found from here: the same path under notebooks/, where the English lessons keep it)."""
     saved = Path(saved)
     if save if save is not None else os.environ.get(SAVE_ENV) == "1":
         res = collect()
         saved.parent.mkdir(parents=True, exist_ok=True)
         saved.write_text(json.dumps(res, indent=1) + "\n")
-        return res, f"measured now and saved to {saved.name}"
+        return res, tr(f"measured now and saved to {saved.name}", f"现在测得，已保存到 {saved.name}")
+    saved = _saved_path(saved)
     if not saved.is_file():
-        raise RuntimeError(f"no saved results in {saved.name}: run the notebook with {SAVE_ENV}=1")
+        raise RuntimeError(tr(f"no saved results in {saved.name}: run the notebook with {SAVE_ENV}=1",
+                              f"{saved.name} 里没有保存的结果：请设置 {SAVE_ENV}=1 运行本课"))
     res = json.loads(saved.read_text())
     res["rows"] = _keys_to_int(res["rows"])
-    return res, f"saved in {saved.name} (run the notebook with {SAVE_ENV}=1 to measure them on your machine)"
+    return res, tr(f"saved in {saved.name} (run the notebook with {SAVE_ENV}=1 to measure them on your machine)",
+                   f"读自保存的 {saved.name}（设置 {SAVE_ENV}=1 运行本课，即可在你的机器上重测）")
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    """``text`` padded with spaces to ``width`` columns of a fixed-width font, a Chinese character
+    taking two (str.ljust counts it as one, and the columns of a Chinese table would drift)."""
+    cols = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    fill = " " * max(0, width - cols)
+    return fill + text if right else text + fill
 
 
 def table(res: dict) -> str:
     """One line per version: what it adds, ns/token at each length, the A76 estimate and its mix."""
     lengths = sorted(res["rows"])
-    head = f"{'version':<14}" + "".join(f"{f'{T // 1024}K':>8}" for T in lengths) + \
-        f"{'A76 est.':>10}{'instr.':>8}  mix per token (loads/simd/scalar)"
-    rounds = f", fastest of {res['rounds']} interleaved rounds" if res.get("rounds") else ""
-    lines = [f"ns/token on {res['machine']}{rounds} (x86 runs SIMDe's build of the NEON source, not NEON)",
-             "A76 est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token", head]
+    head = _pad(tr("version", "版本"), 14) + "".join(f"{f'{T // 1024}K':>8}" for T in lengths) + \
+        _pad(tr("A76 est.", "A76 估计"), 10, right=True) + _pad(tr("instr.", "指令数"), 8, right=True) + \
+        tr("  mix per token (loads/simd/scalar)", "  每 token 指令构成（加载/SIMD/标量）")
+    rounds = (tr(f", fastest of {res['rounds']} interleaved rounds", f"，交替计时 {res['rounds']} 轮取最快")
+              if res.get("rounds") else "")
+    lines = [tr(f"ns/token on {res['machine']}{rounds} (x86 runs SIMDe's build of the NEON source, not NEON)",
+                f"{res['machine']} 上的 ns/token{rounds}（x86 运行的是 SIMDe 构建的 NEON 源码，不是 NEON）"),
+             tr("A76 est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token",
+                "A76 估计：llvm-mca 的估计值（不是实测），Neoverse N1 模型，周期/token"), head]
     for n in path():
         if n not in res["rows"][lengths[0]]:
             continue
@@ -245,6 +280,6 @@ def table(res: dict) -> str:
         e = res.get("a76", {}).get(n)
         est = (f"{e['cycles_per_token']:10.0f}{e['mix']['total']:8.0f}  "
                f"{e['mix']['loads']:.0f}/{e['mix']['simd']:.0f}/{e['mix']['scalar']:.0f}") if isinstance(e, dict) \
-            else f"{'-':>10}{'-':>8}  {'no estimate' if e else 'no llvm-mca here'}"
+            else f"{'-':>10}{'-':>8}  {tr('no estimate', '没有估计值') if e else tr('no llvm-mca here', '本机没有 llvm-mca')}"
         lines.append(f"{n:<14}{cells}{est}")
     return "\n".join(lines)

@@ -61,3 +61,22 @@ def test_interleaved_min_keeps_the_least_disturbed_round():
     assert bench.interleaved(cont, 3, stat="min") == {"a": 1.0, "b": 3.0}
     with pytest.raises(ValueError):
         bench.interleaved({"a": lambda: 1.0}, 1, stat="mean")
+
+
+def test_chinese_texts_of_the_registry_and_the_table():
+    assert set(variants.ADDS_ZH) == set(variants.BY_NAME)  # a new version needs its Chinese line
+    before = lk.set_language("zh")
+    try:
+        assert roofline.what_it_adds("magic") == variants.ADDS_ZH["magic"]
+        res = {"machine": "m", "rounds": 3, "rows": {1024: {"neon": 1.0}}, "a76": {}}
+        head = roofline.table(res).splitlines()[2]
+        assert head.startswith("版本") and head.index("1K") == 14 + 8 - 2 - len("版本")  # two columns a character
+    finally:
+        lk.set_language(before)
+    assert roofline.what_it_adds("magic") == variants.BY_NAME["magic"].adds
+
+
+def test_saved_results_found_from_the_chinese_lessons(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # like notebooks/zh/: no data/ here, the English lessons' one is used
+    res, note = roofline.results("data/09_how_fast.json", save=False)
+    assert res["rows"] and "09_how_fast.json" in note

@@ -4,6 +4,7 @@ lessonkit.roofline, so they follow the head size and the byte count the lesson u
 from __future__ import annotations
 
 from .. import roofline
+from ..language import Text, tr
 from .core import Choice, Exercise, Wrong, close, field_of, pick, register
 
 # ---------------------------------------------------------------------------- ex1: the floor
@@ -21,31 +22,43 @@ def _check_floor(answer):
     b, ns = _floor_answer()
     got_b = field_of(answer, "bytes_per_token", int)
     if got_b == 2 * L09_HD:
-        raise Wrong(f"{got_b} counts the K and V rows only; each token also has one fp32 K scale and one fp32 V scale")
+        raise Wrong(tr(f"{got_b} counts the K and V rows only; each token also has one fp32 K scale and one fp32 V scale",
+                       f"{got_b} 只算了 K 行和 V 行；每个 token 还有一个 fp32 的 K scale 和一个 fp32 的 V scale"))
     if got_b == roofline.bytes_per_token(128):
-        raise Wrong(f"{got_b} is the lesson's head_dim 128; this question has head_dim {L09_HD}")
+        raise Wrong(tr(f"{got_b} is the lesson's head_dim 128; this question has head_dim {L09_HD}",
+                       f"{got_b} 是课上 head_dim 128 的结果；这道题的 head_dim 是 {L09_HD}"))
     if got_b == L09_HD + 4:
-        raise Wrong(f"{got_b} is one row and one scale; the loop reads K and V for every token")
+        raise Wrong(tr(f"{got_b} is one row and one scale; the loop reads K and V for every token",
+                       f"{got_b} 只是一行加一个 scale；循环对每个 token 都要读 K 和 V"))
     if got_b != b:
-        raise Wrong(f"bytes_per_token = {got_b}: count the int8 K row, the int8 V row (head_dim bytes each) "
-                    "and their two fp32 scales")
+        raise Wrong(tr(f"bytes_per_token = {got_b}: count the int8 K row, the int8 V row (head_dim bytes each) "
+                       "and their two fp32 scales",
+                       f"bytes_per_token = {got_b}：请数上 int8 的 K 行、int8 的 V 行（各 head_dim 字节），"
+                       "以及它们的两个 fp32 scale"))
     got_ns = field_of(answer, "floor_ns", float)
     if close(got_ns, b * L09_GBPS, 0.01) or close(got_ns, L09_GBPS / b, 0.01):
-        raise Wrong(f"floor_ns = {got_ns:g}: 1 GB/s is 1 byte per ns, so ns = bytes / (GB/s)")
+        raise Wrong(tr(f"floor_ns = {got_ns:g}: 1 GB/s is 1 byte per ns, so ns = bytes / (GB/s)",
+                       f"floor_ns = {got_ns:g}：1 GB/s 就是每 ns 1 字节，所以 ns = 字节数 / (GB/s)"))
     if not close(got_ns, ns, 0.01):
-        raise Wrong(f"floor_ns = {got_ns:g} is not {b} bytes / {L09_GBPS:g} GB/s (within 1 %)")
-    return f"{b} bytes at {L09_GBPS:g} GB/s take {ns:.1f} ns: no loop on one thread goes below that per token."
+        raise Wrong(tr(f"floor_ns = {got_ns:g} is not {b} bytes / {L09_GBPS:g} GB/s (within 1 %)",
+                       f"floor_ns = {got_ns:g} 不等于 {b} 字节 / {L09_GBPS:g} GB/s（允许 1 % 误差）"))
+    return tr(f"{b} bytes at {L09_GBPS:g} GB/s take {ns:.1f} ns: no loop on one thread goes below that per token.",
+              f"{b} 字节在 {L09_GBPS:g} GB/s 下要 {ns:.1f} ns：单线程上没有哪个循环能让每个 token 低于这个时间。")
 
 
 floor = Exercise(
-    lesson="09", name="floor", title="The memory floor of one token",
-    question=(f"One token of one kv head at head_dim {L09_HD}: how many bytes must the loop read at least "
-              f"(bytes_per_token: an integer)? At a read bandwidth of {L09_GBPS:g} GB/s, how many ns per token is that "
-              "(floor_ns: a number)?"),
+    lesson="09", name="floor", title=Text("The memory floor of one token", "一个 token 的内存下限"),
+    question=Text(f"One token of one kv head at head_dim {L09_HD}: how many bytes must the loop read at least "
+                  f"(bytes_per_token: an integer)? At a read bandwidth of {L09_GBPS:g} GB/s, how many ns per token is that "
+                  "(floor_ns: a number)?",
+                  f"head_dim {L09_HD} 时，一个 kv 头的一个 token：循环至少要读多少字节（bytes_per_token：一个整数）？"
+                  f"在 {L09_GBPS:g} GB/s 的读带宽下，这相当于每 token 多少 ns（floor_ns：一个数）？"),
     template={"bytes_per_token": ..., "floor_ns": ...},
     check=_check_floor, solution=_floor_answer,
-    hint="K row and V row are int8, head_dim values each; each has one float32 scale. 1 GB/s = 1 byte per ns.",
-    explain=f"roofline.bytes_per_token({L09_HD}) and roofline.floor_ns(bytes, GB/s) compute it.")
+    hint=Text("K row and V row are int8, head_dim values each; each has one float32 scale. 1 GB/s = 1 byte per ns.",
+              "K 行和 V 行都是 int8，各有 head_dim 个值；每行还有一个 float32 scale。1 GB/s = 每 ns 1 字节。"),
+    explain=Text(f"roofline.bytes_per_token({L09_HD}) and roofline.floor_ns(bytes, GB/s) compute it.",
+                 f"roofline.bytes_per_token({L09_HD}) 和 roofline.floor_ns(bytes, GB/s) 能算出它。"))
 
 # ---------------------------------------------------------------------------- ex2: four cores
 
@@ -62,14 +75,21 @@ def _cores_answer():
 
 
 CORES_CHOICES = {
-    "a": Choice("memory: the four together ask more than all cores get",
-                "each core alone is held by its arithmetic, but four of them share one DRAM and together ask "
-                "more bytes per second than it gives: memory sets the pace"),
-    "b": Choice("arithmetic: one core asks less than one thread gets",
-                "that is true of one core running alone, but the four share one DRAM; add their demands and "
-                "compare with the all-core figure"),
-    "c": Choice("neither: the L3 cache serves all four cores at once",
-                "a long cache does not fit in the 3 MB L3: every K and V byte comes from DRAM once per call"),
+    "a": Choice(Text("memory: the four together ask more than all cores get",
+                     "内存：四个核合起来要的比全部核能拿到的还多"),
+                Text("each core alone is held by its arithmetic, but four of them share one DRAM and together ask "
+                     "more bytes per second than it gives: memory sets the pace",
+                     "每个核单独跑时被它的算术拖住，但四个核共用一块 DRAM，合起来每秒要的字节比它能给的多："
+                     "决定速度的是内存")),
+    "b": Choice(Text("arithmetic: one core asks less than one thread gets",
+                     "算术：一个核要的比单线程能拿到的少"),
+                Text("that is true of one core running alone, but the four share one DRAM; add their demands and "
+                     "compare with the all-core figure",
+                     "一个核单独跑时确实如此，但四个核共用一块 DRAM；把它们的需求加起来，再和全核带宽比")),
+    "c": Choice(Text("neither: the L3 cache serves all four cores at once",
+                     "都不是：L3 缓存同时供给四个核"),
+                Text("a long cache does not fit in the 3 MB L3: every K and V byte comes from DRAM once per call",
+                     "长的 KV 缓存装不进 3 MB 的 L3：每次调用，K 和 V 的每个字节都要从 DRAM 读一次")),
 }
 
 
@@ -77,39 +97,58 @@ def _check_cores(answer):
     one, four, right = _cores_answer()
     got1 = field_of(answer, "one_core_gbps", float)
     if close(got1, roofline.bytes_per_token() / L09_CYCLES, 0.02):
-        raise Wrong(f"one_core_gbps = {got1:g} divides bytes by cycles; turn cycles into ns first "
-                    f"({L09_CYCLES:g} cycles / {L09_GHZ:g} GHz)")
+        raise Wrong(tr(f"one_core_gbps = {got1:g} divides bytes by cycles; turn cycles into ns first "
+                       f"({L09_CYCLES:g} cycles / {L09_GHZ:g} GHz)",
+                       f"one_core_gbps = {got1:g} 是字节数除以周期数；请先把周期换成 ns"
+                       f"（{L09_CYCLES:g} 周期 / {L09_GHZ:g} GHz）"))
     if not close(got1, one, 0.02):
-        raise Wrong(f"one_core_gbps = {got1:g} is not bytes per token / ns per token (within 2 %)")
+        raise Wrong(tr(f"one_core_gbps = {got1:g} is not bytes per token / ns per token (within 2 %)",
+                       f"one_core_gbps = {got1:g} 不等于每 token 字节数 / 每 token ns（允许 2 % 误差）"))
     got4 = field_of(answer, "four_cores_gbps", float)
     if not close(got4, four, 0.02):
-        raise Wrong(f"four_cores_gbps = {got4:g}: four cores each on its own head ask 4 x one core's rate")
+        raise Wrong(tr(f"four_cores_gbps = {got4:g}: four cores each on its own head ask 4 x one core's rate",
+                       f"four_cores_gbps = {got4:g}：四个核各算自己的头，要的带宽是一个核的 4 倍"))
     why = pick(answer, "verdict", CORES_CHOICES, right)
-    return (f"{one:.1f} GB/s per core (below one thread's {L09_ONE_THREAD:g}), {four:.1f} GB/s for four "
-            f"(above all cores' {L09_BOARD:g}): {why}")
+    return tr(f"{one:.1f} GB/s per core (below one thread's {L09_ONE_THREAD:g}), {four:.1f} GB/s for four "
+              f"(above all cores' {L09_BOARD:g}): {why}",
+              f"每个核 {one:.1f} GB/s（低于单线程的 {L09_ONE_THREAD:g}），四个核 {four:.1f} GB/s"
+              f"（高于全核的 {L09_BOARD:g}）：{why}")
 
 
 four_cores = Exercise(
-    lesson="09", name="four_cores", title="Four cores share one memory",
-    question=(f"A loop takes {L09_CYCLES:g} cycles per token on one core at {L09_GHZ:g} GHz and reads "
-              f"{roofline.bytes_per_token()} bytes per token. How many GB/s does one core ask for "
-              "(one_core_gbps: a number)? Four cores, each decoding its own head (four_cores_gbps: a number)? "
-              f"The board's memory gives one thread {L09_ONE_THREAD:g} GB/s and all cores together "
-              f"{L09_BOARD:g} GB/s. When all four cores run at once, what sets the pace (verdict: a letter)?"),
+    lesson="09", name="four_cores", title=Text("Four cores share one memory", "四个核共用一块内存"),
+    question=Text(f"A loop takes {L09_CYCLES:g} cycles per token on one core at {L09_GHZ:g} GHz and reads "
+                  f"{roofline.bytes_per_token()} bytes per token. How many GB/s does one core ask for "
+                  "(one_core_gbps: a number)? Four cores, each decoding its own head (four_cores_gbps: a number)? "
+                  f"The board's memory gives one thread {L09_ONE_THREAD:g} GB/s and all cores together "
+                  f"{L09_BOARD:g} GB/s. When all four cores run at once, what sets the pace (verdict: a letter)?",
+                  f"一个循环在 {L09_GHZ:g} GHz 的一个核上每 token 要 {L09_CYCLES:g} 个周期，每 token 读 "
+                  f"{roofline.bytes_per_token()} 字节。一个核要多少 GB/s（one_core_gbps：一个数）？"
+                  "四个核各解码自己的头呢（four_cores_gbps：一个数）？"
+                  f"开发板的内存给单线程 {L09_ONE_THREAD:g} GB/s，给全部核合计 {L09_BOARD:g} GB/s。"
+                  "四个核同时跑时，决定速度的是什么（verdict：一个字母）？"),
     template={"one_core_gbps": ..., "four_cores_gbps": ..., "verdict": ...},
     choices=CORES_CHOICES, check=_check_cores, solution=_cores_answer,
-    hint="ns per token = cycles / GHz. GB/s = bytes / ns. Cores decoding different heads add up.",
-    explain="roofline.demand_gbps(cycles, ghz, cores) computes it.")
+    hint=Text("ns per token = cycles / GHz. GB/s = bytes / ns. Cores decoding different heads add up.",
+              "每 token ns = 周期数 / GHz。GB/s = 字节数 / ns。解码不同头的各个核，需求要加起来。"),
+    explain=Text("roofline.demand_gbps(cycles, ghz, cores) computes it.",
+                 "roofline.demand_gbps(cycles, ghz, cores) 能算出它。"))
 
 # ---------------------------------------------------------------------------- ex3: what cannot change
 
 FLOOR_CHOICES = {
-    "a": Choice("the old version already took about bytes / bandwidth per token",
-                "at the floor, time is set by the bytes read; fewer instructions do not read fewer bytes"),
-    "b": Choice("the compiler removed the new instructions again at -O3",
-                "the instruction count did fall (it was measured); the time is held by something else"),
-    "c": Choice("timings of long caches are noise on a shared machine",
-                "noise moves a timing up and down; it does not hold it at one value for every version"),
+    "a": Choice(Text("the old version already took about bytes / bandwidth per token",
+                     "旧版本每 token 已经只要大约 字节数 / 带宽 的时间"),
+                Text("at the floor, time is set by the bytes read; fewer instructions do not read fewer bytes",
+                     "到了下限，时间由读的字节数决定；指令少了，读的字节并没有少")),
+    "b": Choice(Text("the compiler removed the new instructions again at -O3",
+                     "编译器在 -O3 下又把新指令删掉了"),
+                Text("the instruction count did fall (it was measured); the time is held by something else",
+                     "指令数确实降了（这是测出来的）；拖住时间的是别的东西")),
+    "c": Choice(Text("timings of long caches are noise on a shared machine",
+                     "在共享机器上，长 KV 缓存的计时只是噪声"),
+                Text("noise moves a timing up and down; it does not hold it at one value for every version",
+                     "噪声让计时忽高忽低；它不会让每个版本都停在同一个值上")),
 }
 
 
@@ -118,11 +157,15 @@ def _check_floor_choice(answer):
 
 
 at_the_floor = Exercise(
-    lesson="09", name="at_the_floor", title="When fewer instructions do not help",
-    question=("A new version runs half the instructions per token of the one before it. At 1K tokens it is "
-              "faster; at 256K tokens both take the same ns per token. Why (choice: a letter)?"),
+    lesson="09", name="at_the_floor", title=Text("When fewer instructions do not help", "指令少了却不见快"),
+    question=Text("A new version runs half the instructions per token of the one before it. At 1K tokens it is "
+                  "faster; at 256K tokens both take the same ns per token. Why (choice: a letter)?",
+                  "一个新版本每 token 的指令数只有前一版的一半。在 1K token 时它更快；在 256K token 时两者"
+                  "每 token 的 ns 一样。为什么（choice：一个字母）？"),
     template={"choice": ...}, choices=FLOOR_CHOICES, check=_check_floor_choice, solution=lambda: ("a",),
-    hint="Compare both times with the dashed line of the plot: bytes per token / read bandwidth.",
-    explain="A loop faster than memory waits for memory: only reading fewer bytes helps then.")
+    hint=Text("Compare both times with the dashed line of the plot: bytes per token / read bandwidth.",
+              "把两个时间都和图里的虚线比一比：每 token 字节数 / 读带宽。"),
+    explain=Text("A loop faster than memory waits for memory: only reading fewer bytes helps then.",
+                 "比内存快的循环只能等内存：这时只有少读字节才有用。"))
 
 register(__name__, [floor, four_cores, at_the_floor])
