@@ -225,7 +225,9 @@ def pick(names: list[str]) -> list[Path]:
         return lessons
     out = []
     for name in names:
-        hits = [p for p in lessons if p.stem == name or p.stem.split("_", 1)[0] == name or p.stem.startswith(name)]
+        # the exact number or name first ("05" is not "05b"), then a unique start of a name
+        hits = ([p for p in lessons if name in (p.stem, p.stem.split("_", 1)[0])]
+                or [p for p in lessons if p.stem.startswith(name)])
         if len(hits) != 1:
             raise SystemExit(f"{name!r} names {len(hits)} lessons; use a number such as 04 or 05b")
         out += hits
