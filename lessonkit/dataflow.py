@@ -12,6 +12,8 @@ import numpy as np
 
 from . import plotstyle
 from . import validate as check
+from .language import tr
+from .language import tr as text_  # where a local `tr` (a trace) hides tr
 from .quant import KVQ_INV
 from .source import SIMD_HEADER
 
@@ -46,7 +48,8 @@ def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER)
                 break
             depth -= 1
     if not marks or not marks[-1][0].lstrip("#").strip().startswith("endif"):
-        raise ValueError(f"no complete #if ... #endif between lines {first} and {last}")
+        raise ValueError(tr(f"no complete #if ... #endif between lines {first} and {last}",
+                            f"第 {first} 行到第 {last} 行之间没有完整的 #if ... #endif"))
     return [Branch(c, n, marks[i + 1][1] - 1) for i, (c, n) in enumerate(marks[:-1])]
 
 
@@ -59,12 +62,13 @@ def compiled_branch(branches: list[Branch], dot_path: str) -> int:
     """Index of the branch of ``i8x16_dot_s32`` that this build compiled, given the library's
     own report ``lessonkit.native.simd_paths()["dot"]``: "sdot", "widen", "avx2" or "simde"."""
     if dot_path not in DOT_PATH_CONDITION:
-        raise ValueError(f"unknown dot path {dot_path!r}")
+        raise ValueError(tr(f"unknown dot path {dot_path!r}",
+                            f"未知的点积路径 {dot_path!r}（可选：{', '.join(DOT_PATH_CONDITION)}）"))
     want = DOT_PATH_CONDITION[dot_path]
     for i, b in enumerate(branches):
         if want in b.condition:
             return i
-    raise ValueError(f"no branch of the helper is selected by {want}")
+    raise ValueError(tr(f"no branch of the helper is selected by {want}", f"辅助函数没有由 {want} 选中的分支"))
 
 
 def marked_lines(first: int, last: int, marked: tuple[int, int], path: Path | str = SIMD_HEADER,
@@ -114,7 +118,8 @@ def score_steps(t: int, dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np
     scale = check.scale(scale)
     qsc = np.asarray(q_scales, np.float32)
     row = np.asarray(dots, np.int32)[t]
-    out = [f"{'block b':>7}  {'dot32 (int32)':>13}  {'qsc[b]':>12}  {'dot32*qsc[b]':>13}  {'running s':>12}"]
+    out = [tr(f"{'block b':>7}  {'dot32 (int32)':>13}  {'qsc[b]':>12}  {'dot32*qsc[b]':>13}  {'running s':>12}",
+              f"{'块 b':>6}  {'dot32 (int32)':>13}  {'qsc[b]':>12}  {'dot32*qsc[b]':>13}  {'累加中的 s':>8}")]
     s = np.float32(0)
     for b, d in enumerate(row):
         term = np.float32(d) * qsc[b]
@@ -125,7 +130,8 @@ def score_steps(t: int, dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np
     s_final = np.float32(s_ks * np.float32(scale))
     out.append(f"  x ks = kscale[t*nkv]/127 = {float(k_scales_raw[t]):.6f}/127 = {ks:.6f}   ->  s = {s_ks:.6f}")
     out.append(f"  x scale = {np.float32(scale):.6f}                                  ->  s = {s_final:.6f}")
-    out.append(f"  the kernel's trace.s[{t}]                               =  {np.float32(kernel_s):.6f}")
+    out.append(tr(f"  the kernel's trace.s[{t}]                               =  {np.float32(kernel_s):.6f}",
+                  f"  内核记录的 trace.s[{t}]                                 =  {np.float32(kernel_s):.6f}"))
     return "\n".join(out)
 
 
@@ -188,21 +194,35 @@ def cost_table(c: PassCounts, segments: dict) -> str:
     """A text table: per segment of the kernel, what it read and computed in this call."""
     s1, s2, s3, s4 = (segments[i] for i in (1, 2, 3, 4))
     rows = [
-        (f"1 Q -> int8 (lines {s1.begin}-{s1.end})", "once",
-         f"reads Q: {c.q_bytes} B fp32; {c.n_blocks_q} max-abs scales, {c.head_dim} codes; "
-         f"ran {c.n_q_quantized} time(s)"),
-        (f"2 score (lines {s2.begin}-{s2.end})", "per token",
-         f"reads K: {c.k_rows_read} rows x {c.head_dim} B = {kib(c.k_bytes)} + scales {kib(c.k_scale_bytes)}; "
-         f"{c.block_dots} int32 block dots ({2 * c.block_dots} i8x16_dot_s32)"),
-        (f"3 online softmax (lines {s3.begin}-{s3.end})", "per token",
-         f"reads V: {c.v_rows_read} rows x {c.head_dim} B = {kib(c.v_bytes)} + scales {kib(c.v_scale_bytes)}; "
-         f"{c.expf_calls} expf; {c.rescales} rescales ({c.rescale_multiplies} multiplies); {c.v_fmas} FMAs"),
-        (f"4 normalize (lines {s4.begin}-{s4.end})", "once",
-         f"{c.divisions} division (1/S), {c.out_multiplies} multiplies"),
+        (tr(f"1 Q -> int8 (lines {s1.begin}-{s1.end})", f"1 Q -> int8（第 {s1.begin}-{s1.end} 行）"),
+         tr("once", "一次"),
+         tr(f"reads Q: {c.q_bytes} B fp32; {c.n_blocks_q} max-abs scales, {c.head_dim} codes; "
+            f"ran {c.n_q_quantized} time(s)",
+            f"读 Q：{c.q_bytes} B fp32；{c.n_blocks_q} 个 max-abs scale，{c.head_dim} 个码值；"
+            f"运行了 {c.n_q_quantized} 次")),
+        (tr(f"2 score (lines {s2.begin}-{s2.end})", f"2 打分（第 {s2.begin}-{s2.end} 行）"),
+         tr("per token", "每 token"),
+         tr(f"reads K: {c.k_rows_read} rows x {c.head_dim} B = {kib(c.k_bytes)} + scales {kib(c.k_scale_bytes)}; "
+            f"{c.block_dots} int32 block dots ({2 * c.block_dots} i8x16_dot_s32)",
+            f"读 K：{c.k_rows_read} 行 x {c.head_dim} B = {kib(c.k_bytes)} + scale {kib(c.k_scale_bytes)}；"
+            f"{c.block_dots} 次 int32 块点积（{2 * c.block_dots} 次 i8x16_dot_s32）")),
+        (tr(f"3 online softmax (lines {s3.begin}-{s3.end})", f"3 在线 softmax（第 {s3.begin}-{s3.end} 行）"),
+         tr("per token", "每 token"),
+         tr(f"reads V: {c.v_rows_read} rows x {c.head_dim} B = {kib(c.v_bytes)} + scales {kib(c.v_scale_bytes)}; "
+            f"{c.expf_calls} expf; {c.rescales} rescales ({c.rescale_multiplies} multiplies); {c.v_fmas} FMAs",
+            f"读 V：{c.v_rows_read} 行 x {c.head_dim} B = {kib(c.v_bytes)} + scale {kib(c.v_scale_bytes)}；"
+            f"{c.expf_calls} 次 expf；{c.rescales} 次 rescale（{c.rescale_multiplies} 次乘法）；{c.v_fmas} 次 FMA")),
+        (tr(f"4 normalize (lines {s4.begin}-{s4.end})", f"4 归一（第 {s4.begin}-{s4.end} 行）"),
+         tr("once", "一次"),
+         tr(f"{c.divisions} division (1/S), {c.out_multiplies} multiplies",
+            f"{c.divisions} 次除法（1/S），{c.out_multiplies} 次乘法")),
     ]
-    w0 = max(len(r[0]) for r in rows)
-    head = f"{'segment':<{w0}}  {'runs':<9}  what it read and computed in this call"
-    return "\n".join([head, "-" * len(head)] + [f"{a:<{w0}}  {b:<9}  {d}" for a, b, d in rows])
+    width = lambda s: len(s) + sum(1 for ch in s if ord(ch) > 0x2E7F)  # noqa: E731  (CJK: two columns)
+    pad = lambda s, w: s + " " * max(0, w - width(s))  # noqa: E731
+    w0 = max(width(r[0]) for r in rows)
+    head = pad(tr("segment", "段"), w0) + "  " + pad(tr("runs", "运行"), 9) + "  " + tr(
+        "what it read and computed in this call", "这次调用读了什么、算了什么")
+    return "\n".join([head, "-" * width(head)] + [f"{pad(a, w0)}  {pad(b, 9)}  {d}" for a, b, d in rows])
 
 
 # ----------------------------------------------------------------------------- the figure
@@ -226,7 +246,8 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     ax.set_ylim(0, 7)
     ax.axis("off")
     hd, T, nblk = c.head_dim, c.seq_len, c.n_blocks_q
-    lines = {n: f"lines {segments[n].begin}-{segments[n].end}" for n in (1, 2, 3, 4)}
+    lines = {n: tr(f"lines {segments[n].begin}-{segments[n].end}", f"第 {segments[n].begin}-{segments[n].end} 行")
+             for n in (1, 2, 3, 4)}
 
     def box(x, y, w, h, text, seg=None):
         color = SEGMENT_COLORS.get(seg, "#f2f2f2")
@@ -241,38 +262,53 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
 
     # segment 1, once
     box(0.1, 6.0, 1.7, 0.8, f"q  fp32 [{hd}]\n{c.q_bytes} B")
-    box(2.3, 5.85, 4.5, 1.1, f"segment 1 ({lines[1]}), once\nQ -> int8 codes [{hd}]\n+ {nblk} block scales qsc",
+    box(2.3, 5.85, 4.5, 1.1, tr(f"segment 1 ({lines[1]}), once\nQ -> int8 codes [{hd}]\n+ {nblk} block scales qsc",
+                                f"段 1（{lines[1]}），一次\nQ -> int8 码值 [{hd}]\n+ {nblk} 个块 scale qsc"),
         seg=1)
     arrow(1.85, 6.4, 2.25, 6.4)
     arrow(3.4, 5.8, 3.4, 4.3)
-    ax.text(3.55, 5.35, "int8 Q codes + qsc,\nkept for the whole loop", ha="left", va="center",
+    ax.text(3.55, 5.35, tr("int8 Q codes + qsc,\nkept for the whole loop", "int8 Q 码值 + qsc，\n整个循环里一直保留"),
+            ha="left", va="center",
             fontsize=plotstyle.MIN_PT, color="0.15")
     # the token loop: segments 2 and 3, once per token
     ax.add_patch(FancyBboxPatch((0.05, 1.75), 9.9, 3.1, boxstyle="round,pad=0.05", fc="none",
                                 ec="0.35", lw=1.4, ls="--"))
-    ax.text(9.85, 4.55, f"for t = 0 ... {T - 1}: each K and V row read once", fontsize=plotstyle.MIN_PT,
+    ax.text(9.85, 4.55, tr(f"for t = 0 ... {T - 1}: each K and V row read once",
+                           f"for t = 0 ... {T - 1}：每行 K 和 V 只读一次"), fontsize=plotstyle.MIN_PT,
             weight="bold", ha="right", va="center")
-    box(0.2, 2.1, 1.7, 2.1, f"K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B")
-    box(2.3, 2.1, 2.3, 2.1, f"segment 2\n({lines[2]})\n{nblk} int32 dots\ns += dot32 * qsc[b]\ns *= ks * scale", seg=2)
-    box(5.0, 2.1, 2.3, 2.1, f"segment 3\n({lines[3]})\nnew max: rescale\n({c.rescales} of {T} tokens)\n"
-                            "1 expf per token", seg=3)
-    box(7.7, 2.1, 2.15, 2.1, f"VKQ += V row t\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B", seg=3)
+    box(0.2, 2.1, 1.7, 2.1, tr(f"K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B", f"K 的第 t 行\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B"))
+    box(2.3, 2.1, 2.3, 2.1, tr(f"segment 2\n({lines[2]})\n{nblk} int32 dots\ns += dot32 * qsc[b]\ns *= ks * scale",
+                               f"段 2\n（{lines[2]}）\n{nblk} 次 int32 点积\ns += dot32 * qsc[b]\ns *= ks * scale"), seg=2)
+    box(5.0, 2.1, 2.3, 2.1, tr(f"segment 3\n({lines[3]})\nnew max: rescale\n({c.rescales} of {T} tokens)\n"
+                               "1 expf per token",
+                               f"段 3\n（{lines[3]}）\n新最大值：rescale\n（{T} 个 token 中 {c.rescales} 个）\n"
+                               "每 token 1 次 expf"), seg=3)
+    box(7.7, 2.1, 2.15, 2.1, tr(f"VKQ += V row t\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B",
+                                f"VKQ += V 的第 t 行\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B"), seg=3)
     arrow(1.95, 3.15, 2.25, 3.15)
     arrow(4.65, 3.15, 4.95, 3.15, text="s")
     arrow(7.35, 3.15, 7.65, 3.15, text="w")
     # after the loop: what it read, and segment 4, once
-    ax.text(0.1, 0.85, f"K read: {T} x {hd} B = {kib(c.k_bytes)} + {kib(c.k_scale_bytes)} scales\n"
-                       f"          {c.block_dots} int32 block dots\n"
-                       f"V read: {T} x {hd} B = {kib(c.v_bytes)} + {kib(c.v_scale_bytes)} scales\n"
-                       f"          {c.expf_calls} expf, {c.rescales} rescales",
+    ax.text(0.1, 0.85, tr(f"K read: {T} x {hd} B = {kib(c.k_bytes)} + {kib(c.k_scale_bytes)} scales\n"
+                          f"          {c.block_dots} int32 block dots\n"
+                          f"V read: {T} x {hd} B = {kib(c.v_bytes)} + {kib(c.v_scale_bytes)} scales\n"
+                          f"          {c.expf_calls} expf, {c.rescales} rescales",
+                          f"读 K：{T} x {hd} B = {kib(c.k_bytes)} + {kib(c.k_scale_bytes)} scale\n"
+                          f"          {c.block_dots} 次 int32 块点积\n"
+                          f"读 V：{T} x {hd} B = {kib(c.v_bytes)} + {kib(c.v_scale_bytes)} scale\n"
+                          f"          {c.expf_calls} 次 expf，{c.rescales} 次 rescale"),
             fontsize=plotstyle.MIN_PT, color="0.1", va="center")
     sval = "" if final_S is None else f" (S = {final_S:.4g})"
-    box(6.3, 0.1, 3.55, 1.35, f"segment 4 ({lines[4]}), once\nx 1/S{sval}: {c.divisions} division\n"
-                              f"+ {c.out_multiplies} multiplies\n-> attn_out fp32 [{hd}]", seg=4)
+    box(6.3, 0.1, 3.55, 1.35, tr(f"segment 4 ({lines[4]}), once\nx 1/S{sval}: {c.divisions} division\n"
+                                 f"+ {c.out_multiplies} multiplies\n-> attn_out fp32 [{hd}]",
+                                 f"段 4（{lines[4]}），一次\nx 1/S{sval}：{c.divisions} 次除法\n"
+                                 f"+ {c.out_multiplies} 次乘法\n-> attn_out fp32 [{hd}]"), seg=4)
     arrow(8.8, 2.0, 8.8, 1.5)
-    kh = "" if kv_head is None else f", kv head {kv_head}"
-    ax.set_title(f"One traced call of the kernel (head_dim {hd}, seq_len {T}{kh}):\n"
-                 f"{kib(c.kv_bytes)} of K, V and scales read, once", fontsize=13)
+    kh = "" if kv_head is None else tr(f", kv head {kv_head}", f"，kv 头 {kv_head}")
+    ax.set_title(tr(f"One traced call of the kernel (head_dim {hd}, seq_len {T}{kh}):\n"
+                    f"{kib(c.kv_bytes)} of K, V and scales read, once",
+                    f"内核的一次跟踪调用（head_dim {hd}，seq_len {T}{kh}）：\n"
+                    f"K、V 和 scale 共 {kib(c.kv_bytes)}，只读一次"), fontsize=13)
     return ax
 
 
@@ -300,7 +336,7 @@ def check_walkthrough(seed: int = 0):
     rng = np.random.default_rng(seed)
     out = Checks()
     for nkv, hd, kv_bs, T, kh, zero_block in WALK_CASES:
-        case = f"hd={hd} kv_bs={kv_bs} T={T} kh={kh}" + (" zero Q block" if zero_block else "")
+        case = f"hd={hd} kv_bs={kv_bs} T={T} kh={kh}" + (text_(" zero Q block", " Q 有全零块") if zero_block else "")
         K = rng.standard_normal((T, nkv, hd), dtype=np.float32)
         V = rng.standard_normal((T, nkv, hd), dtype=np.float32)
         q = rng.standard_normal(hd, dtype=np.float32)
@@ -327,16 +363,21 @@ def check_walkthrough(seed: int = 0):
         seg4 = np.array_equal(tr.vkq[-1] * (np.float32(1) / tr.S[-1]), res)
         c = pass_counts(tr, cache)
         once = c.k_rows_read == c.v_rows_read == T and c.expf_calls == T
-        for name, ok in (("traced == untraced, bit for bit", same), ("segment 1: Q codes and scales exact", seg1),
-                         ("segment 2: int32 block dots exact", dots), ("segment 2: scores within 1e-6 of their terms", s_ok),
-                         ("segment 3: M and the rescaled tokens exact", m_ok),
-                         ("segment 3: S and VKQ within 1e-5 after every token", acc_ok),
-                         ("segment 4: out == VKQ * (1/S), bit for bit", seg4),
-                         ("each K and V row read once, one expf per token", once)):
-            out.add(f"{name} ({case})", ok, "differs from the numpy replay")
+        for name, ok in ((text_("traced == untraced, bit for bit", "带跟踪 == 不带跟踪，逐位相同"), same),
+                         (text_("segment 1: Q codes and scales exact", "段 1：Q 的码值和 scale 完全一致"), seg1),
+                         (text_("segment 2: int32 block dots exact", "段 2：int32 块点积完全一致"), dots),
+                         (text_("segment 2: scores within 1e-6 of their terms", "段 2：分数误差在其各项大小的 1e-6 以内"), s_ok),
+                         (text_("segment 3: M and the rescaled tokens exact", "段 3：M 和发生 rescale 的 token 完全一致"), m_ok),
+                         (text_("segment 3: S and VKQ within 1e-5 after every token",
+                             "段 3：每个 token 之后 S 和 VKQ 的误差在 1e-5 以内"), acc_ok),
+                         (text_("segment 4: out == VKQ * (1/S), bit for bit", "段 4：out == VKQ * (1/S)，逐位相同"), seg4),
+                         (text_("each K and V row read once, one expf per token", "每行 K 和 V 只读一次，每 token 一次 expf"),
+                          once)):
+            out.add(f"{name} ({case})", ok, text_("differs from the numpy replay", "与 numpy 重放不一致"))
     low_cache, low_q, low_scale = cache_with_scores(np.array([-2e9, -3e9], np.float32), head_dim=32)
     low_out = attend(low_q, low_cache, 0, scale=low_scale)
-    out.add("segment 4 guard: scores below -1e9 give zeros, not NaN", (low_out == 0).all(), f"out {low_out[:4]}")
+    out.add(text_("segment 4 guard: scores below -1e9 give zeros, not NaN", "段 4 的保护：分数低于 -1e9 时输出 0，不是 NaN"),
+            (low_out == 0).all(), f"out {low_out[:4]}")
     return out
 
 
@@ -351,7 +392,8 @@ class LineCode:
 
     def __str__(self) -> str:
         ins = ", ".join(f"{n} {m}" for m, n in sorted(self.mnemonics.items()))
-        return f"{self.compiler} {self.flags}: line {self.line} compiles to {ins}"
+        return tr(f"{self.compiler} {self.flags}: line {self.line} compiles to {ins}",
+                  f"{self.compiler} {self.flags}：第 {self.line} 行编译成 {ins}")
 
 
 def aarch64_line_code(text: str, segment: int | None = None, function: str = "flash_attn_single_q_q8_neon",

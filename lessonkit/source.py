@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .language import tr
 from .native import NATIVE_DIR
 
 KERNEL_FILE = NATIVE_DIR / "flash_attn_q8_neon.c"
@@ -33,16 +34,19 @@ def kernel_segments(path: Path | str = KERNEL_FILE) -> dict[int, Segment]:
         if m := _BEGIN.search(line):
             n = int(m.group(1))
             if n in opened or n in found:
-                raise ValueError(f"{path}:{lineno}: segment {n} opened twice")
+                raise ValueError(tr(f"{path}:{lineno}: segment {n} opened twice",
+                                    f"{path}:{lineno}：段 {n} 的开始标记出现了两次"))
             opened[n] = (m.group(2), lineno)
         elif m := _END.search(line):
             n = int(m.group(1))
             if n not in opened:
-                raise ValueError(f"{path}:{lineno}: segment {n} closed but never opened")
+                raise ValueError(tr(f"{path}:{lineno}: segment {n} closed but never opened",
+                                    f"{path}:{lineno}：段 {n} 有结束标记，却没有开始标记"))
             title, begin = opened.pop(n)
             found[n] = Segment(n, title, begin, lineno)
     if opened:
-        raise ValueError(f"{path}: segment(s) {sorted(opened)} never closed")
+        raise ValueError(tr(f"{path}: segment(s) {sorted(opened)} never closed",
+                            f"{path}：段 {sorted(opened)} 没有结束标记"))
     return dict(sorted(found.items()))
 
 
@@ -58,7 +62,7 @@ def declaration(name: str, path: Path | str = NATIVE_DIR / "flash_attn_q8.h") ->
     lines = Path(path).read_text().splitlines()
     first = next((i for i, l in enumerate(lines) if re.search(rf"\b{re.escape(name)}\s*\(", l)), None)
     if first is None:
-        raise ValueError(f"{name} is not declared in {Path(path).name}")
+        raise ValueError(tr(f"{name} is not declared in {Path(path).name}", f"{Path(path).name} 里没有声明 {name}"))
     last = next(i for i in range(first, len(lines)) if lines[i].rstrip().endswith(";"))
     return numbered_lines(first + 1, last + 1, path)
 
@@ -85,9 +89,10 @@ def function_lines(name: str, path: Path | str = KERNEL_FILE) -> tuple[int, int]
         brace = text.count("\n", 0, nxt.start())
         last = next((k for k in range(brace, len(lines)) if lines[k].rstrip() == "}"), None)
         if last is None:
-            raise ValueError(f"{name}: no closing '}}' at column 0 in {Path(path).name}")
+            raise ValueError(tr(f"{name}: no closing '}}' at column 0 in {Path(path).name}",
+                                f"{name}：{Path(path).name} 里没有位于第 0 列的结束 '}}'"))
         return first + 1, last + 1
-    raise ValueError(f"no definition of {name} in {Path(path).name}")
+    raise ValueError(tr(f"no definition of {name} in {Path(path).name}", f"{Path(path).name} 里没有 {name} 的定义"))
 
 
 def show_function(name: str, path: Path | str = KERNEL_FILE) -> str:
@@ -110,10 +115,13 @@ def find_line(text: str, segment: int | None = None, path: Path | str = KERNEL_F
     else:
         segs = kernel_segments(path)
         if segment not in segs:
-            raise ValueError(f"no segment {segment} in {Path(path).name}")
+            raise ValueError(tr(f"no segment {segment} in {Path(path).name}", f"{Path(path).name} 里没有段 {segment}"))
         first, last = segs[segment].begin, segs[segment].end
     for n in range(first, last + 1):
         if text in lines[n - 1]:
             return n
-    where = "the file" if segment is None else f"segment {segment}"
-    raise ValueError(f"no line of {where} of {Path(path).name} contains {text!r}")
+    if segment is None:
+        raise ValueError(tr(f"no line of the file of {Path(path).name} contains {text!r}",
+                            f"{Path(path).name} 里没有哪一行包含 {text!r}"))
+    raise ValueError(tr(f"no line of segment {segment} of {Path(path).name} contains {text!r}",
+                        f"{Path(path).name} 的段 {segment} 里没有哪一行包含 {text!r}"))

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import native
+from .language import Text, tr
 
 VARIANTS = ("single", "scalar", "two_pass_scores", "two_pass_recompute")
 # lesson 08: G query heads of one kv head (GQA), in one grouped call ("group4") or in G calls of the
@@ -42,7 +43,7 @@ class CacheLevel:
 
 @dataclass(frozen=True)
 class Preset:
-    name: str
+    name: str | Text  # shown to the student: str() is the current language's name
     d1: CacheLevel
     ll: CacheLevel  # the last level valgrind simulates
 
@@ -54,9 +55,11 @@ class Preset:
 # core competes for). (3 MB is simulated 12-way so that the number of sets is a power of two, as
 # valgrind requires.) The keys stay short; the names say "A76-sized", never "A76".
 PRESETS = {
-    "a76": Preset("A76-sized caches (simulated): L1d 64 KiB, last level 3 MiB (the RK3588's shared L3)",
+    "a76": Preset(Text("A76-sized caches (simulated): L1d 64 KiB, last level 3 MiB (the RK3588's shared L3)",
+                       "A76 大小的缓存（模拟）：L1d 64 KiB，最后一级 3 MiB（RK3588 共享的 L3）"),
                   CacheLevel(64 << 10, 4, 64), CacheLevel(3 << 20, 12, 64)),
-    "a76-l2": Preset("A76-sized caches (simulated): L1d 64 KiB, last level 512 KiB (one core's L2)",
+    "a76-l2": Preset(Text("A76-sized caches (simulated): L1d 64 KiB, last level 512 KiB (one core's L2)",
+                          "A76 大小的缓存（模拟）：L1d 64 KiB，最后一级 512 KiB（一个核的 L2）"),
                      CacheLevel(64 << 10, 4, 64), CacheLevel(512 << 10, 8, 64)),
 }
 
@@ -78,9 +81,11 @@ def host_preset() -> Preset:
         size_b = int(size[:-1]) * {"K": 1 << 10, "M": 1 << 20}[size[-1]] if size[-1] in "KM" else int(size)
         levels[level] = CacheLevel(size_b, ways, line)
     if 1 not in levels or len(levels) < 2:
-        raise RuntimeError("could not read this machine's caches from /sys; use the 'a76' preset")
+        raise RuntimeError(tr("could not read this machine's caches from /sys; use the 'a76' preset",
+                              "无法从 /sys 读出这台机器的缓存；请改用 'a76' 预设"))
     last = levels[max(levels)]
-    return Preset(f"this machine: L1d {levels[1].size >> 10} KiB, last level {last.size >> 20} MiB",
+    return Preset(Text(f"this machine: L1d {levels[1].size >> 10} KiB, last level {last.size >> 20} MiB",
+                       f"这台机器：L1d {levels[1].size >> 10} KiB，最后一级 {last.size >> 20} MiB"),
                   levels[1], last)
 
 
@@ -88,7 +93,8 @@ def preset(name: str) -> Preset:
     if name == "host":
         return host_preset()
     if name not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join([*PRESETS, 'host'])}; got {name!r}")
+        raise ValueError(tr(f"preset must be one of {', '.join([*PRESETS, 'host'])}; got {name!r}",
+                            f"预设只能是 {', '.join([*PRESETS, 'host'])} 之一；收到的是 {name!r}"))
     return PRESETS[name]
 
 
@@ -110,7 +116,8 @@ def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int
         one = model_bytes("single", seq_len, head_dim, n_kv_heads, line)
         return one if variant.startswith("group") else {k: G * b for k, b in one.items()}
     if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+        raise ValueError(tr(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}",
+                            f"variant 只能是 {', '.join(VARIANTS)} 之一；收到的是 {variant!r}"))
     T = seq_len
     scale_bytes = min(4 * n_kv_heads, line) * T  # per pass over K's or V's scales
     k_reads = 2 if variant == "two_pass_recompute" else 1
@@ -243,11 +250,15 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
     G single-pass calls, all measured) under valgrind's cache simulation and return its counts. Cold (the
     default): nothing of the data is in the simulated caches; warm: after one call of the same."""
     if variant not in VARIANTS + SOFTMAXES + GQA_VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(VARIANTS + SOFTMAXES)}, group1..group8 or "
-                         f"per_head1..per_head8; got {variant!r}")
+        raise ValueError(tr(f"variant must be one of {', '.join(VARIANTS + SOFTMAXES)}, group1..group8 or "
+                            f"per_head1..per_head8; got {variant!r}",
+                            f"variant 只能是 {', '.join(VARIANTS + SOFTMAXES)}、group1..group8 或 "
+                            f"per_head1..per_head8 之一；收到的是 {variant!r}"))
     if not valgrind_available():
-        raise RuntimeError("valgrind is not installed (Debian/Ubuntu: sudo apt install valgrind; "
-                           "it does not run on macOS): the lesson shows its saved results instead")
+        raise RuntimeError(tr("valgrind is not installed (Debian/Ubuntu: sudo apt install valgrind; "
+                              "it does not run on macOS): the lesson shows its saved results instead",
+                              "没有安装 valgrind（Debian/Ubuntu：sudo apt install valgrind；"
+                              "它不能在 macOS 上运行）：课程改为显示保存好的结果"))
     p = preset(preset_name)
     measured = ("measured_softmax" if variant in SOFTMAXES
                 else "measured_group" if variant in GQA_VARIANTS else "measured_call")
@@ -260,7 +271,8 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
                str(n_kv_heads), str(block_size), "warm" if warm else "cold", str(2 * p.ll.size)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"valgrind failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+            raise RuntimeError(tr(f"valgrind failed ({proc.returncode}):\n{proc.stderr[-2000:]}",
+                                  f"valgrind 运行失败（{proc.returncode}）：\n{proc.stderr[-2000:]}"))
         text = out.read_text()
     events = re.search(r"^events: (.*)$", text, re.M).group(1).split()
     totals = [int(x) for x in re.search(r"^totals: (.*)$", text, re.M).group(1).split()]
