@@ -118,8 +118,8 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     ax_m.step(t, trace.M, where="post", color="C0", lw=2)
     ax_m.plot(ev, trace.M[ev], "v", color="C3", ms=9, ls="none")
     # Legend handles drawn apart from the data: a 2.5-pt dot, right for 2000 points, is invisible in a legend.
-    handles = [Line2D([], [], marker="o", ms=7, ls="none", color="0.6", label=tr("score $s_t$", "分数 $s_t$")),
-               Line2D([], [], color="C0", lw=2, label=tr("running max $M_t$", "运行最大值 $M_t$")),
+    handles = [Line2D([], [], marker="o", ms=7, ls="none", color="0.6", label=tr("score $s_t$", "分数 sₜ")),
+               Line2D([], [], color="C0", lw=2, label=tr("running max $M_t$", "运行最大值 Mₜ")),
                Line2D([], [], marker="v", ms=9, ls="none", color="C3", label=tr(f"rescale (new max): {ev.size}", f"rescale（新最大值）：{ev.size} 次"))]
     # Headroom above the highest score holds the legend, so that it hides no data point.
     lo, hi = float(min(trace.s.min(), trace.M.min())), float(trace.M.max())
@@ -128,14 +128,14 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     ax_m.legend(handles=handles, loc="upper center", ncol=3, fontsize=plotstyle.MIN_PT)
     ax_m.set_ylabel(tr("score (logit, no unit)", "分数（logit，无单位）"))
     ax_m.set_title(title)
-    ax_s.plot(t, trace.S, color="C2", lw=1.8, label=tr("running sum $S_t$", "运行和 $S_t$"))
+    ax_s.plot(t, trace.S, color="C2", lw=1.8, label=tr("running sum $S_t$", "运行和 Sₜ"))
     ax_s.plot(ev, trace.S[ev], "v", color="C3", ms=9, ls="none", label=tr("rescale", "rescale"))
     ax_s.set_yscale("log")
     ax_s.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax_s.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_s.yaxis.set_minor_formatter(NullFormatter())
     ax_s.set_xlabel(tr("token t (position in the KV cache)", "token t（在 KV 缓存中的位置）"))
-    ax_s.set_ylabel(tr("$S_t$ (no unit, log scale)", "$S_t$（无单位，对数坐标）"))
+    ax_s.set_ylabel(tr("$S_t$ (no unit, log scale)", "Sₜ（无单位，对数坐标）"))
     ax_s.legend(loc="lower right", fontsize=plotstyle.MIN_PT)
     for ax in (ax_m, ax_s):  # the axes were made by the caller, perhaps before the style was applied
         plotstyle.apply(ax)

@@ -157,24 +157,24 @@ def _l02_invariant(answer):
     if not callable(fn):
         raise Wrong(tr("'invariant' is a function f(s, M, V) -> (S, VKQ), S [T], VKQ [T, hd]",
                        "'invariant' 应是一个函数 f(s, M, V) -> (S, VKQ)，S 形状 [T]，VKQ 形状 [T, hd]"))
-    tr, V = _l02_invariant_case()
+    trace, V = _l02_invariant_case()
     try:
-        S, VKQ = fn(tr.s.copy(), tr.M.copy(), V.copy())
+        S, VKQ = fn(trace.s.copy(), trace.M.copy(), V.copy())
         S, VKQ = np.asarray(S, np.float64), np.asarray(VKQ, np.float64)
     except Exception as e:  # noqa: BLE001 - any error of the student's function is the verdict
         raise Wrong(tr(f"your function raised {type(e).__name__}: {e}",
                        f"你的函数抛出了 {type(e).__name__}：{e}")) from None
-    if S.shape != tr.S.shape or VKQ.shape != tr.vkq.shape:
-        raise Wrong(tr(f"shapes: S must be {tr.S.shape} and VKQ {tr.vkq.shape}; got {S.shape} and {VKQ.shape}",
-                       f"形状不对：S 应是 {tr.S.shape}，VKQ 应是 {tr.vkq.shape}；收到的是 {S.shape} 和 {VKQ.shape}"))
-    dS = np.abs(S - tr.S) / tr.S
+    if S.shape != trace.S.shape or VKQ.shape != trace.vkq.shape:
+        raise Wrong(tr(f"shapes: S must be {trace.S.shape} and VKQ {trace.vkq.shape}; got {S.shape} and {VKQ.shape}",
+                       f"形状不对：S 应是 {trace.S.shape}，VKQ 应是 {trace.vkq.shape}；收到的是 {S.shape} 和 {VKQ.shape}"))
+    dS = np.abs(S - trace.S) / trace.S
     if dS.max() > 1e-4:
         t = int(np.argmax(dS > 1e-4))
         raise Wrong(tr(f"S_t differs from the kernel's trace.S from token {t} on (relative {dS[t]:.1e}): "
                        "is every exponent relative to M_t, the max after token t?",
                        f"从 token {t} 起 S_t 与内核的 trace.S 不符（相对误差 {dS[t]:.1e}）："
                        "每个指数都是相对 M_t（token t 之后的最大值）算的吗？"))
-    dV = np.abs(VKQ - tr.vkq).max(axis=1) / np.abs(tr.vkq).max(axis=1)
+    dV = np.abs(VKQ - trace.vkq).max(axis=1) / np.abs(trace.vkq).max(axis=1)
     if dV.max() > 1e-4:
         t = int(np.argmax(dV > 1e-4))
         raise Wrong(tr(f"S is right, VKQ_t differs from trace.vkq from token {t} on (relative {dV[t]:.1e})",
