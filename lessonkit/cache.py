@@ -27,6 +27,7 @@ import numpy as np
 
 from . import native
 from . import validate as check
+from .language import tr
 from .quant import dequantize
 
 N_KV_HEADS_MAX = 256        # kv heads per cache
@@ -67,16 +68,21 @@ def _checked_shape(n_kv_heads, head_dim, block_size) -> tuple[int, int, int]:
     """(n_kv_heads, head_dim, block_size) within the limits of KVCacheQ8's docstring."""
     nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)
     if nkv > N_KV_HEADS_MAX:
-        raise ValueError(f"n_kv_heads must be at most {N_KV_HEADS_MAX}; got {nkv}")
+        raise ValueError(tr(f"n_kv_heads must be at most {N_KV_HEADS_MAX}; got {nkv}",
+                            f"n_kv_heads 最多为 {N_KV_HEADS_MAX}；收到的是 {nkv}"))
     hd = check.head_dim(head_dim)
     bs = check.integer("block_size", block_size, minimum=1)
     if bs > BLOCK_SIZE_MAX:
-        raise ValueError(f"block_size must be at most {BLOCK_SIZE_MAX} tokens; got {bs}")
+        raise ValueError(tr(f"block_size must be at most {BLOCK_SIZE_MAX} tokens; got {bs}",
+                            f"block_size 最多为 {BLOCK_SIZE_MAX} 个 token；收到的是 {bs}"))
     if bs * nkv * hd > BLOCK_BYTES_MAX:
-        raise ValueError(
+        raise ValueError(tr(
             f"a block of block_size * kv_dim = {bs} * {nkv * hd} = {bs * nkv * hd} bytes is more "
             f"than the limit of {BLOCK_BYTES_MAX} bytes ({BLOCK_BYTES_MAX >> 20} MiB) per block; "
-            f"use block_size <= {BLOCK_BYTES_MAX // (nkv * hd)} for kv_dim {nkv * hd}")
+            f"use block_size <= {BLOCK_BYTES_MAX // (nkv * hd)} for kv_dim {nkv * hd}",
+            f"一块 block_size * kv_dim = {bs} * {nkv * hd} = {bs * nkv * hd} 字节，超过了每块 "
+            f"{BLOCK_BYTES_MAX} 字节（{BLOCK_BYTES_MAX >> 20} MiB）的上限；"
+            f"kv_dim 为 {nkv * hd} 时请用 block_size <= {BLOCK_BYTES_MAX // (nkv * hd)}"))
     return nkv, hd, bs
 
 
@@ -205,11 +211,14 @@ class KVCacheQ8:
 
     def _check_room(self, seq_len: int, n: int) -> None:
         if seq_len + n > self._max_tokens:
-            raise ValueError(
+            raise ValueError(tr(
                 f"appending {n} tokens to {seq_len} would hold {seq_len + n}: a cache of "
                 f"{self.n_kv_heads} kv heads holds at most (2**31 - 1) // {self.n_kv_heads} = "
                 f"{self._max_tokens} tokens (the kernel reads the scale of token t at the C int "
-                f"index t * nkv)")
+                f"index t * nkv)",
+                f"在 {seq_len} 个 token 之后再 append {n} 个，就有 {seq_len + n} 个：{self.n_kv_heads} 个 "
+                f"kv 头的缓存最多容纳 (2**31 - 1) // {self.n_kv_heads} = {self._max_tokens} 个 token"
+                f"（内核用 C 的 int 下标 t * nkv 读 token t 的 scale）"))
 
     def _grow(self, n: int, write) -> None:
         """Append n tokens: allocate, let ``write`` fill rows seq_len ... seq_len + n - 1, publish.
@@ -268,8 +277,10 @@ class KVCacheQ8:
         """Rebuild blocks and pointer tables from ``__getstate__``'s codes and scales."""
         names = ("n_kv_heads", "head_dim", "block_size", "k_codes", "v_codes", "k_scales", "v_scales")
         if not isinstance(state, dict) or state.get("version") != 1 or not set(names) <= state.keys():
-            raise ValueError("not a saved KVCacheQ8 state (version 1): "
-                             f"expected a dict with 'version': 1 and {', '.join(names)}")
+            raise ValueError(tr("not a saved KVCacheQ8 state (version 1): "
+                                f"expected a dict with 'version': 1 and {', '.join(names)}",
+                                "这不是保存下来的 KVCacheQ8 状态（版本 1）："
+                                f"应是一个含 'version': 1 以及 {', '.join(names)} 的 dict"))
         nkv, hd, bs = _checked_shape(state["n_kv_heads"], state["head_dim"], state["block_size"])
         arrays = []
         for name, dtype, width in (("k_codes", np.int8, nkv * hd), ("v_codes", np.int8, nkv * hd),
@@ -277,8 +288,10 @@ class KVCacheQ8:
             a = state[name]
             if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == 2
                     and a.shape[1] == width and a.shape[0] == state["k_codes"].shape[0]):
-                raise ValueError(f"saved KVCacheQ8 state: {name} must be a numpy array of "
-                                 f"{np.dtype(dtype)}, shape [seq_len, {width}] (seq_len that of k_codes)")
+                raise ValueError(tr(f"saved KVCacheQ8 state: {name} must be a numpy array of "
+                                    f"{np.dtype(dtype)}, shape [seq_len, {width}] (seq_len that of k_codes)",
+                                    f"保存的 KVCacheQ8 状态：{name} 应是 {np.dtype(dtype)} 的 numpy 数组，"
+                                    f"形状 [seq_len, {width}]（seq_len 与 k_codes 的相同）"))
             arrays.append(np.ascontiguousarray(a))
         kc, vc, ks, vs = arrays
         self._setup(nkv, hd, bs)
@@ -322,7 +335,7 @@ class KVCacheQ8:
         """The block pointer table handed to the kernel as ``k_cache_q8`` (or ``v_cache_q8``):
         the address of each block, uint64 ``[n_blocks]`` (a copy)."""
         if which not in ("k", "v"):
-            raise ValueError(f"which must be 'k' or 'v'; got {which!r}")
+            raise ValueError(tr(f"which must be 'k' or 'v'; got {which!r}", f"which 只能是 'k' 或 'v'；收到的是 {which!r}"))
         s = self._state
         table = s.k_table if which == "k" else s.v_table
         return table[:s.n_blocks].astype(np.uint64, subok=False)
@@ -371,7 +384,8 @@ class KVCacheQ8:
         indexing them from Python is bounds-checked."""
         kh, s = self._check_head(kv_head), self._state
         if s.seq_len == 0:
-            raise ValueError("the cache is empty: append at least one token before attending")
+            raise ValueError(tr("the cache is empty: append at least one token before attending",
+                                "缓存是空的：先 append 至少一个 token，再做注意力计算"))
         nkv = self.n_kv_heads
         end = s.seq_len * nkv  # the kernel reads kscale[t * nkv] for t < seq_len
         return (ffi.from_buffer("int8_t *[]", s.k_table[:s.n_blocks]),

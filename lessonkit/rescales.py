@@ -13,6 +13,7 @@ from . import native
 from . import plotstyle
 from . import validate as check
 from .cache import KVCacheQ8
+from .language import tr
 from .kernels.attention import call_kernel
 from .synthetic import cache_with_scores
 from .trace import run_traced
@@ -66,7 +67,8 @@ def random_order_counts(ns, trials: int = 50, seed: int = 0, head_dim: int = 32)
     (sum(ns) x trials), checked before the first run."""
     trials = check.integer("trials", trials, minimum=1)
     if isinstance(ns, (str, bytes)) or not hasattr(ns, "__len__"):
-        raise TypeError(f"ns must be a list of sequence lengths; got {type(ns).__name__}")
+        raise TypeError(tr(f"ns must be a list of sequence lengths; got {type(ns).__name__}",
+                           f"ns 应是一组序列长度（list）；收到的是 {type(ns).__name__}"))
     check.at_most("len(ns)", len(ns), 10_000, "sequence lengths of one call")
     ns = [check.integer("n", n, minimum=1) for n in ns]
     check.at_most("sum(ns) x trials", sum(ns) * trials, MAX_COUNTED, "tokens run through the traced kernel")
@@ -93,7 +95,8 @@ def attend_first(q: np.ndarray, cache: KVCacheQ8, kv_head: int, seq_len: int,
     ``cache`` only, 0 included (``lessonkit.attend`` refuses an empty cache; here the loop over
     t simply does not run). Returns float32 ``[head_dim]``."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 应是 lessonkit.KVCacheQ8；收到的是 {type(cache).__name__}"))
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     seq_len = check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)
@@ -115,24 +118,24 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     ax_m.step(t, trace.M, where="post", color="C0", lw=2)
     ax_m.plot(ev, trace.M[ev], "v", color="C3", ms=9, ls="none")
     # Legend handles drawn apart from the data: a 2.5-pt dot, right for 2000 points, is invisible in a legend.
-    handles = [Line2D([], [], marker="o", ms=7, ls="none", color="0.6", label="score $s_t$"),
-               Line2D([], [], color="C0", lw=2, label="running max $M_t$"),
-               Line2D([], [], marker="v", ms=9, ls="none", color="C3", label=f"rescale (new max): {ev.size}")]
+    handles = [Line2D([], [], marker="o", ms=7, ls="none", color="0.6", label=tr("score $s_t$", "分数 sₜ")),
+               Line2D([], [], color="C0", lw=2, label=tr("running max $M_t$", "运行最大值 Mₜ")),
+               Line2D([], [], marker="v", ms=9, ls="none", color="C3", label=tr(f"rescale (new max): {ev.size}", f"rescale（新最大值）：{ev.size} 次"))]
     # Headroom above the highest score holds the legend, so that it hides no data point.
     lo, hi = float(min(trace.s.min(), trace.M.min())), float(trace.M.max())
     span = max(hi - lo, 1e-6)
     ax_m.set_ylim(lo - 0.05 * span, hi + 0.35 * span)
     ax_m.legend(handles=handles, loc="upper center", ncol=3, fontsize=plotstyle.MIN_PT)
-    ax_m.set_ylabel("score (logit, no unit)")
+    ax_m.set_ylabel(tr("score (logit, no unit)", "分数（logit，无单位）"))
     ax_m.set_title(title)
-    ax_s.plot(t, trace.S, color="C2", lw=1.8, label="running sum $S_t$")
-    ax_s.plot(ev, trace.S[ev], "v", color="C3", ms=9, ls="none", label="rescale")
+    ax_s.plot(t, trace.S, color="C2", lw=1.8, label=tr("running sum $S_t$", "运行和 Sₜ"))
+    ax_s.plot(ev, trace.S[ev], "v", color="C3", ms=9, ls="none", label=tr("rescale", "rescale"))
     ax_s.set_yscale("log")
     ax_s.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax_s.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_s.yaxis.set_minor_formatter(NullFormatter())
-    ax_s.set_xlabel("token t (position in the KV cache)")
-    ax_s.set_ylabel("$S_t$ (no unit, log scale)")
+    ax_s.set_xlabel(tr("token t (position in the KV cache)", "token t（在 KV 缓存中的位置）"))
+    ax_s.set_ylabel(tr("$S_t$ (no unit, log scale)", "Sₜ（无单位，对数坐标）"))
     ax_s.legend(loc="lower right", fontsize=plotstyle.MIN_PT)
     for ax in (ax_m, ax_s):  # the axes were made by the caller, perhaps before the style was applied
         plotstyle.apply(ax)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import validate as check
+from .language import tr
 
 MAX_ONLINE = 1 << 20  # scores online() replays one by one in Python (about a second per 10^6)
 M_START = -1e9  # the kernel's start value of M (llama.cpp starts at -INFINITY)
@@ -36,10 +37,12 @@ def online(s, V=None, m_start: float = M_START, dtype=np.float64) -> OnlineRun:
     in higher precision, float32 to mimic the kernel's arithmetic): on a new max, S and acc are
     multiplied by exp(M_old - s) and the new score weighs 1; otherwise it weighs exp(s - M)."""
     if isinstance(s, np.ma.MaskedArray) or isinstance(V, np.ma.MaskedArray):
-        raise TypeError("online() takes plain arrays: pass s.filled(value) (and V.filled(value))")
+        raise TypeError(tr("online() takes plain arrays: pass s.filled(value) (and V.filled(value))",
+                           "online() 只收普通数组：请传入 s.filled(value)（以及 V.filled(value)）"))
     s = np.asarray(s, dtype)
     if s.ndim != 1:
-        raise ValueError(f"s must be a 1-D array of scores; got shape {list(s.shape)}")
+        raise ValueError(tr(f"s must be a 1-D array of scores; got shape {list(s.shape)}",
+                            f"s 应是一维的分数数组；收到的形状是 {list(s.shape)}"))
     n = check.at_most("len(s)", s.shape[0], MAX_ONLINE, "scores replayed one by one in Python")
     V = None if V is None else np.asarray(V, dtype)
     M, S = dtype(m_start), dtype(0)
