@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import native
+from .language import tr
 
 
 @dataclass
@@ -260,43 +261,55 @@ def check_setup() -> list[Check]:
     """Check the compiler, the compiled backend, SIMDe or NEON, and the tools later lessons use."""
     inst = _installer()
     checks = []
+    every = tr("every lesson", "每一课")
+    missing = tr("missing", "缺少")
     try:
         cc = native.compiler()
-        checks.append(Check("C compiler", True, _version([*cc.split(), "--version"]) or cc,
-                            "every lesson", ""))
+        checks.append(Check(tr("C compiler", "C 编译器"), True, _version([*cc.split(), "--version"]) or cc,
+                            every, ""))
     except native.BuildError as e:
-        checks.append(Check("C compiler", False, "missing", "every lesson", str(e)))
+        checks.append(Check(tr("C compiler", "C 编译器"), False, missing, every, str(e)))
     try:
         name = native.backend()
-        checks.append(Check("kernel build", True, name, "every lesson", ""))
+        checks.append(Check(tr("kernel build", "内核构建"), True, name, every, ""))
     except native.BuildError as e:
-        checks.append(Check("kernel build", False, "failed", "every lesson", str(e).splitlines()[0]))
+        checks.append(Check(tr("kernel build", "内核构建"), False, tr("failed", "失败"), every,
+                            str(e).splitlines()[0]))
     if native.is_arm64():
-        checks.append(Check("NEON", True, "arm_neon.h (native)", "every lesson", ""))
+        checks.append(Check("NEON", True, tr("arm_neon.h (native)", "arm_neon.h（原生）"), every, ""))
     else:
         inc = native.simde_include_dir()
-        checks.append(Check("SIMDe headers", inc is not None,
-                            "found" if inc else "missing", "every lesson (NEON off ARM)",
-                            "pip install cmeel-simde  (or conda install -c conda-forge simde)"))
+        checks.append(Check(tr("SIMDe headers", "SIMDe 头文件"), inc is not None,
+                            tr("found", "已找到") if inc else missing,
+                            tr("every lesson (NEON off ARM)", "每一课（非 ARM 机器上的 NEON）"),
+                            tr("pip install cmeel-simde  (or conda install -c conda-forge simde)",
+                               "pip install cmeel-simde  （或 conda install -c conda-forge simde）")))
     # Homebrew's gdb cannot debug native programs on Apple Silicon; lldb (Xcode's command line
     # tools) does (docs/references.md, "Debuggers on macOS")
-    gdb_install = ("gdb cannot debug native programs on Apple Silicon: use lldb in lesson 06 "
-                   "(xcode-select --install)" if sys.platform == "darwin" else f"{inst} gdb")
+    gdb_install = (tr("gdb cannot debug native programs on Apple Silicon: use lldb in lesson 06 "
+                      "(xcode-select --install)",
+                      "gdb 在 Apple Silicon 上调试不了本机程序：第 06 课请用 lldb（xcode-select --install）")
+                   if sys.platform == "darwin" else f"{inst} gdb")
     lldb_install = "xcode-select --install" if sys.platform == "darwin" else f"{inst} lldb"
-    tools = [("gdb", ["gdb", "--version"], "lesson 06 (debugger exercise)", gdb_install),
-             ("lldb", [lldb_path() or "lldb", "--version"], "lesson 06 (the lldb track)", lldb_install),
-             ("llvm-mca-19", ["llvm-mca-19", "--version"], "lesson 09 (A76 estimates, make bench-a76)",
-              f"{inst} llvm-19" if sys.platform != "darwin" else "not packaged as llvm-mca-19 on macOS: "
-              "lesson 09 shows saved estimates"),
-             ("valgrind", ["valgrind", "--version"], "lesson 05 (cache simulation)",
-              "sudo apt install valgrind  (not available on macOS: lesson 05 shows saved results)"),
-             ("aarch64 cross compiler", ["aarch64-linux-gnu-gcc", "--version"],
-              "make test-aarch64 (optional)", "sudo apt install gcc-aarch64-linux-gnu"),
-             ("qemu-aarch64", ["qemu-aarch64", "--version"], "make test-aarch64 (optional)",
+    optional = tr("make test-aarch64 (optional)", "make test-aarch64（可选）")
+    tools = [("gdb", ["gdb", "--version"], tr("lesson 06 (debugger exercise)", "第 06 课（调试器练习）"), gdb_install),
+             ("lldb", [lldb_path() or "lldb", "--version"], tr("lesson 06 (the lldb track)", "第 06 课（lldb 路线）"),
+              lldb_install),
+             ("llvm-mca-19", ["llvm-mca-19", "--version"],
+              tr("lesson 09 (A76 estimates, make bench-a76)", "第 09 课（A76 估计，make bench-a76）"),
+              f"{inst} llvm-19" if sys.platform != "darwin" else
+              tr("not packaged as llvm-mca-19 on macOS: lesson 09 shows saved estimates",
+                 "macOS 上没有 llvm-mca-19 这个包：第 09 课显示保存好的估计结果")),
+             ("valgrind", ["valgrind", "--version"], tr("lesson 05 (cache simulation)", "第 05 课（缓存模拟）"),
+              tr("sudo apt install valgrind  (not available on macOS: lesson 05 shows saved results)",
+                 "sudo apt install valgrind  （macOS 上没有 valgrind：第 05 课显示保存好的结果）")),
+             (tr("aarch64 cross compiler", "aarch64 交叉编译器"), ["aarch64-linux-gnu-gcc", "--version"],
+              optional, "sudo apt install gcc-aarch64-linux-gnu"),
+             ("qemu-aarch64", ["qemu-aarch64", "--version"], optional,
               "sudo apt install qemu-user")]
     for what, cmd, needed_for, install in tools:
         v = _version(cmd)
-        checks.append(Check(what, v is not None, v or "missing", needed_for, install))
+        checks.append(Check(what, v is not None, v or missing, needed_for, install))
     return checks
 
 
@@ -335,9 +348,29 @@ def print_setup(checks: list[Check] | None = None) -> None:
     """Print check_setup() as a table, with what to install for anything missing."""
     checks = check_setup() if checks is None else checks
     for c in checks:
-        print(f"{'ok ' if c.ok else 'MISSING'}  {c.what:<24} {c.found[:48]:<48}  for {c.needed_for}")
+        status = tr("ok " if c.ok else "MISSING", "有  " if c.ok else "缺少")
+        print(f"{status}  {_pad(c.what, 24)} {_pad(_cut(c.found, 48), 48)}  "
+              + tr(f"for {c.needed_for}", f"用于{' ' if c.needed_for[:1].isascii() else ''}{c.needed_for}"))
     for c in checks:
         if not c.ok:
-            print(f"\n-> {c.what}: {c.install}")
+            print(f"\n-> {c.what}{tr(': ', '：')}{c.install}")
     if all(c.ok for c in checks):
-        print("\nEverything the workbook uses is here.")
+        print(tr("\nEverything the workbook uses is here.", "\n练习册要用的东西都齐了。"))
+
+
+def _width(s: str) -> int:
+    """Columns a terminal or notebook gives ``s``: two for each wide (Chinese) character."""
+    import unicodedata
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in s)
+
+
+def _cut(s: str, columns: int) -> str:
+    """``s`` cut to at most ``columns`` columns (``s[:columns]`` for plain ASCII)."""
+    while _width(s) > columns:
+        s = s[:-1]
+    return s
+
+
+def _pad(s: str, columns: int) -> str:
+    """``s`` padded with spaces to ``columns`` columns (``f"{s:<columns}"`` for plain ASCII)."""
+    return s + " " * max(0, columns - _width(s))

@@ -10,6 +10,7 @@ import numpy as np
 
 from . import native
 from . import validate as check
+from .language import tr
 from .validate import QBLOCK, float32_array, head_dim
 
 KVQ_INV = np.float32(1.0) / np.float32(127.0)  # the kernel's KVQ_INV = 1.0f / 127.0f
@@ -55,15 +56,16 @@ def quantize_kv_rows_into(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, 
     codes = check.int8_array("codes", codes, (n, hd), writable=True)
     scales = check.float32_array("scales", scales, (n,), writable=True)
     if np.may_share_memory(codes, x) or np.may_share_memory(scales, x) or np.may_share_memory(codes, scales):
-        raise ValueError("x, codes and scales must not overlap: C reads x while it writes the others")
+        raise ValueError(tr("x, codes and scales must not overlap: C reads x while it writes the others",
+                            "x、codes 和 scales 的内存不能重叠：C 一边读 x，一边写另外两个"))
     _quantize_rows(x, codes, scales, *check.library(ffi, lib, ("kvq8_quantize_rows",)))
 
 
 def _rows(name: str, x) -> np.ndarray:
     x = float32_array(name, x, (None, None))
     n, hd = x.shape
-    check.c_int(f"{name}.shape[0] (rows)", n)      # C counts rows and values with int
-    check.c_int(f"{name}.shape[1] (values per row)", hd)
+    check.c_int(tr(f"{name}.shape[0] (rows)", f"{name}.shape[0]（行数）"), n)      # C counts rows and values with int
+    check.c_int(tr(f"{name}.shape[1] (values per row)", f"{name}.shape[1]（每行的值数）"), hd)
     return x
 
 

@@ -12,6 +12,7 @@ from . import validate as check
 from .cache import KVCacheQ8
 from .reference import attention, scores_from_q_codes, softmax_weighted_v
 from .quant import KVQ_INV
+from .language import tr
 from .validate import QBLOCK, float32_array, head_dim
 
 #: the rounding rules lesson 01 compares, by name
@@ -31,7 +32,8 @@ def q_block_scaled(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Returns (v float32, same shape as q; scales float32 ``[hd/32]`` or ``[n, hd/32]``), the scales
     being qm / 127 as the kernel stores them."""
     if not isinstance(q, np.ndarray) or q.ndim not in (1, 2):
-        raise ValueError("q must be a float32 numpy array of shape [hd] or [n, hd]")
+        raise ValueError(tr("q must be a float32 numpy array of shape [hd] or [n, hd]",
+                            "q 必须是形状为 [hd] 或 [n, hd] 的 float32 numpy 数组"))
     q = float32_array("q", q, (None,) * q.ndim)
     hd = head_dim(q.shape[-1])
     blocks = q.reshape(*q.shape[:-1], hd // QBLOCK, QBLOCK)
@@ -64,7 +66,8 @@ def round_codes(v: np.ndarray, rule: str) -> np.ndarray:
     elif rule == "trunc":
         r = np.trunc(v)
     else:
-        raise ValueError(f"rule must be one of {', '.join(map(repr, RULES))}; got {rule!r}")
+        raise ValueError(tr(f"rule must be one of {', '.join(map(repr, RULES))}; got {rule!r}",
+                            f"rule 必须是 {', '.join(map(repr, RULES))} 之一；收到的是 {rule!r}"))
     return np.clip(r, -128, 127).astype(np.int8)
 
 

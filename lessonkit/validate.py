@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from .language import tr
 from .header import HD_MAX as HEAD_DIM_MAX  # the kernel's fixed Q buffers
 from .header import QBLK as QBLOCK  # Q is quantized in blocks of QBLK values
 C_INT_MAX = 2**31 - 1  # the C functions take their counts and sizes as int
@@ -16,8 +17,10 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger values become inf when c
 def head_dim(value) -> int:
     value = integer("head_dim", value, minimum=QBLOCK)
     if value % QBLOCK or value > HEAD_DIM_MAX:
-        raise ValueError(f"head_dim must be a multiple of {QBLOCK} between {QBLOCK} and "
-                         f"{HEAD_DIM_MAX} (the kernel's fixed buffers); got {value}")
+        raise ValueError(tr(f"head_dim must be a multiple of {QBLOCK} between {QBLOCK} and "
+                            f"{HEAD_DIM_MAX} (the kernel's fixed buffers); got {value}",
+                            f"head_dim 必须是 {QBLOCK} 的倍数，在 {QBLOCK} 到 {HEAD_DIM_MAX} 之间"
+                            f"（内核的缓冲区大小是固定的）；收到的是 {value}"))
     return value
 
 
@@ -32,12 +35,15 @@ def integer(name: str, value, minimum: int | None = None, below: int | None = No
     """An int (a numpy integer or a 0-d integer array too, a bool not) within [minimum, below)."""
     value = _scalar(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__} {short(value)}")
+        raise TypeError(tr(f"{name} must be an int; got {type(value).__name__} {short(value)}",
+                           f"{name} 必须是 int；收到的是 {type(value).__name__} {short(value)}"))
     value = int(value)
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {short(value)}")
+        raise ValueError(tr(f"{name} must be at least {minimum}; got {short(value)}",
+                            f"{name} 至少要是 {minimum}；收到的是 {short(value)}"))
     if below is not None and value >= below:
-        raise ValueError(f"{name} must be below {below}; got {short(value)}")
+        raise ValueError(tr(f"{name} must be below {below}; got {short(value)}",
+                            f"{name} 必须小于 {below}；收到的是 {short(value)}"))
     return value
 
 
@@ -51,20 +57,26 @@ def finite_float(name: str, value, minimum: float | None = None, maximum: float 
     """A finite real number (a numpy scalar or 0-d array too, a bool not), within [minimum, maximum]."""
     value = _scalar(value)
     if isinstance(value, np.ndarray):
-        raise TypeError(f"{name} must be one number; got an array of shape {list(value.shape)} "
-                        f"(pick one element, e.g. float({name}[0]))")
+        raise TypeError(tr(f"{name} must be one number; got an array of shape {list(value.shape)} "
+                           f"(pick one element, e.g. float({name}[0]))",
+                           f"{name} 必须是单个数；收到的是形状为 {list(value.shape)} 的数组"
+                           f"（取其中一个元素，例如 float({name}[0])）"))
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {short(value)}")
+        raise TypeError(tr(f"{name} must be a real number; got {type(value).__name__} {short(value)}",
+                           f"{name} 必须是实数；收到的是 {type(value).__name__} {short(value)}"))
     try:
         value = float(value)
     except OverflowError:  # an int beyond float's range, e.g. 10**400
-        raise ValueError(f"{name} must be finite; got {short(value)}, beyond the range of a float") from None
+        raise ValueError(tr(f"{name} must be finite; got {short(value)}, beyond the range of a float",
+                            f"{name} 必须是有限值；收到的 {short(value)} 超出了 float 的范围")) from None
     if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite; got {value}")
+        raise ValueError(tr(f"{name} must be finite; got {value}", f"{name} 必须是有限值；收到的是 {value}"))
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum:g}; got {value:g}")
+        raise ValueError(tr(f"{name} must be at least {minimum:g}; got {value:g}",
+                            f"{name} 至少要是 {minimum:g}；收到的是 {value:g}"))
     if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be at most {maximum:g}; got {value:g}")
+        raise ValueError(tr(f"{name} must be at most {maximum:g}; got {value:g}",
+                            f"{name} 最多只能是 {maximum:g}；收到的是 {value:g}"))
     return value
 
 
@@ -75,12 +87,14 @@ def scale(value, head_dim: int | None = None, name: str = "scale") -> float:
     (about 3.4e38). Every entry point that takes ``scale`` checks it here."""
     if value is None:
         if head_dim is None:
-            raise TypeError(f"{name} must be a real number; got None")
+            raise TypeError(tr(f"{name} must be a real number; got None", f"{name} 必须是实数；收到的是 None"))
         return 1.0 / math.sqrt(head_dim)
     value = finite_float(name, value)
     if abs(value) > FLOAT32_MAX:
-        raise ValueError(f"{name} must be at most {FLOAT32_MAX:.7g} in magnitude (the largest float32: the "
-                         f"kernel takes a C float, in which {value:g} is inf); got {value:g}")
+        raise ValueError(tr(f"{name} must be at most {FLOAT32_MAX:.7g} in magnitude (the largest float32: the "
+                            f"kernel takes a C float, in which {value:g} is inf); got {value:g}",
+                            f"{name} 的绝对值最多只能是 {FLOAT32_MAX:.7g}（float32 的最大值：内核接收的是 C 的 "
+                            f"float，{value:g} 在其中是 inf）；收到的是 {value:g}"))
     return value
 
 
@@ -94,10 +108,13 @@ def base_array(name: str, a) -> np.ndarray:
     class, so that their shape, dtype and flags are the ones of the memory C reads, whatever the
     subclass overrides; the checks that follow look at that view."""
     if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array; got {type(a).__name__}")
+        raise TypeError(tr(f"{name} must be a numpy array; got {type(a).__name__}",
+                           f"{name} 必须是 numpy 数组；收到的是 {type(a).__name__}"))
     if isinstance(a, np.ma.MaskedArray):
-        raise TypeError(f"{name} is a masked array: the kernel has no mask and would read the masked entries "
-                        f"as data; pass {name}.filled(value) (e.g. {name}.filled(0)) or drop the masked rows")
+        raise TypeError(tr(f"{name} is a masked array: the kernel has no mask and would read the masked entries "
+                           f"as data; pass {name}.filled(value) (e.g. {name}.filled(0)) or drop the masked rows",
+                           f"{name} 是掩码数组（masked array）：内核没有掩码，会把被遮住的元素当成数据读进去；"
+                           f"请传入 {name}.filled(value)（例如 {name}.filled(0)），或者去掉被遮住的行"))
     if type(a) is not np.ndarray:
         a = np.ndarray.view(a, np.ndarray)  # the base class's view: no subclass method runs on it
     return a
@@ -107,26 +124,35 @@ def _shape(name: str, a: np.ndarray, shape: tuple) -> None:
     if a.ndim != len(shape) or any(want is not None and got != want
                                    for got, want in zip(a.shape, shape)):
         want = "[" + ", ".join("n" if s is None else str(s) for s in shape) + "]"
-        raise ValueError(f"{name} must have shape {want}; got {list(a.shape)}")
+        raise ValueError(tr(f"{name} must have shape {want}; got {list(a.shape)}",
+                            f"{name} 的形状必须是 {want}；收到的是 {list(a.shape)}"))
 
 
 def _layout(name: str, a: np.ndarray, writable: bool) -> None:
     if not a.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (a slice or transpose is not); "
-                         f"pass np.ascontiguousarray({name})")
+        raise ValueError(tr(f"{name} must be C-contiguous (a slice or transpose is not); "
+                            f"pass np.ascontiguousarray({name})",
+                            f"{name} 必须是 C 连续的（切片或转置都不是）；请传入 np.ascontiguousarray({name})"))
     if not a.flags.aligned:
-        raise ValueError(f"{name} is not aligned to its {a.itemsize}-byte elements (a view into a byte buffer "
-                         f"at an odd offset); pass {name}.copy()")
+        raise ValueError(tr(f"{name} is not aligned to its {a.itemsize}-byte elements (a view into a byte buffer "
+                            f"at an odd offset); pass {name}.copy()",
+                            f"{name} 没有按它 {a.itemsize} 字节的元素对齐（它是字节缓冲区在奇数偏移处的视图）；"
+                            f"请传入 {name}.copy()"))
     if writable and not a.flags.writeable:
-        raise ValueError(f"{name} must be writable (the function writes its result there); "
-                         f"pass a new array, e.g. np.empty({list(a.shape)}, np.{a.dtype.name})")
+        raise ValueError(tr(f"{name} must be writable (the function writes its result there); "
+                            f"pass a new array, e.g. np.empty({list(a.shape)}, np.{a.dtype.name})",
+                            f"{name} 必须可写（函数要把结果写进去）；"
+                            f"请传入一个新数组，例如 np.empty({list(a.shape)}, np.{a.dtype.name})"))
 
 
 def _dtype(name: str, a: np.ndarray, dtype) -> None:
     want = np.dtype(dtype)
     if a.dtype != want:  # a byte-swapped float32 ('>f4') differs too: C reads native order
-        raise TypeError(f"{name} must have dtype {want.name}; got {a.dtype.str if a.dtype.name == want.name else a.dtype} "
-                        f"(convert with {name}.astype(np.{want.name}))")
+        got = a.dtype.str if a.dtype.name == want.name else a.dtype
+        raise TypeError(tr(f"{name} must have dtype {want.name}; got {got} "
+                           f"(convert with {name}.astype(np.{want.name}))",
+                           f"{name} 的 dtype 必须是 {want.name}；收到的是 {got}"
+                           f"（用 {name}.astype(np.{want.name}) 转换）"))
 
 
 def float32_array(name: str, a, shape: tuple, writable: bool = False, finite: bool = True) -> np.ndarray:
@@ -139,8 +165,10 @@ def float32_array(name: str, a, shape: tuple, writable: bool = False, finite: bo
     _layout(name, a, writable)
     if finite and not writable and not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))[0]
-        raise ValueError(f"{name} holds NaN or Inf (first at index {tuple(int(i) for i in bad)}); "
-                         "the kernel needs finite values")
+        where = tuple(int(i) for i in bad)
+        raise ValueError(tr(f"{name} holds NaN or Inf (first at index {where}); "
+                            "the kernel needs finite values",
+                            f"{name} 里有 NaN 或 Inf（第一个在下标 {where}）；内核需要有限值"))
     return a
 
 
@@ -152,14 +180,17 @@ def float32_like(name: str, a, shape: tuple) -> np.ndarray:
         base_array(name, a)  # raises, with the message about .filled
     if not isinstance(a, np.ndarray):
         if isinstance(a, (str, bytes)) or not hasattr(a, "__len__"):
-            raise TypeError(f"{name} must be a numpy array or a list of numbers; got {type(a).__name__}")
+            raise TypeError(tr(f"{name} must be a numpy array or a list of numbers; got {type(a).__name__}",
+                               f"{name} 必须是 numpy 数组或数字列表；收到的是 {type(a).__name__}"))
         try:
             a = np.asarray(a)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"{name} must be a numpy array or a list of numbers: {e}") from None
+            raise TypeError(tr(f"{name} must be a numpy array or a list of numbers: {e}",
+                               f"{name} 必须是 numpy 数组或数字列表：{e}")) from None
     a = base_array(name, a)
     if a.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers; got dtype {a.dtype}")
+        raise TypeError(tr(f"{name} must hold real numbers; got dtype {a.dtype}",
+                           f"{name} 里必须是实数；收到的 dtype 是 {a.dtype}"))
     if a.dtype != np.float32 or not (a.flags.c_contiguous and a.flags.aligned):
         _shape(name, a, shape)  # before the copy: no copy of an array of the wrong size
         with np.errstate(over="ignore"):
@@ -182,15 +213,18 @@ def int8_array(name: str, a, shape: tuple, writable: bool = False) -> np.ndarray
 def at_most(name: str, value: int, cap: int, why: str) -> int:
     """Refuse a count above a documented cap, naming the cap and why it is there."""
     if value > cap:
-        raise ValueError(f"{name} = {short(value)} is above the cap of {cap} ({why}); use at most {cap}")
+        raise ValueError(tr(f"{name} = {short(value)} is above the cap of {cap} ({why}); use at most {cap}",
+                            f"{name} = {short(value)} 超过了上限 {cap}（{why}）；最多用 {cap}"))
     return value
 
 
 def memory(what: str, nbytes: int, cap: int, fix: str = "ask for less") -> int:
     """Refuse what would allocate more than ``cap`` bytes, before allocating it; ``fix`` says how."""
     if nbytes > cap:
-        raise ValueError(f"{what} would need {nbytes / 2**20:,.0f} MiB, above the cap of {cap / 2**20:,.0f} MiB "
-                         f"that keeps the notebook's process alive; {fix}")
+        raise ValueError(tr(f"{what} would need {nbytes / 2**20:,.0f} MiB, above the cap of {cap / 2**20:,.0f} MiB "
+                            f"that keeps the notebook's process alive; {fix}",
+                            f"{what} 需要 {nbytes / 2**20:,.0f} MiB，超过了 {cap / 2**20:,.0f} MiB 的上限"
+                            f"（这个上限保证 notebook 的进程不被撑垮）；{fix}"))
     return nbytes
 
 
@@ -203,10 +237,12 @@ def library(ffi, lib, functions: tuple[str, ...]):
     if ffi is None and lib is None:
         return native.load()
     if ffi is None or lib is None:
-        raise TypeError("pass both ffi and lib (ffi, lib = lessonkit.native.load(...)), or neither")
+        raise TypeError(tr("pass both ffi and lib (ffi, lib = lessonkit.native.load(...)), or neither",
+                           "ffi 和 lib 要么都传（ffi, lib = lessonkit.native.load(...)），要么都不传"))
     import cffi
     if not isinstance(ffi, cffi.FFI):
-        raise TypeError(f"ffi must be the cffi.FFI of lessonkit.native.load(); got {type(ffi).__name__}")
+        raise TypeError(tr(f"ffi must be the cffi.FFI of lessonkit.native.load(); got {type(ffi).__name__}",
+                           f"ffi 必须是 lessonkit.native.load() 返回的 cffi.FFI；收到的是 {type(ffi).__name__}"))
     done = _checked_functions.get(id(lib))
     if done is not None and done[0] is lib and done[1] is ffi and set(functions) <= done[2]:
         return ffi, lib  # checked before: a cache appending many chunks pays this once
@@ -215,12 +251,15 @@ def library(ffi, lib, functions: tuple[str, ...]):
         try:
             theirs = ffi.getctype(ffi.typeof(getattr(lib, fn)))
         except (AttributeError, TypeError, cffi.FFIError) as e:
-            raise TypeError(f"lib has no C function {fn} (lib must come from lessonkit.native.load(...)): "
-                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise TypeError(tr(f"lib has no C function {fn} (lib must come from lessonkit.native.load(...)): {why}",
+                               f"lib 里没有 C 函数 {fn}（lib 必须来自 lessonkit.native.load(...)）：{why}")) from None
         ours = own_ffi.getctype(own_ffi.typeof(getattr(own_lib, fn)))
         if theirs != ours:
-            raise TypeError(f"lib's {fn} has the C type {theirs}, not the workbook's {ours}: "
-                            "an edited header changed its signature; restore it in the copy")
+            raise TypeError(tr(f"lib's {fn} has the C type {theirs}, not the workbook's {ours}: "
+                               "an edited header changed its signature; restore it in the copy",
+                               f"lib 里 {fn} 的 C 类型是 {theirs}，不是练习册的 {ours}：改过的头文件改变了它的签名；"
+                               "请在副本里把签名改回去"))
     # the entry holds lib and ffi themselves, so that their id cannot be reused by another object
     _checked_functions[id(lib)] = (lib, ffi, set(functions) | (done[2] if done and done[0] is lib else set()))
     return ffi, lib
@@ -248,9 +287,11 @@ def attention_call(cache, kv_head, scale_value) -> tuple[int, float]:
     1/sqrt of the cache's head_dim). Returns (kv_head, scale) as the kernel takes them."""
     from .cache import KVCacheQ8  # here, not at the top: lessonkit.cache imports this module
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 必须是 lessonkit.KVCacheQ8；收到的是 {type(cache).__name__}"))
     kv_head = integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     checked = scale(scale_value, cache.head_dim)
     if cache.seq_len == 0:
-        raise ValueError("the cache is empty: append at least one token before attending")
+        raise ValueError(tr("the cache is empty: append at least one token before attending",
+                            "缓存是空的：做注意力之前，先至少追加一个 token"))
     return kv_head, checked
