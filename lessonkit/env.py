@@ -113,10 +113,11 @@ class TimingCores:
     def describe(self) -> str:
         if not self.cpus:
             kinds = "; ".join(f"{len(c)}x {n}" for n, c in self.types.items())
-            return f"{self.why}: {kinds}" if len(self.types) > 1 else self.why
+            return f"{self.why}{tr(': ', '：')}{kinds}" if len(self.types) > 1 else self.why
         others = "; ".join(f"{len(c)}x {n}" for n, c in self.types.items() if n != self.name)
-        return (f"timed on the {self.name} cores (CPUs {_cpu_list(self.cpus)}, pinned)"
-                + (f"; also here: {others}" if others else ""))
+        return (tr(f"timed on the {self.name} cores (CPUs {_cpu_list(self.cpus)}, pinned)",
+                   f"在 {self.name} 核上计时（CPU {_cpu_list(self.cpus)}，已绑定）")
+                + (tr(f"; also here: {others}", f"；本机还有：{others}") if others else ""))
 
 
 def _cpu_list(cpus) -> str:
@@ -150,7 +151,7 @@ def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | st
     if cores is not None and not isinstance(cores, str):
         raise TypeError(f"cores must be None, 'any' or a core type's name such as 'Cortex-A76'; got {cores!r}")
     if cores == NO_PINNING:
-        return TimingCores(None, frozenset(), types, "not pinned (cores='any')")
+        return TimingCores(None, frozenset(), types, tr("not pinned (cores='any')", "未绑定核（cores='any'）"))
     if cores is not None:
         wanted = cores.strip().lower()
         try:  # a hex part id names the same type as its name: "0xd05" is "Cortex-A55"
@@ -163,10 +164,13 @@ def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | st
             raise ValueError(f"no {cores!r} cores on this machine; its core types: {have}; or use cores='any'")
         name = match[0]
     if len(types) < 2:
-        return TimingCores(next(iter(types), None), frozenset(), types, "not pinned: all cores are one type"
-                           if types else "not pinned: /proc/cpuinfo names no core types here")
+        return TimingCores(next(iter(types), None), frozenset(), types,
+                           tr("not pinned: all cores are one type", "未绑定核：所有核是同一种")
+                           if types else tr("not pinned: /proc/cpuinfo names no core types here",
+                                            "未绑定核：这里的 /proc/cpuinfo 没有列出核的类型"))
     if not hasattr(os, "sched_setaffinity"):
-        return TimingCores(None, frozenset(), types, "not pinned: this system has no os.sched_setaffinity")
+        return TimingCores(None, frozenset(), types, tr("not pinned: this system has no os.sched_setaffinity",
+                                                        "未绑定核：这个系统没有 os.sched_setaffinity"))
     if cores is None:
         big = [n for n in types if n not in LITTLE] or list(types)
         name = max(big, key=lambda n: max(types[n]))
@@ -241,7 +245,7 @@ def machine_label(cores: str | None = None, cpuinfo_path: Path | str | None = No
         name = f"{board_name(model_path) or name}, {plan.describe()}"
     elif len(plan.types) == 1 and plan.name not in name:
         name = f"{name} ({plan.name})"
-    return f"{name}, {platform.machine()}, kernel backend {native.backend()}"
+    return f"{name}, {platform.machine()}, " + tr("kernel backend ", "内核后端 ") + native.backend()
 
 
 def _version(cmd: list[str]) -> str | None:
