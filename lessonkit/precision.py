@@ -27,6 +27,7 @@ import numpy as np
 from . import validate as check
 from .cache import KVCacheQ8
 from .kernels.attention import attend
+from .language import tr
 from .reference import attention
 from .rounding import q_block_scaled, round_codes
 from .trace import run_traced
@@ -57,7 +58,8 @@ def kl_divergence(p, q) -> float:
     p = np.asarray(p, np.float64)
     q = np.asarray(q, np.float64)
     if p.shape != q.shape:
-        raise ValueError(f"p and q must have the same shape; got {p.shape} and {q.shape}")
+        raise ValueError(tr(f"p and q must have the same shape; got {p.shape} and {q.shape}",
+                            f"p 和 q 的形状必须相同；实际是 {p.shape} 和 {q.shape}"))
     m = p > 0
     with np.errstate(divide="ignore"):
         return float(np.sum(p[m] * (np.log(p[m]) - np.log(q[m]))))
@@ -75,7 +77,8 @@ def kl_from_scores(s_p, s_q) -> float:
     finite even where a weight of softmax(s_q) underflows to 0 in float64 (very peaked attention)."""
     lp, lq = log_softmax(s_p), log_softmax(s_q)
     if lp.shape != lq.shape:
-        raise ValueError(f"the score vectors must have the same shape; got {lp.shape} and {lq.shape}")
+        raise ValueError(tr(f"the score vectors must have the same shape; got {lp.shape} and {lq.shape}",
+                            f"两个分数向量的形状必须相同；实际是 {lp.shape} 和 {lq.shape}"))
     return float(np.sum(np.exp(lp) * (lp - lq)))
 
 
@@ -123,7 +126,8 @@ def split_error(Q: np.ndarray, cache: KVCacheQ8, kv_head: int, K: np.ndarray, V:
     (float32 ``[seq_len, hd]``, the values the cache was filled with) into Q's part and K/V's
     part (``ErrorSplit``). The middle term uses the cache's own dequantized values."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     Q = check.float32_like("Q", np.atleast_2d(Q), (None, cache.head_dim))
     scale = check.scale(scale, cache.head_dim)
     kernel = np.stack([attend(q, cache, kv_head, scale=scale) for q in Q]).astype(np.float64)
@@ -139,10 +143,11 @@ def attention_kl(q: np.ndarray, cache: KVCacheQ8, kv_head: int, K: np.ndarray,
     its scores ``s_t`` come from its trace, and the KL is taken from both score vectors in float64
     (``kl_from_scores``)."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     scale = check.scale(scale, cache.head_dim)
-    tr = run_traced(np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, fields=("s",))
-    return kl_from_scores(scale * (np.asarray(K, np.float64) @ np.asarray(q, np.float64)), tr.s)
+    traced = run_traced(np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, fields=("s",))
+    return kl_from_scores(scale * (np.asarray(K, np.float64) @ np.asarray(q, np.float64)), traced.s)
 
 
 # ------------------------------------------------------------ K/V quantization schemes in numpy
@@ -166,7 +171,8 @@ def quantize_q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, np.float32)
     hd = x.shape[-1]
     if hd % QBLOCK:
-        raise ValueError(f"the last axis must be a multiple of {QBLOCK}; got {hd}")
+        raise ValueError(tr(f"the last axis must be a multiple of {QBLOCK}; got {hd}",
+                            f"最后一维必须是 {QBLOCK} 的倍数；实际是 {hd}"))
     blocks = x.reshape(*x.shape[:-1], hd // QBLOCK, QBLOCK)
     d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
     with np.errstate(divide="ignore"):
@@ -206,7 +212,8 @@ def dequantized(x: np.ndarray, scheme: str = "engine", channels=()) -> np.ndarra
         out[..., ch] = x[..., ch].astype(np.float16).astype(np.float32)
         out[..., rest] = dequantized(x[..., rest], "engine")
         return out
-    raise ValueError(f"scheme must be one of {', '.join(map(repr, SCHEMES))}; got {scheme!r}")
+    raise ValueError(tr(f"scheme must be one of {', '.join(map(repr, SCHEMES))}; got {scheme!r}",
+                        f"scheme 只能是 {', '.join(map(repr, SCHEMES))} 之一；你给的是 {scheme!r}"))
 
 
 def bytes_per_row(head_dim: int, scheme: str, n_fp16_channels: int = 0) -> int:
@@ -224,7 +231,7 @@ def bytes_per_row(head_dim: int, scheme: str, n_fp16_channels: int = 0) -> int:
         return 2 * head_dim
     if scheme == "fp32":
         return 4 * head_dim
-    raise ValueError(f"unknown scheme {scheme!r}")
+    raise ValueError(tr(f"unknown scheme {scheme!r}", f"未知的 scheme {scheme!r}"))
 
 
 def dequantized_q(Q: np.ndarray) -> np.ndarray:

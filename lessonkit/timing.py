@@ -19,6 +19,7 @@ from . import env, native
 from .variants import BY_NAME
 from . import validate as check
 from .cache import KVCacheQ8
+from .language import tr
 
 # backend name -> fa_time_calls index, from the one registry (native/fa_variants.h)
 VARIANTS = {name: v.version for name, v in BY_NAME.items()}
@@ -46,16 +47,19 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     ``cores``: which core type to time on (``lessonkit.env.timing_cores``; default the big cores).
     Bounded by MAX_CALLS calls per repeat, MAX_REPEATS repeats and about MAX_SECONDS seconds."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     if backend not in VARIANTS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, VARIANTS))}; got {check.short(backend)}")
+        raise ValueError(tr(f"backend must be one of {', '.join(map(repr, VARIANTS))}; got {check.short(backend)}",
+                            f"backend 只能是 {', '.join(map(repr, VARIANTS))} 之一；你给的是 {check.short(backend)}"))
     T = cache.seq_len if seq_len is None else check.integer("seq_len", seq_len, minimum=0,
                                                              below=cache.seq_len + 1)
     scale = check.scale(scale, cache.head_dim)
     if not isinstance(cold, bool):
-        raise TypeError(f"cold must be True or False; got {check.short(cold)}")
+        raise TypeError(tr(f"cold must be True or False; got {check.short(cold)}",
+                           f"cold 只能是 True 或 False；你给的是 {check.short(cold)}"))
     repeats, number, min_repeat_s = check_counts(repeats, 1 if cold else number, min_repeat_s)
     defines = native.check_defines(defines)  # before anything else: a bad -D never compiles
     plan = env.timing_cores(cores)
@@ -84,8 +88,10 @@ def check_counts(repeats, number, min_repeat_s) -> tuple[int, int | None, float]
         check.at_most("number", number, MAX_CALLS, "calls in one uninterruptible C loop")
     min_repeat_s = check.finite_float("min_repeat_s", min_repeat_s, minimum=0.0, maximum=MAX_MIN_REPEAT_S)
     if repeats * min_repeat_s > MAX_SECONDS:
-        raise ValueError(f"repeats x min_repeat_s = {repeats * min_repeat_s:g} s is above the cap of "
-                         f"{MAX_SECONDS:g} s per timing call; use fewer repeats or a smaller min_repeat_s")
+        raise ValueError(tr(f"repeats x min_repeat_s = {repeats * min_repeat_s:g} s is above the cap of "
+                            f"{MAX_SECONDS:g} s per timing call; use fewer repeats or a smaller min_repeat_s",
+                            f"repeats × min_repeat_s = {repeats * min_repeat_s:g} s，超过每次计时调用 "
+                            f"{MAX_SECONDS:g} s 的上限；请减少 repeats 或减小 min_repeat_s"))
     return repeats, number, min_repeat_s
 
 
@@ -115,17 +121,23 @@ def median_calls(run, repeats: int, number: int | None, min_repeat_s: float) -> 
     if need > MAX_SECONDS:
         fit_repeats = int(MAX_SECONDS // per_repeat)
         fit_number = int((MAX_SECONDS / repeats - overhead_s) // max(call_s, 1e-12))
-        raise ValueError(f"{repeats} repeats x {number} calls of about {call_s * 1e3:.3g} ms would take about "
-                         f"{need:.0f} s, above the cap of {MAX_SECONDS:g} s per timing call; use "
-                         + (f"repeats <= {fit_repeats} or " if fit_repeats >= 1 else "")
-                         + (f"number <= {fit_number}" if fit_number >= 1 else "a shorter seq_len"))
+        raise ValueError(tr(f"{repeats} repeats x {number} calls of about {call_s * 1e3:.3g} ms would take about "
+                            f"{need:.0f} s, above the cap of {MAX_SECONDS:g} s per timing call; use "
+                            + (f"repeats <= {fit_repeats} or " if fit_repeats >= 1 else "")
+                            + (f"number <= {fit_number}" if fit_number >= 1 else "a shorter seq_len"),
+                            f"{repeats} 次重复 × {number} 次调用（每次约 {call_s * 1e3:.3g} ms）大约要 {need:.0f} s，"
+                            f"超过每次计时调用 {MAX_SECONDS:g} s 的上限；请用 "
+                            + (f"repeats <= {fit_repeats} 或 " if fit_repeats >= 1 else "")
+                            + (f"number <= {fit_number}" if fit_number >= 1 else "更短的 seq_len")))
     results = []
     deadline = start + MAX_SECONDS
     for i in range(repeats):
         results.append(run(number))
         if i + 1 < repeats and time.perf_counter() > deadline:
-            warnings.warn(f"timing stopped after {i + 1} of {repeats} repeats at the cap of {MAX_SECONDS:g} s: "
-                          "the machine ran slower than the probe call said", RuntimeWarning, stacklevel=2)
+            warnings.warn(tr(f"timing stopped after {i + 1} of {repeats} repeats at the cap of {MAX_SECONDS:g} s: "
+                             "the machine ran slower than the probe call said",
+                             f"计时在 {repeats} 次重复中的第 {i + 1} 次后停止，到了 {MAX_SECONDS:g} s 的上限："
+                             "机器跑得比试探调用显示的慢"), RuntimeWarning, stacklevel=2)
             break
     return float(np.median(results))
 

@@ -20,6 +20,7 @@ from .. import validate as check
 from ..cache import KVCacheQ8
 from .. import header
 from ..header import GQA_MAX
+from ..language import tr
 from ..reference import kernel_math
 from ..trace import Trace, run_traced
 from ..timing import median_calls
@@ -72,16 +73,20 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
     ``(out, lessonkit.trace.Trace)``: Q's codes, the block dots, and s, M, S, VKQ after every token.
     """
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}")
+        raise ValueError(tr(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}",
+                            f"backend 只能是 {', '.join(map(repr, BACKENDS))} 之一；你给的是 {backend!r}"))
     if not isinstance(trace, bool):
-        raise TypeError(f"trace must be True or False; got {trace!r}")
+        raise TypeError(tr(f"trace must be True or False; got {trace!r}",
+                           f"trace 只能是 True 或 False；你给的是 {trace!r}"))
     if trace:
         if backend != "neon":
-            raise ValueError(f"trace=True records the compiled kernel: use backend='neon', not {backend!r}")
+            raise ValueError(tr(f"trace=True records the compiled kernel: use backend='neon', not {backend!r}",
+                                f"trace=True 记录的是编译出来的内核：请用 backend='neon'，而不是 {backend!r}"))
         out = np.empty(cache.head_dim, np.float32)
         return out, run_traced(out, q, cache, kv_head, scale)
     if backend == "numpy":
@@ -96,12 +101,14 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
 def group_queries(qs, cache: KVCacheQ8) -> np.ndarray:
     """qs checked as the G query heads of one grouped call: float32 ``[G, head_dim]``, 1 <= G <= GQA_MAX."""
     if isinstance(qs, np.ndarray) and qs.ndim != 2:
-        raise ValueError(f"qs must have shape [G, {cache.head_dim}] (one row per query head of the group); "
-                         f"got {list(qs.shape)}")
+        raise ValueError(tr(f"qs must have shape [G, {cache.head_dim}] (one row per query head of the group); "
+                            f"got {list(qs.shape)}",
+                            f"qs 的形状必须是 [G, {cache.head_dim}]（组里每个查询头一行）；实际是 {list(qs.shape)}"))
     qs = check.float32_array("qs", qs, (None, cache.head_dim))
     if not 1 <= qs.shape[0] <= GQA_MAX:
-        raise ValueError(f"qs must hold between 1 and {GQA_MAX} query heads (G, its first dimension); "
-                         f"got G = {qs.shape[0]}")
+        raise ValueError(tr(f"qs must hold between 1 and {GQA_MAX} query heads (G, its first dimension); "
+                            f"got G = {qs.shape[0]}",
+                            f"qs 必须有 1 到 {GQA_MAX} 个查询头（G，它的第一维）；实际是 G = {qs.shape[0]}"))
     return qs
 
 
@@ -111,7 +118,8 @@ def attend_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | 
     flash_attn_group_q8_neon: each K and V row is read once for all G. Row g equals
     ``lk.attend(qs[g], cache, kv_head)`` up to float rounding."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     qs = group_queries(qs, cache)
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     ffi, lib = native.load()
@@ -131,11 +139,13 @@ def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str 
     one core type (``cores``). ``out`` (float32 ``[G, head_dim]``, optional) receives what the timed
     calls computed, so that a test can check it."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     qs = group_queries(qs, cache)
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     if variant not in GROUP_VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(map(repr, GROUP_VARIANTS))}; got {check.short(variant)}")
+        raise ValueError(tr(f"variant must be one of {', '.join(map(repr, GROUP_VARIANTS))}; got {check.short(variant)}",
+                            f"variant 只能是 {', '.join(map(repr, GROUP_VARIANTS))} 之一；你给的是 {check.short(variant)}"))
     repeats, number, min_repeat_s = timing.check_counts(repeats, number, min_repeat_s)
     if out is None:
         out = np.empty(qs.shape, np.float32)

@@ -34,6 +34,7 @@ from .. import env, native
 from .. import timing
 from .. import validate as check
 from ..cache import KVCacheQ8
+from ..language import tr
 from ..streaming import Partial, finish, merge_all
 from .attention import kernel_inputs, out_buffer
 
@@ -50,29 +51,36 @@ def split_points(seq_len: int, n_chunks: int) -> list[int]:
     n_chunks = check.integer("n_chunks", n_chunks, minimum=1)
     check.at_most("n_chunks", n_chunks, MAX_CHUNKS, "chunks of one split call")
     if n_chunks > seq_len:
-        raise ValueError(f"n_chunks = {n_chunks} is more than seq_len = {seq_len}: some chunk would be empty "
-                         f"(an empty chunk has no state to merge); use at most {seq_len} chunks")
+        raise ValueError(tr(f"n_chunks = {n_chunks} is more than seq_len = {seq_len}: some chunk would be empty "
+                            f"(an empty chunk has no state to merge); use at most {seq_len} chunks",
+                            f"n_chunks = {n_chunks} 大于 seq_len = {seq_len}：会有块是空的（空块没有可合并的状态）；"
+                            f"最多用 {seq_len} 块"))
     return [seq_len * j // n_chunks for j in range(n_chunks + 1)]
 
 
 def _check_bounds(bounds, seq_len: int) -> list[int]:
     """[0, *bounds, seq_len] after checking that every chunk holds at least one token."""
     if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__iter__"):
-        raise TypeError(f"bounds must be a sequence of split points; got {type(bounds).__name__}")
+        raise TypeError(tr(f"bounds must be a sequence of split points; got {type(bounds).__name__}",
+                           f"bounds 必须是切分点的序列；实际是 {type(bounds).__name__}"))
     if isinstance(bounds, np.ndarray):
         bounds = check.base_array("bounds", bounds)
     # at most MAX_CHUNKS - 1 points, counted before a long (or endless) iterable is read to its end
     inner = list(itertools.islice(bounds, MAX_CHUNKS))
     if len(inner) >= MAX_CHUNKS:
-        raise ValueError(f"bounds holds {MAX_CHUNKS} split points or more: above the cap of {MAX_CHUNKS} "
-                         f"chunks of one split call; use at most {MAX_CHUNKS - 1} split points")
+        raise ValueError(tr(f"bounds holds {MAX_CHUNKS} split points or more: above the cap of {MAX_CHUNKS} "
+                            f"chunks of one split call; use at most {MAX_CHUNKS - 1} split points",
+                            f"bounds 有 {MAX_CHUNKS} 个或更多切分点：超过一次切分调用 {MAX_CHUNKS} 块的上限；"
+                            f"最多用 {MAX_CHUNKS - 1} 个切分点"))
     inner = [check.integer("split point", b) for b in inner]
     cuts = [0, *inner, seq_len]
     for j, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         if b <= a:
-            raise ValueError(f"chunk {j} would be empty ([{a}, {b}) holds no token): split points must "
-                             f"increase strictly and lie strictly between 0 and seq_len = {seq_len}; "
-                             f"got {inner}")
+            raise ValueError(tr(f"chunk {j} would be empty ([{a}, {b}) holds no token): split points must "
+                                f"increase strictly and lie strictly between 0 and seq_len = {seq_len}; "
+                                f"got {inner}",
+                                f"第 {j} 块会是空的（[{a}, {b}) 里没有 token）：切分点必须严格递增，"
+                                f"并且严格位于 0 和 seq_len = {seq_len} 之间；实际是 {inner}"))
     return cuts
 
 
@@ -83,13 +91,15 @@ def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: 
     """The unnormalized state (M, S, acc) of tokens ``[t_begin, t_end)`` for query ``q``, from one
     call of flash_attn_partial_q8_neon (a ``lessonkit.streaming.Partial``; acc in float64)."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     t_begin = check.integer("t_begin", t_begin, minimum=0)
     t_end = check.integer("t_end", t_end, below=cache.seq_len + 1)
     if t_end <= t_begin:
-        raise ValueError(f"the range [{t_begin}, {t_end}) holds no token: t_end must be above t_begin")
+        raise ValueError(tr(f"the range [{t_begin}, {t_end}) holds no token: t_end must be above t_begin",
+                            f"区间 [{t_begin}, {t_end}) 里没有 token：t_end 必须大于 t_begin"))
     ffi, lib = native.load()
     return _run_chunks(ffi, lib, q, cache, kv_head, scale, [t_begin, t_end], 1)[0]
 
@@ -181,7 +191,8 @@ def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threa
     the states in order (lessonkit.streaming.merge) and divide.
     Returns (output float32 ``[head_dim]``, the chunks' states)."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     cuts = _check_bounds(bounds, cache.seq_len)
@@ -198,7 +209,8 @@ def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n
     MAX_CHUNKS) run on ``n_threads`` threads (>= 1; more than ``usable_cores()`` runs on that many)
     and merged: equal to ``lk.attend(q, cache, kv_head)`` up to float rounding."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     cuts = split_points(cache.seq_len, n_chunks)
@@ -214,14 +226,19 @@ def _refuse_long(what: str, repeats: int, number: int, call_s: float, calls_per_
     need = repeats * number * call_s * calls_per_repeat
     if need > timing.MAX_SECONDS:
         fit = int(timing.MAX_SECONDS // (repeats * call_s * calls_per_repeat))
-        raise ValueError(f"{repeats} repeats x {number} {what} of about {call_s * 1e3:.3g} ms would take about "
-                         f"{need:.0f} s, above the cap of {timing.MAX_SECONDS:g} s per timing call; use "
-                         + (f"number <= {fit}" if fit >= 1 else "fewer repeats or a shorter cache"))
+        raise ValueError(tr(f"{repeats} repeats x {number} {what} of about {call_s * 1e3:.3g} ms would take about "
+                            f"{need:.0f} s, above the cap of {timing.MAX_SECONDS:g} s per timing call; use "
+                            + (f"number <= {fit}" if fit >= 1 else "fewer repeats or a shorter cache"),
+                            f"{repeats} 次重复 × {number} {what}（每次约 {call_s * 1e3:.3g} ms）大约要 {need:.0f} s，"
+                            f"超过每次计时调用 {timing.MAX_SECONDS:g} s 的上限；请用 "
+                            + (f"number <= {fit}" if fit >= 1 else "更少的重复次数或更短的缓存")))
 
 
 def _stopped_early(done: int, repeats: int) -> None:
-    warnings.warn(f"timing stopped after {done} of {repeats} repeats at the cap of {timing.MAX_SECONDS:g} s: "
-                  "the machine ran slower than the warm-up call said", RuntimeWarning, stacklevel=3)
+    warnings.warn(tr(f"timing stopped after {done} of {repeats} repeats at the cap of {timing.MAX_SECONDS:g} s: "
+                     "the machine ran slower than the warm-up call said",
+                     f"计时在 {repeats} 次重复中的第 {done} 次后停止，到了 {timing.MAX_SECONDS:g} s 的上限："
+                     "机器跑得比预热调用显示的慢"), RuntimeWarning, stacklevel=3)
 
 
 def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threads: int = 2,
@@ -238,7 +255,8 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
     ``lessonkit.timing.MAX_CALLS``; the warm-up call measures what the calls cost, and a run that
     would take more than ``lessonkit.timing.MAX_SECONDS`` is refused."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, None)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
@@ -268,7 +286,7 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
         call_s = lib.fa_time_calls(0, 1, out_buffer(ffi, outs[0]), qbuf,
                                    *kargs, cache.head_dim, scale) * 1e-9
         # one measurement: 1 thread, then n_threads (on one core at worst: n_threads times as long)
-        _refuse_long(f"calls per thread (1, then {n_threads} threads)", repeats, number, call_s, 2 + n_threads)
+        _refuse_long(tr(f"calls per thread (1, then {n_threads} threads)", f"次每线程调用（先 1 个线程，再 {n_threads} 个）"), repeats, number, call_s, 2 + n_threads)
         calls(0)  # warm: the cache's rows in this machine's caches
         deadline = time.perf_counter() + timing.MAX_SECONDS
         ratios = []
