@@ -209,6 +209,7 @@ def execute(path: Path, timeout: int = 1200) -> None:
     committed: outputs kept, the per-cell execution timestamps left out."""
     import nbformat
     from nbconvert.preprocessors import ExecutePreprocessor
+    path = Path(path)
     nb = nbformat.read(path, as_version=4)
     ExecutePreprocessor(timeout=timeout, kernel_name="python3").preprocess(
         nb, {"metadata": {"path": str(path.parent)}})
