@@ -18,7 +18,9 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F
 # PingFang SC (macOS), Microsoft YaHei (Windows), then other common ones. use() makes font.family
 # ["DejaVu Sans", that font]: matplotlib (>= 3.6) takes each character from the first font of the list
 # that has it, so Latin text stays in DejaVu Sans as in the English lessons. Only fonts that exist go in
-# the list: matplotlib logs a warning for every listed family it cannot find.
+# the list: matplotlib logs a warning for every listed family it cannot find. A label with a $...$ formula is
+# drawn wholly by mathtext, whose fonts have no Chinese (boxes, and only a logged warning): Chinese labels write
+# Sₜ, not $S_t$ (tests/test_edition.py checks the lessons and lessonkit for that mix).
 CJK_FONTS = ("Noto Sans CJK SC", "WenQuanYi Micro Hei", "PingFang SC", "Microsoft YaHei", "Source Han Sans SC",
              "Noto Sans SC", "Heiti SC", "SimHei", "Noto Sans CJK JP", "Noto Serif CJK SC")
 INSTALL_CJK = ("Debian/Ubuntu/WSL: sudo apt install fonts-noto-cjk (or fonts-wqy-microhei); macOS and Windows "

@@ -180,3 +180,26 @@ def test_plot_titles_and_axis_labels_are_in_both_languages(name, code):
     lessonkit.tr (or Text), so the Chinese lessons' plots are labelled in Chinese."""
     found = _untranslated(ast.parse(code))
     assert not found, f"{name}: wrap these in tr(English, 中文): " + "; ".join(found)
+
+
+MATH_AND_HAN = re.compile(r"\$[^$]+\$.*[\u4e00-\u9fff]|[\u4e00-\u9fff].*\$[^$]+\$", re.S)
+
+
+def _math_with_chinese(tree: ast.AST) -> list[str]:
+    """Chinese halves of tr()/Text() that mix $...$ with Chinese characters."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and len(node.args) >= 2 and \
+                (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in ("tr", "Text"):
+            zh = ast.unparse(node.args[1])
+            if MATH_AND_HAN.search(zh):
+                out.append(f"line {node.lineno}: {zh[:60]}")
+    return out
+
+
+@pytest.mark.parametrize("name,code", list(_code_units()), ids=lambda v: v if isinstance(v, str) and "\n" not in v else "")
+def test_no_chinese_text_inside_a_mathtext_label(name, code):
+    """matplotlib draws a label holding $...$ entirely with its mathtext fonts, which have no Chinese:
+    the Chinese becomes boxes, with only a log line, no warning. Chinese labels write Sₜ, not $S_t$."""
+    found = _math_with_chinese(ast.parse(code))
+    assert not found, f"{name}: a $...$ formula beside Chinese in one text (use Unicode: Sₜ, Mₜ, e^x): " + "; ".join(found)

@@ -112,13 +112,15 @@ def _draw_chinese_figure():
     return texts
 
 
-def test_chinese_plot_text_renders_without_missing_glyphs(zh):
-    """Any "Glyph ... missing from font(s)" warning fails: the machine needs a Chinese font
-    (the README's install steps and .ci/run install one)."""
+def test_chinese_plot_text_renders_without_missing_glyphs(zh, caplog):
+    """Any "Glyph ... missing from font(s)" warning fails, and so does matplotlib's logged
+    "does not have a glyph": the machine needs a Chinese font (the README's install steps and
+    .ci/run install one)."""
     assert plotstyle.cjk_font() is not None, f"no Chinese font for matplotlib: {plotstyle.INSTALL_CJK}"
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), caplog.at_level("WARNING", logger="matplotlib"):
         warnings.simplefilter("error")
         texts = _draw_chinese_figure()
+    assert not [r for r in caplog.records if "glyph" in r.getMessage().lower()], caplog.text
     assert all(HAN.search(t) for t in texts), texts  # token_axis's label is Chinese too
 
 
