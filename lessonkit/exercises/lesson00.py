@@ -203,7 +203,7 @@ ex00_3 = Exercise(
     "(1) What qsc[0] does the kernel store? The traced build records it: run "
     "`_, tr = lk.attend(q, cache, 3, trace=True)` and read tr.q_scales[0]. (2) Without the guard, what would "
     "happen in that block? Fields: qsc0 is a number; without_guard is a letter.",
-    "内核的第一步（段1）把 q 切成每块 32 个值。对每一块，它取 qm = max|q_i|，存下块 scale qsc = qm / 127，"
+    "内核的第一步（segment 1，即文章的段1）把 q 切成每块 32 个值。对每一块，它取 qm = max|q_i|，存下块 scale qsc = qm / 127，"
     "再把每个值乘以 iq = 127 / qm。在这之前先执行 `if (qm < 1e-6f) qm = 1.0f;` 这一行（保护）。"
     "把第 00 课的 query 设成 q[:32] = 0。(1) 内核存下的 qsc[0] 是多少？跟踪构建会记录它：运行 "
     "`_, tr = lk.attend(q, cache, 3, trace=True)`，读 tr.q_scales[0]。(2) 如果没有这道保护，这一块会发生什么？"
@@ -212,7 +212,7 @@ ex00_3 = Exercise(
     solution=lambda: {"qsc0": _l00_guard_truth()[0], "without_guard": _l00_guard_truth()[2]},
     hint=Text("trace.q_scales[0]; for the second part, do the float32 arithmetic of segment 1 with qm = 0 in numpy "
     "(np.float32(127) / np.float32(0), then times 0).",
-    "读 trace.q_scales[0]；第二问，在 numpy 里用 qm = 0 做一遍段1 的 float32 运算"
+    "读 trace.q_scales[0]；第二问，在 numpy 里用 qm = 0 做一遍 segment 1 的 float32 运算"
     "（先 np.float32(127) / np.float32(0)，再乘以 0）。"),
     choices=L00_GUARD_CHOICES)
 

@@ -46,10 +46,10 @@ def _l01_predict(answer):
     if got_ties != ties:
         raise Wrong(tr(f"ties-to-even changes the codes at indices {ties if ties else 'none'}, not {got_ties}: "
                        "it differs from the engine only on an exact .5",
-                       f"ties-to-even 改变的是下标 {ties if ties else '（没有）'} 处的编码，不是 {got_ties}："
+                       f"四舍六入五成双（ties-to-even）改变的是下标 {ties if ties else '（没有）'} 处的编码，不是 {got_ties}："
                        "它只在恰好是 .5 时才与引擎规则不同"))
     return tr(f"qsc = {qsc:.6f}, codes {codes}; ties-to-even changes index {ties}",
-              f"qsc = {qsc:.6f}，编码 {codes}；ties-to-even 改变下标 {ties}")
+              f"qsc = {qsc:.6f}，编码 {codes}；四舍六入五成双改变下标 {ties}")
 
 
 ex01_1 = Exercise(
@@ -107,7 +107,7 @@ def _l01_outlier(answer):
     return tr(f"{with_o} distinct codes with the outlier against {without} without: the outlier sets qm, "
               "so the step is about 50x coarser for the rest of its block",
               f"有离群值时 {with_o} 个不同编码，没有时 {without} 个：qm 由离群值决定，"
-              "所以这一块其余的值的步长粗了大约 50 倍")
+              "所以对这一块其余的值来说，步长粗了大约 50 倍")
 
 
 ex01_2 = Exercise(
@@ -149,7 +149,7 @@ def _l01_per128(answer):
     if got != saved:
         raise Wrong(tr(f"not {got}: count the float multiplies by qsc[b] per token in segment 2 (one per block of "
                        f"{_qblk()}) and how many one scale for the whole head needs",
-                       f"不是 {got}：数一数段 2 里每个 token 乘 qsc[b] 的浮点乘法有几次（每 {_qblk()} 个值一块，"
+                       f"不是 {got}：数一数 segment 2 里每个 token 乘 qsc[b] 的浮点乘法有几次（每 {_qblk()} 个值一块，"
                        "每块一次），再数整个头只用一个 scale 时要几次"))
     w = str(field_of(answer, "larger_q_error")).replace("-", "").replace(" ", "").lower()
     if w not in ("per128", "per32"):
@@ -160,7 +160,7 @@ def _l01_per128(answer):
     return tr(f"{saved} multiplies per token saved, for an RMS error of Q {ratio:.1f}x larger on outlier queries: "
               "q8_0's 32 keeps an outlier's damage inside its block",
               f"每个 token 省下 {saved} 次乘法，代价是在带离群值的 query 上 Q 的 RMS 误差大 {ratio:.1f} 倍："
-              "q8_0 的 32 个一块，把离群值的伤害关在它自己那一块里")
+              "q8_0 每 32 个值一块，把离群值的伤害关在它自己那一块里")
 
 
 ex01_3 = Exercise(
@@ -170,7 +170,7 @@ ex01_3 = Exercise(
     "multiply done once per token. How many multiplies per token does that save? On lesson 01's outlier queries (rounding.outlier_q), which gives the larger RMS error of the "
     "dequantized Q: one scale per 128 ('per128') or per 32 ('per32')? Fields: a whole number; the text "
     "'per128' or 'per32'.",
-    "head_dim 为 128 时，段 2 对每个 32 个值的块、每个 token 做一次 `s += (float)dot32 * qsc[b]`。"
+    "head_dim 为 128 时，segment 2（打分）对每个 32 个值的块、每个 token 做一次 `s += (float)dot32 * qsc[b]`。"
     "如果 128 个值只用一个 scale，就可以先把 int32 点积加起来，每个 token 只做一次这个乘法。"
     "这样每个 token 省下几次乘法？在第 01 课带离群值的 query（rounding.outlier_q）上，哪一种让反量化后的 Q "
     "RMS 误差更大：每 128 个值一个 scale（'per128'），还是每 32 个值一个（'per32'）？"
@@ -179,7 +179,7 @@ ex01_3 = Exercise(
     solution=_l01_per128_truth,
     hint=Text("segment 2 does s += dot32 * qsc[b] once per block; with one block the int32 dots could be summed "
     "first. For the error: codes * step - q, RMS, with qm over the whole vector.",
-    "段 2 每块做一次 s += dot32 * qsc[b]；如果只有一块，int32 点积可以先求和。"
+    "segment 2 每块做一次 s += dot32 * qsc[b]；如果只有一块，int32 点积可以先求和。"
     "误差：算 codes * step - q 的 RMS，其中 qm 取整个向量的最大值。"))
 
 register(__name__, [ex01_1, ex01_2, ex01_3])
