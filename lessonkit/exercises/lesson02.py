@@ -72,7 +72,7 @@ ex02_1 = Exercise(
     solution=_l02_worst_truth,
     hint=Text("rescales.count_rescales(np.arange(256.0)); in segment 3 the if-branch has S *= ms and a loop of "
               "vmulq_f32 over hd values; both branches call expf once.",
-              "试试 rescales.count_rescales(np.arange(256.0))；段 3 里 if 分支有 S *= ms，还有一个对 hd 个值做 "
+              "试试 rescales.count_rescales(np.arange(256.0))；segment 3 里 if 分支有 S *= ms，还有一个对 hd 个值做 "
               "vmulq_f32 的循环；两个分支都各调用一次 expf。"))
 
 

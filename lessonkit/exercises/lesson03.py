@@ -109,8 +109,8 @@ def _l03_per_head(answer):
     if not close(r, ratio, 0.15):
         raise Wrong(tr(f"the quiet heads' error grows by a factor {'larger' if ratio > r else 'smaller'} than {r:.2g} "
                        "(RMS over the 7 quiet heads: one scale per row / one per (token, head))",
-                       f"安静头的误差增大的倍数{'大于' if ratio > r else '小于'} {r:.2g}"
-                       "（7 个安静头上的 RMS：每行一个 scale / 每 (token, 头) 一个 scale）"))
+                       f"正常头的误差增大的倍数{'大于' if ratio > r else '小于'} {r:.2g}"
+                       "（7 个正常头上的 RMS：每行一个 scale / 每 (token, 头) 一个 scale）"))
     got = sorted(whole(n, "a line number") for n in items_of(answer, "lines", 64))
     if got != lines:
         raise Wrong(tr(f"lines {got} are not the two that would change: the ones that read K's and V's scale "
@@ -118,7 +118,7 @@ def _l03_per_head(answer):
                        f"第 {got} 行不是要改的那两行：要改的是读 K 和 V 的 scale 的两行（它们的下标 t * nkv 会变成 t）"))
     return tr(f"{saved} bytes saved per token and layer, for a {ratio:.1f}x larger error on every quiet head; "
               f"lines {lines} would read the scale at index t instead of t * nkv",
-              f"每个 token、每层省下 {saved} 字节，代价是每个安静头的误差变成 {ratio:.1f} 倍；"
+              f"每个 token、每层省下 {saved} 字节，代价是每个正常头的误差变成 {ratio:.1f} 倍；"
               f"第 {lines} 行会改为在下标 t 而不是 t * nkv 处读 scale")
 
 
@@ -138,7 +138,7 @@ ex03_2 = Exercise(
         "K = ex.lesson03.l03_loud_head_K() 是 256 个 token、8 个 128 维 kv 头的 K；kv 头 3 比其他头大十倍。"
         "假设缓存每个 token 行（全部 1024 个值）只存一个 scale，而不是每 (token, kv 头) 一个。\n"
         "  bytes_saved_per_token（整数）：每个 token、每层省下多少字节的 K 和 V scale。\n"
-        "  quiet_error_ratio（一个数）：每行一个 scale 时 7 个安静头的 RMS 误差，除以它们在真实缓存里的 RMS 误差。"
+        "  quiet_error_ratio（一个数）：每行一个 scale 时其余 7 个正常头（kv 头 3 以外）的 RMS 误差，除以它们在真实缓存里的 RMS 误差。"
         "每行一个 scale：from lessonkit.quant import quantize_kv_rows；"
         "codes, scales = quantize_kv_rows(K.reshape(len(K), -1))；value = code * scale / 127。真实缓存："
         "c = lk.KVCacheQ8(8, 128, 64)；c.append(K, K)；c.dequantized(h)[0] 是头 h 的 K。\n"
@@ -148,9 +148,9 @@ ex03_2 = Exercise(
     hint=Text("scales: 2 (K, V) x 4 bytes x nkv per token; the loud head sets the max of the whole row; "
               "the lines read K's and V's scale at index t * nkv (source.find_line('kscale[(size_t)t * nkv]', segment=2) "
               "and its V twin in segment 3).",
-              "scale：每个 token 2（K、V）x 4 字节 x nkv；响亮的那个头决定整行的 max；"
+              "scale：每个 token 2（K、V）x 4 字节 x nkv；数值大的那个头（kv 头 3）决定整行的 max；"
               "要改的两行在下标 t * nkv 处读 K 和 V 的 scale（source.find_line('kscale[(size_t)t * nkv]', segment=2)，"
-              "以及段 3 里对应的 V 那一行）。"))
+              "以及 segment 3 里对应的 V 那一行）。"))
 
 L03_KV_BS = (16, 64, 256, 4096)
 
