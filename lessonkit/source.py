@@ -35,18 +35,18 @@ def kernel_segments(path: Path | str = KERNEL_FILE) -> dict[int, Segment]:
             n = int(m.group(1))
             if n in opened or n in found:
                 raise ValueError(tr(f"{path}:{lineno}: segment {n} opened twice",
-                                    f"{path}:{lineno}：段 {n} 的开始标记出现了两次"))
+                                    f"{path}:{lineno}：segment {n} 的开始标记出现了两次"))
             opened[n] = (m.group(2), lineno)
         elif m := _END.search(line):
             n = int(m.group(1))
             if n not in opened:
                 raise ValueError(tr(f"{path}:{lineno}: segment {n} closed but never opened",
-                                    f"{path}:{lineno}：段 {n} 有结束标记，却没有开始标记"))
+                                    f"{path}:{lineno}：segment {n} 有结束标记，却没有开始标记"))
             title, begin = opened.pop(n)
             found[n] = Segment(n, title, begin, lineno)
     if opened:
         raise ValueError(tr(f"{path}: segment(s) {sorted(opened)} never closed",
-                            f"{path}：段 {sorted(opened)} 没有结束标记"))
+                            f"{path}：segment {sorted(opened)} 没有结束标记"))
     return dict(sorted(found.items()))
 
 
@@ -115,7 +115,7 @@ def find_line(text: str, segment: int | None = None, path: Path | str = KERNEL_F
     else:
         segs = kernel_segments(path)
         if segment not in segs:
-            raise ValueError(tr(f"no segment {segment} in {Path(path).name}", f"{Path(path).name} 里没有段 {segment}"))
+            raise ValueError(tr(f"no segment {segment} in {Path(path).name}", f"{Path(path).name} 里没有 segment {segment}"))
         first, last = segs[segment].begin, segs[segment].end
     for n in range(first, last + 1):
         if text in lines[n - 1]:
@@ -124,4 +124,4 @@ def find_line(text: str, segment: int | None = None, path: Path | str = KERNEL_F
         raise ValueError(tr(f"no line of the file of {Path(path).name} contains {text!r}",
                             f"{Path(path).name} 里没有哪一行包含 {text!r}"))
     raise ValueError(tr(f"no line of segment {segment} of {Path(path).name} contains {text!r}",
-                        f"{Path(path).name} 的段 {segment} 里没有哪一行包含 {text!r}"))
+                        f"{Path(path).name} 的 segment {segment} 里没有哪一行包含 {text!r}"))

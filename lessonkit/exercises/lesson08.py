@@ -82,7 +82,7 @@ def _merge(answer):
     m = field_of(answer, "M", float)
     if not close(m, M, 1e-6):
         raise Wrong(tr(f"M = {m:g}: the merged state's M is the larger of the two runs' maxima",
-                       f"M = {m:g}：合并后状态的 M 是两段各自最大值中较大的那个"))
+                       f"M = {m:g}：合并后状态的 M 是两个区间各自最大值中较大的那个"))
     s = field_of(answer, "S", float)
     if not close(s, S, 1e-4):
         hint = (tr(" (you added the two S without moving A's to the new M)", "（你直接把两个 S 相加，没有把 A 的 S 换算到新的 M）")
@@ -124,11 +124,11 @@ THREADS = {
     "b": Choice(Text("when one core already pulls all the memory bandwidth there is",
                      "一个核已经用满了全部内存带宽时"),
                 Text("then a second core waits for the same memory: the bytes per second do not grow",
-                     "那样第二个核只是在等同一块内存：每秒的字节数不会增加")),
+                     "那样第二个核也只是在等同一个内存：每秒的字节数不会增加")),
     "c": Choice(Text("when the chunks are so short that the merge is most of the work",
-                     "块短到合并占了大部分工作时"),
+                     "区间短到合并占了大部分工作时"),
                 Text("then the thread start, the wait and the merge cost more than the chunk itself",
-                     "那样线程启动、等待和合并的开销比块本身还大")),
+                     "那样线程启动、等待和合并的开销比扫描区间本身还大")),
 }
 
 
@@ -141,8 +141,8 @@ ex08_3 = Exercise(
     question=Text(
         "Split-KV cuts one query head's tokens into 2 chunks and runs them on 2 threads. When does that "
         "finish the head clearly faster than the same 2 chunks on 1 thread?",
-        "切分 KV 把一个查询头的 token 切成 2 块，在 2 个线程上运行。什么时候它算完这个头明显快于"
-        "同样 2 块在 1 个线程上运行？"),
+        "切分 KV 把一个查询头的 token 切成 2 个区间，在 2 个线程上运行。什么时候它算完这个头明显快于"
+        "同样 2 个区间在 1 个线程上运行？"),
     template={"choice": ...}, check=_threads, solution=lambda: {"choice": "a"}, choices=THREADS,
     hint=Text("Look at the split rows of the timing table at 8K and at 256K, and at the parallel capacity under it.",
               "看计时表里切分 KV 在 8K 和 256K 的那几行，以及表下面的并行能力。"))
