@@ -49,16 +49,16 @@ BY_NAME: dict[str, Variant] = {v.name: v for v in VARIANTS}
 # the registry's "adds" texts in Chinese, by name (the Chinese lessons print them); a version missing
 # here (a student's new one) is shown with its English text
 ADDS_ZH = {
-    "neon": "文章 9-2 印出的那个内核：一个 token 循环（打分、在线更新、累加）",
+    "neon": "文章 9-2 给出的内核原样：一个 token 循环（打分、在线更新、累加）",
     "scalar": "标量 C 参考实现，每个版本都与它对照",
     "two_pass_scores": "文章第 3 节：先存下全部分数，再求 exp 与和，最后加权 V",
     "two_pass_recompute": "文章第 3 节：K 读两遍（先求最大值与和，再连同 V 重算分数）",
-    "tile": "在 v0 上：先给 FA_TILE 个 token 的瓦片打分，再逐个 token 并入",
+    "tile": "在 v0 上：先给 FA_TILE 个 token 组成的 tile 打分，再逐个 token 并入",
     "score4": "在 v4 上：四行 K 一起打分，它们的 int32 块和一步归约",
-    "tile_rescale": "在 v5 上：每个瓦片只求一次最大值、只对 S 和 VKQ 做一次 rescale，不再每遇新最大值做一次",
-    "vexp": "在 v6 上：瓦片的权重用 4 通道 NEON exp 计算，不再每个 token 调用一次 expf",
-    "vkq_regs": "在 v7 上：VKQ 放在寄存器里，每次 32 列，扫过瓦片的各行 V",
-    "magic": "在 v8 上：V 的 int8 -> fp32 靠加到 1.5 * 2^23 的位上再减掉它（不用 scvtf）",
+    "tile_rescale": "在 v5 上：每个 tile 只求一次最大值、只对 S 和 VKQ 做一次 rescale，不再每遇到新的最大值就做一次",
+    "vexp": "在 v6 上：tile 的权重用 4 通道的 NEON exp 一起算，不再每个 token 调用一次 expf",
+    "vkq_regs": "在 v7 上：VKQ 放在寄存器里，每次 32 列，扫过 tile 的各行 V",
+    "magic": "在 v8 上：V 的 int8 -> fp32 不用 scvtf，而是把整数加进 1.5 * 2^23 的位模式，再减去 1.5 * 2^23",
     "prefetch": "在 v9 上：软件预取 FA_PREFETCH 个 token 之后的 K 行和 V 行",
     "fast": "最快的单头版本：x86 上用 v8 的步骤，aarch64 上用 v9 的（带魔数加法）",
     "two_pass_scores_fast": "用 fast 的步骤搭成的 v2 三遍版（一次给四行 K 打分、向量 exp、VKQ 放在寄存器里）",

@@ -138,7 +138,7 @@ four_cores = Exercise(
 
 FLOOR_CHOICES = {
     "a": Choice(Text("the old version already took about bytes / bandwidth per token",
-                     "旧版本每 token 已经只要大约 字节数 / 带宽 的时间"),
+                     "旧版本每 token 的时间已经约等于 字节数 / 带宽"),
                 Text("at the floor, time is set by the bytes read; fewer instructions do not read fewer bytes",
                      "到了下限，时间由读的字节数决定；指令少了，读的字节并没有少")),
     "b": Choice(Text("the compiler removed the new instructions again at -O3",
