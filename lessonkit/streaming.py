@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from . import native, traffic
+from .language import tr
 from . import validate as check
 from .kernels.attention import attend, kernel_inputs
 from .cache import KVCacheQ8
@@ -483,7 +484,8 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
     if traffic.valgrind_available() and not load_only:
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
                    for c in configs}
-        note = f"simulated now with {_valgrind_version()} (callgrind --cache-sim=yes)"
+        note = tr(f"simulated now with {_valgrind_version()} (callgrind --cache-sim=yes)",
+                  f"现场用 {_valgrind_version()} 模拟（callgrind --cache-sim=yes）")
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
             saved.parent.mkdir(parents=True, exist_ok=True)
             # merged into what the file holds: a lesson saves its configurations in several calls,
@@ -496,7 +498,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
                         machine=platform.machine(),
                         results=[r for r in kept if key(r) not in new_keys] + fresh)
             saved.write_text(json.dumps(data, indent=1) + "\n")
-            note += f"; saved to {saved.name}"
+            note += tr(f"; saved to {saved.name}", f"；已存入 {saved.name}")
         return results, note
     if not saved.is_file():
         raise RuntimeError(f"{'valgrind was not run' if load_only else 'valgrind is not installed'} and there "
@@ -513,7 +515,10 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
     if missing:
         raise RuntimeError(f"{saved.name} has no saved results for {missing}; run the notebook where "
                            f"valgrind is installed with {SAVE_ENV}=1 to save them")
-    why = "loaded as asked" if traffic.valgrind_available() else "valgrind is not installed here"
-    note = (f"{why}: these are the results saved in {saved.name} "
-            f"({data.get('valgrind', 'valgrind')} on {data.get('machine', 'another machine')})")
+    why = (tr("loaded as asked", "按要求读入") if traffic.valgrind_available()
+           else tr("valgrind is not installed here", "这台机器没有安装 valgrind"))
+    note = tr(f"{why}: these are the results saved in {saved.name} "
+              f"({data.get('valgrind', 'valgrind')} on {data.get('machine', 'another machine')})",
+              f"{why}：以下是 {saved.name} 里保存的结果（{data.get('valgrind', 'valgrind')}，"
+              f"在 {data.get('machine', '另一台机器')} 上）")
     return {c: have[c] for c in configs}, note
