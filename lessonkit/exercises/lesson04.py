@@ -171,7 +171,7 @@ ex04_3 = Exercise(
         "把乘 scale 这一步并进 Q 的块 scale，在你自己的内核副本里改（不要改 native/）。\n"
         "  1. src = workspace.student_native()（from lessonkit import debug, workspace）把 native/ 复制到 "
         "my-work/native/。\n"
-        "  2. 在 src / 'flash_attn_q8_neon.c' 里，把 segment 1 的那一行改成  qsc[b] = qm * KVQ_INV * scale;  并把"
+        "  2. 在 src / 'flash_attn_q8_neon.c' 里，把 segment 1 的那一行改成  qsc[b] = qm * KVQ_INV * scale;  并把 "
         "segment 2 的那一行改成  s = s * ks;\n"
         "  3. ffi2, lib2 = lk.native.load(src_dir=src) 构建你的副本。tr2 = debug.trace_with(ffi2, lib2, q, "
         "cache, kh, scale) 用本课的 q、cache、kh 和 scale 运行它的跟踪构建，返回的跟踪与 "
