@@ -220,7 +220,7 @@ def cost_table(c: PassCounts, segments: dict) -> str:
     width = lambda s: len(s) + sum(1 for ch in s if ord(ch) > 0x2E7F)  # noqa: E731  (CJK: two columns)
     pad = lambda s, w: s + " " * max(0, w - width(s))  # noqa: E731
     w0 = max(width(r[0]) for r in rows)
-    head = pad(tr("segment", "段"), w0) + "  " + pad(tr("runs", "运行"), 9) + "  " + tr(
+    head = pad(tr("segment", "segment"), w0) + "  " + pad(tr("runs", "运行"), 9) + "  " + tr(
         "what it read and computed in this call", "这次调用读了什么、算了什么")
     return "\n".join([head, "-" * width(head)] + [f"{pad(a, w0)}  {pad(b, 9)}  {d}" for a, b, d in rows])
 
@@ -263,7 +263,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     # segment 1, once
     box(0.1, 6.0, 1.7, 0.8, f"q  fp32 [{hd}]\n{c.q_bytes} B")
     box(2.3, 5.85, 4.5, 1.1, tr(f"segment 1 ({lines[1]}), once\nQ -> int8 codes [{hd}]\n+ {nblk} block scales qsc",
-                                f"段 1（{lines[1]}），一次\nQ -> int8 码值 [{hd}]\n+ {nblk} 个块 scale qsc"),
+                                f"segment 1（{lines[1]}），一次\nQ -> int8 码值 [{hd}]\n+ {nblk} 个块 scale qsc"),
         seg=1)
     arrow(1.85, 6.4, 2.25, 6.4)
     arrow(3.4, 5.8, 3.4, 4.3)
@@ -278,10 +278,10 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
             weight="bold", ha="right", va="center")
     box(0.2, 2.1, 1.7, 2.1, tr(f"K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B", f"K 的第 t 行\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B"))
     box(2.3, 2.1, 2.3, 2.1, tr(f"segment 2\n({lines[2]})\n{nblk} int32 dots\ns += dot32 * qsc[b]\ns *= ks * scale",
-                               f"段 2\n（{lines[2]}）\n{nblk} 次 int32 点积\ns += dot32 * qsc[b]\ns *= ks * scale"), seg=2)
+                               f"segment 2\n（{lines[2]}）\n{nblk} 次 int32 点积\ns += dot32 * qsc[b]\ns *= ks * scale"), seg=2)
     box(5.0, 2.1, 2.3, 2.1, tr(f"segment 3\n({lines[3]})\nnew max: rescale\n({c.rescales} of {T} tokens)\n"
                                "1 expf per token",
-                               f"段 3\n（{lines[3]}）\n新最大值：rescale\n（{T} 个 token 中 {c.rescales} 个）\n"
+                               f"segment 3\n（{lines[3]}）\n新最大值：rescale\n（{T} 个 token 中 {c.rescales} 个）\n"
                                "每 token 1 次 expf"), seg=3)
     box(7.7, 2.1, 2.15, 2.1, tr(f"VKQ += V row t\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B",
                                 f"VKQ += V 的第 t 行\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B"), seg=3)
@@ -301,7 +301,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     sval = "" if final_S is None else f" (S = {final_S:.4g})"
     box(6.3, 0.1, 3.55, 1.35, tr(f"segment 4 ({lines[4]}), once\nx 1/S{sval}: {c.divisions} division\n"
                                  f"+ {c.out_multiplies} multiplies\n-> attn_out fp32 [{hd}]",
-                                 f"段 4（{lines[4]}），一次\nx 1/S{sval}：{c.divisions} 次除法\n"
+                                 f"segment 4（{lines[4]}），一次\nx 1/S{sval}：{c.divisions} 次除法\n"
                                  f"+ {c.out_multiplies} 次乘法\n-> attn_out fp32 [{hd}]"), seg=4)
     arrow(8.8, 2.0, 8.8, 1.5)
     kh = "" if kv_head is None else tr(f", kv head {kv_head}", f"，kv 头 {kv_head}")
@@ -364,19 +364,19 @@ def check_walkthrough(seed: int = 0):
         c = pass_counts(tr, cache)
         once = c.k_rows_read == c.v_rows_read == T and c.expf_calls == T
         for name, ok in ((text_("traced == untraced, bit for bit", "带跟踪 == 不带跟踪，逐位相同"), same),
-                         (text_("segment 1: Q codes and scales exact", "段 1：Q 的码值和 scale 完全一致"), seg1),
-                         (text_("segment 2: int32 block dots exact", "段 2：int32 块点积完全一致"), dots),
-                         (text_("segment 2: scores within 1e-6 of their terms", "段 2：分数误差在其各项大小的 1e-6 以内"), s_ok),
-                         (text_("segment 3: M and the rescaled tokens exact", "段 3：M 和发生 rescale 的 token 完全一致"), m_ok),
+                         (text_("segment 1: Q codes and scales exact", "segment 1：Q 的码值和 scale 完全一致"), seg1),
+                         (text_("segment 2: int32 block dots exact", "segment 2：int32 块点积完全一致"), dots),
+                         (text_("segment 2: scores within 1e-6 of their terms", "segment 2：分数误差在其各项大小的 1e-6 以内"), s_ok),
+                         (text_("segment 3: M and the rescaled tokens exact", "segment 3：M 和发生 rescale 的 token 完全一致"), m_ok),
                          (text_("segment 3: S and VKQ within 1e-5 after every token",
-                             "段 3：每个 token 之后 S 和 VKQ 的误差在 1e-5 以内"), acc_ok),
-                         (text_("segment 4: out == VKQ * (1/S), bit for bit", "段 4：out == VKQ * (1/S)，逐位相同"), seg4),
+                             "segment 3：每个 token 之后 S 和 VKQ 的误差在 1e-5 以内"), acc_ok),
+                         (text_("segment 4: out == VKQ * (1/S), bit for bit", "segment 4：out == VKQ * (1/S)，逐位相同"), seg4),
                          (text_("each K and V row read once, one expf per token", "每行 K 和 V 只读一次，每 token 一次 expf"),
                           once)):
             out.add(f"{name} ({case})", ok, text_("differs from the numpy replay", "与 numpy 重放不一致"))
     low_cache, low_q, low_scale = cache_with_scores(np.array([-2e9, -3e9], np.float32), head_dim=32)
     low_out = attend(low_q, low_cache, 0, scale=low_scale)
-    out.add(text_("segment 4 guard: scores below -1e9 give zeros, not NaN", "段 4 的保护：分数低于 -1e9 时输出 0，不是 NaN"),
+    out.add(text_("segment 4 guard: scores below -1e9 give zeros, not NaN", "segment 4 的保护：分数低于 -1e9 时输出 0，不是 NaN"),
             (low_out == 0).all(), f"out {low_out[:4]}")
     return out
 

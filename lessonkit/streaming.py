@@ -485,7 +485,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
                    for c in configs}
         note = tr(f"simulated now with {_valgrind_version()} (callgrind --cache-sim=yes)",
-                  f"刚用 {_valgrind_version()} 模拟（callgrind --cache-sim=yes）")
+                  f"现场用 {_valgrind_version()} 模拟（callgrind --cache-sim=yes）")
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
             saved.parent.mkdir(parents=True, exist_ok=True)
             # merged into what the file holds: a lesson saves its configurations in several calls,
@@ -498,7 +498,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
                         machine=platform.machine(),
                         results=[r for r in kept if key(r) not in new_keys] + fresh)
             saved.write_text(json.dumps(data, indent=1) + "\n")
-            note += tr(f"; saved to {saved.name}", f"；已保存到 {saved.name}")
+            note += tr(f"; saved to {saved.name}", f"；已存入 {saved.name}")
         return results, note
     if not saved.is_file():
         raise RuntimeError(f"{'valgrind was not run' if load_only else 'valgrind is not installed'} and there "
@@ -516,9 +516,9 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
         raise RuntimeError(f"{saved.name} has no saved results for {missing}; run the notebook where "
                            f"valgrind is installed with {SAVE_ENV}=1 to save them")
     why = (tr("loaded as asked", "按要求读入") if traffic.valgrind_available()
-           else tr("valgrind is not installed here", "这里没有安装 valgrind"))
+           else tr("valgrind is not installed here", "这台机器没有安装 valgrind"))
     note = tr(f"{why}: these are the results saved in {saved.name} "
               f"({data.get('valgrind', 'valgrind')} on {data.get('machine', 'another machine')})",
-              f"{why}：这些是保存在 {saved.name} 里的结果"
-              f"（{data.get('valgrind', 'valgrind')}，在 {data.get('machine', '另一台机器')} 上）")
+              f"{why}：以下是 {saved.name} 里保存的结果（{data.get('valgrind', 'valgrind')}，"
+              f"在 {data.get('machine', '另一台机器')} 上）")
     return {c: have[c] for c in configs}, note

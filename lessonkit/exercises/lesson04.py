@@ -47,29 +47,29 @@ def _l04_outside(answer):
     if extra:
         more = ' ...' if len(extra) > 6 else ''
         raise Wrong(tr(f"lines {extra[:6]}{more} are inside a segment or outside the function",
-                       f"第 {extra[:6]}{more} 行在某个段里，或在函数之外"))
+                       f"第 {extra[:6]}{more} 行在某个 segment 里，或在函数之外"))
     if missing:
         raise Wrong(tr(f"{len(missing)} non-blank line(s) of the function outside every segment are missing, "
                        f"the first at line {missing[0]}",
-                       f"函数里不属于任何段的非空行少了 {len(missing)} 行，第一行是第 {missing[0]} 行"))
+                       f"函数里不属于任何 segment 的非空行少了 {len(missing)} 行，第一行是第 {missing[0]} 行"))
     return tr(f"{len(truth)} non-blank lines belong to no segment: the signature and the argument check, the "
               "running state M, S, VKQ and the token loop around segments 2-3, and closing braces",
-              f"有 {len(truth)} 个非空行不属于任何段：函数签名和参数检查，运行态 M、S、VKQ 以及包住段 2-3 的 "
+              f"有 {len(truth)} 个非空行不属于任何 segment：函数签名和参数检查，运行态 M、S、VKQ 以及包住 segment 2-3 的 "
               "token 循环，还有右花括号")
 
 
 ex04_1 = Exercise(
     lesson="04", name="outside_segments",
-    title=Text("exercise 1: lines in no segment", "练习 1：不属于任何段的行"),
+    title=Text("exercise 1: lines in no segment", "练习 1：不属于任何 segment 的行"),
     question=Text("List the lines of flash_attn_single_q_q8_neon that lie in no segment (numbers or (first, last) ranges; "
                   "blank lines may be left out).",
-                  "列出 flash_attn_single_q_q8_neon 里不属于任何段的行（行号，或 (first, last) 范围；空行可以不列）。"),
+                  "列出 flash_attn_single_q_q8_neon 里不属于任何 segment 的行（行号，或 (first, last) 范围；空行可以不列）。"),
     template={"lines": [...]}, check=_l04_outside,
     solution=lambda: {"lines": sorted(_lines_outside_segments())},
     hint=Text("source.function_lines('flash_attn_single_q_q8_neon') and source.kernel_segments(): every line of the "
               "first range that is in none of the second.",
               "用 source.function_lines('flash_attn_single_q_q8_neon') 和 source.kernel_segments()：前者范围里、"
-              "不在后者任何一段里的每一行。"),
+              "不在后者任何一个 segment 里的每一行。"),
     explain=Text("They belong to the article's parts as follows: the signature and `if (hd ...)` to the call itself, "
                  "M/S/VKQ and the token loop to the online softmax (the article's segment 2 declares them).",
                  "它们在文章里的归属：签名和 `if (hd ...)` 属于调用本身，M/S/VKQ 和 token 循环属于在线 softmax"
@@ -99,7 +99,7 @@ def _l04_once(answer):
     hd = lesson04_data()[0].head_dim
     return tr(f"{nk} K scales (one per token) against {nq} Q scales; segment 1 ran {runs} time; quantizing Q per "
               f"token would call q_code {per_token} times instead of {hd}",
-              f"{nk} 个 K scale（每 token 一个），而 Q scale 只有 {nq} 个；段 1 运行了 {runs} 次；如果每个 token "
+              f"{nk} 个 K scale（每 token 一个），而 Q scale 只有 {nq} 个；segment 1 运行了 {runs} 次；如果每个 token "
               f"都量化 Q，q_code 要调用 {per_token} 次，而不是 {hd} 次")
 
 
@@ -114,7 +114,7 @@ ex04_2 = Exercise(
     template={"distinct_k_scales": ..., "distinct_q_scales": ..., "q_code_calls_if_per_token": ...}, check=_l04_once,
     solution=lambda: (lambda t: (t[0], t[1], t[3]))(_l04_once_truth()),
     hint=Text("len(np.unique(...)); segment 1 calls q_code once per value of Q.",
-              "len(np.unique(...))；段 1 对 Q 的每个值调用一次 q_code。"))
+              "len(np.unique(...))；segment 1 对 Q 的每个值调用一次 q_code。"))
 
 FOLD_EDITS = (debug.Edit(source.KERNEL_FILE.name, "qsc[b] = qm * KVQ_INV;", "qsc[b] = qm * KVQ_INV * scale;", 1),
               debug.Edit(source.KERNEL_FILE.name, "s = s * ks * scale;", "s = s * ks;", 2))
@@ -141,7 +141,7 @@ def _l04_fold(answer):
     s = field_of(answer, "multiplies_saved_per_token", int)
     if s != saved:
         raise Wrong(tr(f"not {s}: compare the per-token line of segment 2 before and after (the per-block line does not change)",
-                       f"不是 {s}：对比段 2 里每 token 那一行改之前和改之后（每块那一行没有变）"))
+                       f"不是 {s}：对比 segment 2 里每 token 那一行改之前和改之后（每块那一行没有变）"))
     b = field_of(answer, "scores_change_only_in_last_bits", bool)
     if b != last_bits:
         raise Wrong(tr(f"the folded kernel's scores differ from the original's by at most {rel:.1e} relative",
@@ -171,8 +171,8 @@ ex04_3 = Exercise(
         "把乘 scale 这一步并进 Q 的块 scale，在你自己的内核副本里改（不要改 native/）。\n"
         "  1. src = workspace.student_native()（from lessonkit import debug, workspace）把 native/ 复制到 "
         "my-work/native/。\n"
-        "  2. 在 src / 'flash_attn_q8_neon.c' 里，把段 1 的那一行改成  qsc[b] = qm * KVQ_INV * scale;  并把"
-        "段 2 的那一行改成  s = s * ks;\n"
+        "  2. 在 src / 'flash_attn_q8_neon.c' 里，把 segment 1 的那一行改成  qsc[b] = qm * KVQ_INV * scale;  并把 "
+        "segment 2 的那一行改成  s = s * ks;\n"
         "  3. ffi2, lib2 = lk.native.load(src_dir=src) 构建你的副本。tr2 = debug.trace_with(ffi2, lib2, q, "
         "cache, kh, scale) 用本课的 q、cache、kh 和 scale 运行它的跟踪构建，返回的跟踪与 "
         "lk.attend(..., trace=True) 的同类。\n"
@@ -183,7 +183,7 @@ ex04_3 = Exercise(
     solution=_l04_fold_truth,
     hint=Text("the multiply by scale moves from the token loop into segment 1 (4 blocks, once per call); float32 "
               "multiplication is not associative, so (a * b) * c and a * (b * c) may round differently.",
-              "乘 scale 从 token 循环移到了段 1（4 个块，每次调用一次）；float32 乘法不满足结合律，"
+              "乘 scale 从 token 循环移到了 segment 1（4 个块，每次调用一次）；float32 乘法不满足结合律，"
               "所以 (a * b) * c 和 a * (b * c) 的舍入可能不同。"))
 
 register(__name__, [ex04_1, ex04_2, ex04_3])
