@@ -12,7 +12,7 @@ import numpy as np
 
 from . import plotstyle
 from . import validate as check
-from .language import tr
+from .language import columns, pad, tr
 from .language import tr as text_  # where a local `tr` (a trace) hides tr
 from .quant import KVQ_INV
 from .source import SIMD_HEADER
@@ -217,12 +217,10 @@ def cost_table(c: PassCounts, segments: dict) -> str:
          tr(f"{c.divisions} division (1/S), {c.out_multiplies} multiplies",
             f"{c.divisions} 次除法（1/S），{c.out_multiplies} 次乘法")),
     ]
-    width = lambda s: len(s) + sum(1 for ch in s if ord(ch) > 0x2E7F)  # noqa: E731  (CJK: two columns)
-    pad = lambda s, w: s + " " * max(0, w - width(s))  # noqa: E731
-    w0 = max(width(r[0]) for r in rows)
+    w0 = max(columns(r[0]) for r in rows)
     head = pad(tr("segment", "segment"), w0) + "  " + pad(tr("runs", "运行"), 9) + "  " + tr(
         "what it read and computed in this call", "这次调用读了什么、算了什么")
-    return "\n".join([head, "-" * width(head)] + [f"{pad(a, w0)}  {pad(b, 9)}  {d}" for a, b, d in rows])
+    return "\n".join([head, "-" * columns(head)] + [f"{pad(a, w0)}  {pad(b, 9)}  {d}" for a, b, d in rows])
 
 
 # ----------------------------------------------------------------------------- the figure

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import native
-from .language import tr
+from .language import cut, pad, tr
 
 
 @dataclass
@@ -353,7 +353,7 @@ def print_setup(checks: list[Check] | None = None) -> None:
     checks = check_setup() if checks is None else checks
     for c in checks:
         status = tr("ok " if c.ok else "MISSING", "有  " if c.ok else "缺少")
-        print(f"{status}  {_pad(c.what, 24)} {_pad(_cut(c.found, 48), 48)}  "
+        print(f"{status}  {pad(c.what, 24)} {pad(cut(c.found, 48), 48)}  "
               + tr(f"for {c.needed_for}", f"用于{' ' if c.needed_for[:1].isascii() else ''}{c.needed_for}"))
     for c in checks:
         if not c.ok:
@@ -362,19 +362,3 @@ def print_setup(checks: list[Check] | None = None) -> None:
         print(tr("\nEverything the workbook uses is here.", "\n练习册要用的东西都齐了。"))
 
 
-def _width(s: str) -> int:
-    """Columns a terminal or notebook gives ``s``: two for each wide (Chinese) character."""
-    import unicodedata
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in s)
-
-
-def _cut(s: str, columns: int) -> str:
-    """``s`` cut to at most ``columns`` columns (``s[:columns]`` for plain ASCII)."""
-    while _width(s) > columns:
-        s = s[:-1]
-    return s
-
-
-def _pad(s: str, columns: int) -> str:
-    """``s`` padded with spaces to ``columns`` columns (``f"{s:<columns}"`` for plain ASCII)."""
-    return s + " " * max(0, columns - _width(s))

@@ -15,6 +15,7 @@ use it; a lesson says it in its first cell instead)."""
 from __future__ import annotations
 
 import os
+import unicodedata
 
 LANGUAGES = {"en": "English", "zh": "简体中文 (Simplified Chinese)"}
 
@@ -80,3 +81,25 @@ class Text:
 def text(value) -> str:
     """A plain string, a ``Text`` or None as the current language's string ("" for None)."""
     return "" if value is None else str(value)
+
+
+# Tables printed in Chinese: a Chinese character takes two columns of a fixed-width font, where
+# str.ljust and f"{s:<n}" count one, so a Chinese table's columns would drift without these.
+
+def columns(s: str) -> int:
+    """The columns ``s`` takes in a fixed-width font: two for each wide (Chinese) character."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in s)
+
+
+def pad(s: str, width: int, right: bool = False) -> str:
+    """``s`` padded with spaces to ``width`` columns, on the right (``f"{s:<width}"`` for ASCII),
+    or on the left with ``right=True`` (``f"{s:>width}"``)."""
+    fill = " " * max(0, width - columns(s))
+    return fill + s if right else s + fill
+
+
+def cut(s: str, width: int) -> str:
+    """``s`` cut to at most ``width`` columns (``s[:width]`` for ASCII)."""
+    while columns(s) > width:
+        s = s[:-1]
+    return s

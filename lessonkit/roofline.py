@@ -27,7 +27,6 @@ import dataclasses
 import json
 import math
 import os
-import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ import numpy as np
 from . import cycles, env, native
 from . import validate as check
 from .cache import KVCacheQ8
-from .language import tr
+from .language import pad, tr
 from .variants import BY_NAME, VARIANTS
 
 SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
@@ -249,23 +248,17 @@ def results(saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
                               f"{saved.name} 里没有保存的结果：请设置 {SAVE_ENV}=1 运行本课"))
     res = json.loads(saved.read_text())
     res["rows"] = _keys_to_int(res["rows"])
+    # the machine label was saved in English (env.machine_label); its words follow the language
+    res["machine"] = res.get("machine", "").replace("kernel backend ", tr("kernel backend ", "内核后端 "))
     return res, tr(f"saved in {saved.name} (run the notebook with {SAVE_ENV}=1 to measure them on your machine)",
                    f"读自保存的 {saved.name}（设置 {SAVE_ENV}=1 运行本课，即可在你的机器上重测）")
-
-
-def _pad(text: str, width: int, right: bool = False) -> str:
-    """``text`` padded with spaces to ``width`` columns of a fixed-width font, a Chinese character
-    taking two (str.ljust counts it as one, and the columns of a Chinese table would drift)."""
-    cols = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-    fill = " " * max(0, width - cols)
-    return fill + text if right else text + fill
 
 
 def table(res: dict) -> str:
     """One line per version: what it adds, ns/token at each length, the A76 estimate and its mix."""
     lengths = sorted(res["rows"])
-    head = _pad(tr("version", "版本"), 14) + "".join(f"{f'{T // 1024}K':>8}" for T in lengths) + \
-        _pad(tr("A76 est.", "A76 估计"), 10, right=True) + _pad(tr("instr.", "指令数"), 8, right=True) + \
+    head = pad(tr("version", "版本"), 14) + "".join(f"{f'{T // 1024}K':>8}" for T in lengths) + \
+        pad(tr("A76 est.", "A76 估计"), 10, right=True) + pad(tr("instr.", "指令数"), 8, right=True) + \
         tr("  mix per token (loads/simd/scalar)", "  每 token 指令构成（加载/SIMD/标量）")
     rounds = (tr(f", fastest of {res['rounds']} interleaved rounds", f"，交替计时 {res['rounds']} 轮取最快")
               if res.get("rounds") else "")

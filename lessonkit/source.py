@@ -17,12 +17,27 @@ _BEGIN = re.compile(r"/\*\s*== segment (\d+): (.*?) ==\s*\*/")
 _END = re.compile(r"/\*\s*== end segment (\d+) ==\s*\*/")
 
 
+# The kernel file's segment titles in Chinese, for the Chinese lessons (the C comments stay English, as
+# C source does); a title not listed here (an edited marker) is shown as the file has it.
+TITLES_ZH = {
+    "Q -> int8, once per call": "Q 转成 int8，每次调用一次",
+    "score token t": "给 token t 打分",
+    "online softmax: rescale on a new max, accumulate V": "在线 softmax：遇到新最大值就 rescale，累加 V",
+    "normalize once": "最后归一一次",
+}
+
+
 @dataclass(frozen=True)
 class Segment:
     number: int
-    title: str
+    title: str  # as the marker comment has it
     begin: int  # 1-based line of the opening marker
     end: int    # 1-based line of the closing marker
+
+    @property
+    def shown_title(self) -> str:
+        """The title in the current language (lessonkit.language): the file's, or TITLES_ZH's in Chinese."""
+        return tr(self.title, TITLES_ZH.get(self.title, self.title))
 
 
 def kernel_segments(path: Path | str = KERNEL_FILE) -> dict[int, Segment]:
