@@ -44,7 +44,7 @@ from pathlib import Path
 import cffi
 
 from . import validate as check
-from .language import tr
+from .language import language, tr
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 NATIVE_DIR = REPO_DIR / "native"
@@ -626,7 +626,7 @@ def _smoke(lib: Path, header: str, verify: str) -> dict:
     ``{"verified": level, "failures": [...], "crash": str|None}``."""
     if verify == "skip":
         return {"verified": "skip", "failures": [], "crash": None}
-    request = json.dumps({"library": str(lib), "header": header})
+    request = json.dumps({"library": str(lib), "header": header, "lang": language()})
     try:
         proc = subprocess.run([sys.executable, "-I", str(SMOKE_SCRIPT)], input=request,
                               capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
