@@ -41,6 +41,7 @@ from . import native, source
 from .env import lldb_path  # where lldb is: the set-up check lists it too
 from . import validate as check
 from .kernels.attention import attend
+from .language import tr
 from .cache import KVCacheQ8
 from .synthetic import cache_with_scores
 from .trace import Trace, run_traced
@@ -112,6 +113,17 @@ INSTALL = {
     "lldb": "lldb is not installed (Debian/Ubuntu: sudo apt install lldb; macOS: lldb comes with Xcode's "
             "command line tools: xcode-select --install)",
 }
+INSTALL_ZH = {
+    "gdb": "没有安装 gdb（Debian/Ubuntu：sudo apt install gdb；在 Apple Silicon 的 Mac 上 gdb 跑不起来："
+           "请用 debugger=\"lldb\"，它随 Xcode 的命令行工具提供）",
+    "lldb": "没有安装 lldb（Debian/Ubuntu：sudo apt install lldb；macOS：lldb 随 Xcode 的命令行工具提供："
+            "xcode-select --install）",
+}
+
+
+def _install(debugger: str) -> str:
+    """What to install for ``debugger``, in the current language (``INSTALL`` is the English)."""
+    return tr(INSTALL[debugger], INSTALL_ZH[debugger])
 
 
 def debugger_path(debugger: str = "gdb") -> str | None:
@@ -121,9 +133,12 @@ def debugger_path(debugger: str = "gdb") -> str | None:
 
 def _debugger_name(debugger) -> str:
     if debugger not in DEBUGGERS:
-        raise ValueError(f"debugger must be one of {', '.join(map(repr, DEBUGGERS))}; got "
-                         f"{check.short(debugger)}. Use debugger=\"lldb\" on macOS, \"gdb\" elsewhere; "
-                         "use_debugger=False makes the same records without a debugger (the traced build)")
+        raise ValueError(tr(f"debugger must be one of {', '.join(map(repr, DEBUGGERS))}; got "
+                            f"{check.short(debugger)}. Use debugger=\"lldb\" on macOS, \"gdb\" elsewhere; "
+                            "use_debugger=False makes the same records without a debugger (the traced build)",
+                            f"debugger 必须是 {', '.join(map(repr, DEBUGGERS))} 之一；你给的是 "
+                            f"{check.short(debugger)}。macOS 上用 debugger=\"lldb\"，其他系统用 \"gdb\"；"
+                            "use_debugger=False 不用调试器也能得到同样的记录（用跟踪构建）"))
     return debugger
 
 
@@ -296,8 +311,10 @@ class Observation:
         if calls is None:
             k = self.calls_per_step
             calls = [*range(min(k, len(rs))), *range(max(k, len(rs) - k), len(rs))]
-        out = [f"{'call':>4} {'step':>4} {'q head':>6} {'kv head':>7} {'seq_len':>7} {'loop ran':>8}  "
-               f"{'t in order':>10}  {'M non-decr.':>11}  M after the last token"]
+        out = [tr(f"{'call':>4} {'step':>4} {'q head':>6} {'kv head':>7} {'seq_len':>7} {'loop ran':>8}  "
+                  f"{'t in order':>10}  {'M non-decr.':>11}  M after the last token",
+                  f"{'调用':>2} {'步':>3} {'查询头':>3} {'kv 头':>5} {'seq_len':>7} {'循环次数':>4}  "
+                  f"{'t 按顺序':>6}  {'M 不降':>8}  最后一个 token 之后的 M")]
         for i in calls:
             r = rs[i]
             out.append(f"{r.call:>4} {r.step:>4} {r.q_head:>6} {r.kv_head:>7} {r.seq_len:>7} {r.iterations:>8}  "
@@ -347,13 +364,15 @@ def records_from_trace(n_tokens: int, config: ToyConfig | None = None) -> tuple[
 def _observed_tokens(n_tokens) -> int:
     n_tokens = check.integer("n_tokens", n_tokens, minimum=1)
     return check.at_most("n_tokens", n_tokens, MAX_OBSERVED_TOKENS,
-                         "tokens of an observed generation: its records grow with the square of its length")
+                         tr("tokens of an observed generation: its records grow with the square of its length",
+                            "一次观察的生成最多的 token 数：记录随长度的平方增长"))
 
 
 def _timeout(timeout) -> float:
     value = check.finite_float("timeout", timeout, maximum=MAX_TIMEOUT_S)
     if value <= 0:
-        raise ValueError(f"timeout must be above 0 seconds; got {value:g}")
+        raise ValueError(tr(f"timeout must be above 0 seconds; got {value:g}",
+                            f"timeout 必须大于 0 秒；你给的是 {value:g}"))
     return value
 
 
@@ -389,10 +408,11 @@ def run_under_debugger(n_tokens: int = 16, config: ToyConfig | None = None, time
     n_tokens, timeout = _observed_tokens(n_tokens), _timeout(timeout)
     config = config or ToyConfig()
     if not isinstance(config, ToyConfig):
-        raise TypeError(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}")
+        raise TypeError(tr(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}",
+                           f"config 应是一个 lessonkit.toy.ToyConfig；你给的是 {type(config).__name__}"))
     exe = debugger_path(debugger)
     if exe is None:
-        raise RuntimeError(INSTALL[debugger])
+        raise RuntimeError(_install(debugger))
     native.build(debug=True)   # build in this process, so the child finds it ready
     child = [sys.executable, "-c", _child_code(n_tokens, config)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -438,27 +458,31 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
     debugger = _debugger_name(debugger)
     n_tokens, timeout = _observed_tokens(n_tokens), _timeout(timeout)
     if use_gdb is not None and use_debugger is not None:
-        raise TypeError("give use_debugger or its older name use_gdb, not both")
+        raise TypeError(tr("give use_debugger or its older name use_gdb, not both",
+                           "use_debugger 和它的旧名字 use_gdb 只能给一个"))
     use = use_gdb if use_debugger is None else use_debugger
     if use is not None and not isinstance(use, bool):
-        raise TypeError(f"use_debugger must be None, True or False; got {check.short(use)}")
+        raise TypeError(tr(f"use_debugger must be None, True or False; got {check.short(use)}",
+                           f"use_debugger 必须是 None、True 或 False；你给的是 {check.short(use)}"))
     config = config or ToyConfig()
     if not isinstance(config, ToyConfig):
-        raise TypeError(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}")
+        raise TypeError(tr(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}",
+                           f"config 应是一个 lessonkit.toy.ToyConfig；你给的是 {type(config).__name__}"))
     exe = debugger_path(debugger)
     expected = generate(n_tokens, config=config, verbose=False).calls   # the call order, fast build
 
     def from_trace(why: str) -> Observation:
         records, tokens = records_from_trace(n_tokens, config)
         return Observation(records, "trace", n_tokens, config, tokens,
-                           message=why + "; the records come from the traced build of the kernel instead")
+                           message=why + tr("; the records come from the traced build of the kernel instead",
+                                            "；所以记录改由内核的跟踪构建得出"))
 
     if use is False:
-        return from_trace(f"{debugger} not requested")
+        return from_trace(tr(f"{debugger} not requested", f"没有要求用 {debugger}"))
     if exe is None:
         if use:
-            raise RuntimeError(INSTALL[debugger])
-        return from_trace(INSTALL[debugger])
+            raise RuntimeError(_install(debugger))
+        return from_trace(_install(debugger))
     parse = parse_gdb_output if debugger == "gdb" else parse_lldb_output
     try:
         out, err, commands = (run_under_gdb(n_tokens, config, timeout) if debugger == "gdb"
@@ -466,12 +490,15 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
         records = parse(out)
         if len(records) != len(expected):
             tail = "\n".join((out + err).strip().splitlines()[-15:])
-            raise RuntimeError(f"{debugger} saw {len(records)} kernel calls, expected {len(expected)}; "
-                               f"the end of its output:\n{tail}")
+            raise RuntimeError(tr(f"{debugger} saw {len(records)} kernel calls, expected {len(expected)}; "
+                                  f"the end of its output:\n{tail}",
+                                  f"{debugger} 看到 {len(records)} 次内核调用，应为 {len(expected)} 次；"
+                                  f"它输出的末尾：\n{tail}"))
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         if use:
-            raise RuntimeError(f"the {debugger} run failed: {e}") from e
-        return from_trace(f"{debugger} could not run the generation ({str(e).splitlines()[0]})")
+            raise RuntimeError(tr(f"the {debugger} run failed: {e}", f"{debugger} 运行失败：{e}")) from e
+        return from_trace(tr(f"{debugger} could not run the generation ({str(e).splitlines()[0]})",
+                             f"{debugger} 无法运行这次生成（{str(e).splitlines()[0]}）"))
     _annotate(records, expected)
     m = re.search(r"generated token ids: \[([\d, ]*)\]", out)
     tokens = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
@@ -484,32 +511,38 @@ def by_hand_commands(n_tokens: int = 16, config: ToyConfig | None = None) -> str
     config = config or ToyConfig()
     last = n_tokens  # seq_len in the last step, with the default one-token prompt
     steps = [
-        ("# in a terminal, in the workbook's folder (the one with Makefile and native/):", ""),
-        (".venv/bin/python -m lessonkit build --debug", "the -O0 -g library, once"),
+        (tr("# in a terminal, in the workbook's folder (the one with Makefile and native/):",
+            "# 在终端里，在项目文件夹中（有 Makefile 和 native/ 的那个）："), ""),
+        (".venv/bin/python -m lessonkit build --debug", tr("the -O0 -g library, once", "-O0 -g 的库，构建一次")),
         (f"gdb --args .venv/bin/python -c \"{_child_code(n_tokens, config)}\"", ""),
-        ("(gdb) set breakpoint pending on", "the library is loaded later, by cffi"),
-        (f"(gdb) break {bp.function}", "breakpoint 1: the entry"),
-        (f"(gdb) break {bp.file}:{bp.token_line}", "breakpoint 2: segment 3, once per token"),
+        ("(gdb) set breakpoint pending on", tr("the library is loaded later, by cffi", "库稍后才由 cffi 载入")),
+        (f"(gdb) break {bp.function}", tr("breakpoint 1: the entry", "断点 1：入口")),
+        (f"(gdb) break {bp.file}:{bp.token_line}", tr("breakpoint 2: segment 3, once per token",
+                                                      "断点 2：段 3，每个 token 一次")),
         ("(gdb) run", ""),
-        ("(gdb) print seq_len", "at the entry"),
-        ("(gdb) continue", "now in segment 3, token 0"),
+        ("(gdb) print seq_len", tr("at the entry", "在入口处")),
+        ("(gdb) continue", tr("now in segment 3, token 0", "现在在段 3，token 0")),
         ("(gdb) print t", ""),
         ("(gdb) print M", ""),
-        ("(gdb) info locals", "s, vsf, ... of this token"),
-        ("(gdb) next", "vt is set now"),
-        ("(gdb) p/d *vt@16", "V's int8 codes as numbers ('p vt' prints a string)"),
-        (f"(gdb) condition 1 seq_len == {last}", "entry stops only in the last step"),
-        ("(gdb) disable 2", "no segment-3 stops until 'enable 2'"),
-        ("(gdb) continue", f"runs on to the first call with seq_len {last}"),
+        ("(gdb) info locals", tr("s, vsf, ... of this token", "这个 token 的 s、vsf……")),
+        ("(gdb) next", tr("vt is set now", "现在 vt 已赋值")),
+        ("(gdb) p/d *vt@16", tr("V's int8 codes as numbers ('p vt' prints a string)",
+                                "把 V 的 int8 编码按数字打印（'p vt' 会打印成字符串）")),
+        (f"(gdb) condition 1 seq_len == {last}", tr("entry stops only in the last step", "入口断点只在最后一步停")),
+        ("(gdb) disable 2", tr("no segment-3 stops until 'enable 2'", "在 'enable 2' 之前不在段 3 停")),
+        ("(gdb) continue", tr(f"runs on to the first call with seq_len {last}",
+                              f"一直运行到第一个 seq_len 为 {last} 的调用")),
         ("(gdb) enable 2", ""),
-        ("(gdb) info breakpoints", "'breakpoint already hit N times'"),
+        ("(gdb) info breakpoints", tr("'breakpoint already hit N times'", "看 'breakpoint already hit N times'")),
         ("(gdb) continue", ""),
         ("(gdb) quit", ""),
     ]
     width = max(len(cmd) for cmd, note in steps if note) + 2
     lines = [f"{cmd:<{width}}# {note}" if note else cmd for cmd, note in steps]
-    lines.append(f"# line {bp.token_line} is the line of segment 3 that contains '{TOKEN_TEXT}'; "
-                 "lessonkit.debug.breakpoints() finds it again after you edit the file")
+    lines.append(tr(f"# line {bp.token_line} is the line of segment 3 that contains '{TOKEN_TEXT}'; "
+                    "lessonkit.debug.breakpoints() finds it again after you edit the file",
+                    f"# 第 {bp.token_line} 行是段 3 中含有 '{TOKEN_TEXT}' 的那一行；"
+                    "你改过文件后，lessonkit.debug.breakpoints() 会重新找到它"))
     return "\n".join(lines)
 
 
@@ -532,19 +565,24 @@ def aarch64_recipe(seq_len: int = 20, head_dim: int = 64, n_kv_heads: int = 2, b
     bp = breakpoints()
     return "\n".join([
         "# Debian/Ubuntu: sudo apt install gcc-aarch64-linux-gnu qemu-user gdb-multiarch",
-        "# 1. cross-compile the driver (it builds a q8 cache and calls the kernel once) with the kernel, -O0 -g:",
+        tr("# 1. cross-compile the driver (it builds a q8 cache and calls the kernel once) with the kernel, -O0 -g:",
+           "# 1. 把驱动程序（它建一个 q8 缓存，调用一次内核）和内核一起交叉编译，-O0 -g："),
         f"aarch64-linux-gnu-gcc {' '.join(A64_FLAGS)} -Inative native/tools/fa_driver.c native/*.c -lm -o fa_driver_a64",
-        f"# 2. run it under qemu, stopped until a debugger connects on port {port}:",
+        tr(f"# 2. run it under qemu, stopped until a debugger connects on port {port}:",
+           f"# 2. 在 qemu 下运行它，停住等调试器连到端口 {port}："),
         f"qemu-aarch64 -L {A64_SYSROOT} -g {port} ./fa_driver_a64 single {seq_len} {head_dim} {n_kv_heads} {block_size} cold 4096 &",
-        "# 3. connect gdb-multiarch and stop in the kernel:",
+        tr("# 3. connect gdb-multiarch and stop in the kernel:", "# 3. 连上 gdb-multiarch，停在内核里："),
         f"gdb-multiarch -ex 'set sysroot {A64_SYSROOT}' -ex 'file fa_driver_a64' -ex 'target remote :{port}'",
         f"(gdb) break {bp.function}",
         f"(gdb) break {bp.file}:{bp.token_line}",
         "(gdb) continue",
         f"(gdb) print seq_len                  # {seq_len}",
-        "(gdb) disassemble i8x16_dot_s32      # the sdot instruction of the dot-product extension",
-        "(gdb) continue                       # segment 3, token 0: print t, print M",
-        "# on the board itself (RK3588), no qemu: the x86 session above works as it is, with gdb.",
+        tr("(gdb) disassemble i8x16_dot_s32      # the sdot instruction of the dot-product extension",
+           "(gdb) disassemble i8x16_dot_s32      # 点积扩展的 sdot 指令"),
+        tr("(gdb) continue                       # segment 3, token 0: print t, print M",
+           "(gdb) continue                       # 段 3，token 0：print t，print M"),
+        tr("# on the board itself (RK3588), no qemu: the x86 session above works as it is, with gdb.",
+           "# 在板子本身（RK3588）上不用 qemu：上面 x86 的调试会话用 gdb 原样可用。"),
     ])
 
 
@@ -576,8 +614,10 @@ def observe_aarch64(seq_len: int = 20, head_dim: int = 64, n_kv_heads: int = 2, 
     timeout = _timeout(timeout)
     missing = [t for t, p in aarch64_tools().items() if p is None]
     if missing:
-        raise RuntimeError(f"missing: {', '.join(missing)} (Debian/Ubuntu: sudo apt install "
-                           "gcc-aarch64-linux-gnu qemu-user gdb-multiarch)")
+        raise RuntimeError(tr(f"missing: {', '.join(missing)} (Debian/Ubuntu: sudo apt install "
+                              "gcc-aarch64-linux-gnu qemu-user gdb-multiarch)",
+                              f"缺少：{', '.join(missing)}（Debian/Ubuntu：sudo apt install "
+                              "gcc-aarch64-linux-gnu qemu-user gdb-multiarch）"))
     own_tmp = workdir is None
     work = Path(tempfile.mkdtemp(prefix="fa_a64_") if own_tmp else workdir)
     qemu = None
@@ -587,7 +627,7 @@ def observe_aarch64(seq_len: int = 20, head_dim: int = 64, n_kv_heads: int = 2, 
                              *map(str, sorted(native.NATIVE_DIR.glob("*.c"))), "-lm", "-o", str(exe)],
                             capture_output=True, text=True, timeout=timeout)
         if cc.returncode != 0:
-            raise RuntimeError("cross-compilation failed:\n" + cc.stderr[-2000:])
+            raise RuntimeError(tr("cross-compilation failed:\n", "交叉编译失败：\n") + cc.stderr[-2000:])
         port = _free_port()
         qemu = subprocess.Popen(["qemu-aarch64", "-L", A64_SYSROOT, "-g", str(port), str(exe), "single",
                                  str(seq_len), str(head_dim), str(n_kv_heads), str(block_size), "cold", "4096"],
@@ -603,7 +643,8 @@ def observe_aarch64(seq_len: int = 20, head_dim: int = 64, n_kv_heads: int = 2, 
         qemu.wait(timeout=timeout)
         records = parse_gdb_output(gdb.stdout)
         if len(records) != 1:
-            raise RuntimeError(f"gdb-multiarch saw {len(records)} kernel calls, expected 1:\n"
+            raise RuntimeError(tr(f"gdb-multiarch saw {len(records)} kernel calls, expected 1:\n",
+                                  f"gdb-multiarch 看到 {len(records)} 次内核调用，应为 1 次：\n")
                                + (gdb.stdout + gdb.stderr)[-2000:])
         dis = gdb.stdout.split(f"{MARK}disassembly", 1)[-1].split(f"{MARK}end disassembly", 1)[0]
         lines = [l.strip() for l in dis.splitlines() if re.match(r"\s*0x[0-9a-f]+", l)]
@@ -650,7 +691,8 @@ def edit_line(copy: Path | str, edit: Edit) -> Change:
     """Apply one Edit to a copy of native/ (never to native/ itself) and return what changed."""
     copy = Path(copy).resolve()
     if copy == native.NATIVE_DIR.resolve():
-        raise ValueError("edit a copy (lessonkit.debug.copy_native()), not the workbook's native/")
+        raise ValueError(tr("edit a copy (lessonkit.debug.copy_native()), not the workbook's native/",
+                            "请改副本（lessonkit.debug.copy_native()），不要改项目里的 native/"))
     path = copy / edit.file
     n = source.find_line(edit.text, segment=edit.segment, path=path)
     lines = path.read_text().splitlines(keepends=True)
@@ -704,7 +746,8 @@ def break_kernel(kind: str) -> BrokenKernel:
     The broken build is loaded on purpose with ``verify="crashes"``: its check in a child process
     still refuses a crash or a hang, but lets the wrong results through, with a warning."""
     if kind not in BREAKS:
-        raise ValueError(f"kind must be one of {', '.join(map(repr, BREAKS))}; got {kind!r}")
+        raise ValueError(tr(f"kind must be one of {', '.join(map(repr, BREAKS))}; got {kind!r}",
+                            f"kind 必须是 {', '.join(map(repr, BREAKS))} 之一；你给的是 {kind!r}"))
     if kind not in _broken or not _broken[kind].copy.is_dir():
         copy = copy_native()
         changes = [edit_line(copy, e) for e in BREAKS[kind]]
@@ -722,12 +765,14 @@ def call_kernel(ffi, lib, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: 
     head_dim values, kv_head one of the cache's, scale finite in float32."""
     ffi, lib = check.library(ffi, lib, (KERNEL,))
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 应是一个 lessonkit.KVCacheQ8；你给的是 {type(cache).__name__}"))
     q = check.float32_like("q", q, (cache.head_dim,))
     kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     scale = check.scale(scale, cache.head_dim)
     if cache.seq_len == 0:
-        raise ValueError("the cache is empty: append at least one token before attending")
+        raise ValueError(tr("the cache is empty: append at least one token before attending",
+                            "缓存是空的：先 append 至少一个 token，再做注意力"))
     out = np.empty(cache.head_dim, np.float32)
     lib.flash_attn_single_q_q8_neon(ffi.from_buffer("float[]", out, require_writable=True),
                                     ffi.from_buffer("float[]", q),
@@ -739,7 +784,8 @@ def trace_with(ffi, lib, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: f
     """The traced build of a given library (an edited copy compiles its own traced kernel from
     the edited source); arguments checked as in ``call_kernel``."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 应是一个 lessonkit.KVCacheQ8；你给的是 {type(cache).__name__}"))
     q = check.float32_like("q", q, (cache.head_dim,))
     out = np.empty(cache.head_dim, np.float32)
     return run_traced(out, q, cache, kv_head, check.scale(scale, cache.head_dim), ffi, lib)
@@ -752,7 +798,8 @@ def weights_case(scores, seed: int = 0):
     s = check.float32_like("scores", scores, (None,))
     n = s.shape[0]
     if not 1 <= n <= 256:
-        raise ValueError(f"weights_case takes 1 to 256 scores; got {n}")
+        raise ValueError(tr(f"weights_case takes 1 to 256 scores; got {n}",
+                            f"weights_case 接受 1 到 256 个分数；你给了 {n} 个"))
     hd = 32 * math.ceil(n / 32)
     return cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(n, hd, dtype=np.float32), seed=seed)
 
@@ -798,9 +845,12 @@ class KernelCheck:
         return all(c.passed for c in self.cases)
 
     def __str__(self) -> str:
-        lines = [f"{'PASS' if c.passed else 'FAIL'}  {c.name:<44} max|kernel - reference| / max|reference| "
-                 f"= {c.rel_error:.1e}  (tolerance {self.tol:.0e})" for c in self.cases]
-        return "\n".join(lines + [f"kernel check: {'PASSED' if self.passed else 'FAILED'}"])
+        lines = [tr(f"{'PASS' if c.passed else 'FAIL'}  {c.name:<44} max|kernel - reference| / max|reference| "
+                    f"= {c.rel_error:.1e}  (tolerance {self.tol:.0e})",
+                    f"{'通过' if c.passed else '失败'}  {c.name:<44} max|kernel - reference| / max|reference| "
+                    f"= {c.rel_error:.1e}（容差 {self.tol:.0e}）") for c in self.cases]
+        return "\n".join(lines + [tr(f"kernel check: {'PASSED' if self.passed else 'FAILED'}",
+                                     f"内核检查：{'通过' if self.passed else '失败'}")])
 
 
 def check_kernel(ffi=None, lib=None, tol: float = 1e-4) -> KernelCheck:
@@ -924,7 +974,7 @@ def run_session(debugger: str = "gdb", timeout: float = 120.0) -> str:
     timeout = _timeout(timeout)
     exe = debugger_path(debugger)
     if exe is None:
-        raise RuntimeError(INSTALL[debugger])
+        raise RuntimeError(_install(debugger))
     native.build(debug=False)   # both builds ready before the child starts: it loads both
     lib = native.build(debug=True)
     commands = session_commands(debugger, lib)
@@ -1041,13 +1091,15 @@ def transcripts_match(debugger: str = "gdb", timeout: float = 120.0) -> tuple[bo
 
 
 ENGINE_RECIPE = TRANSCRIPTS_DIR / "06_engine_debug_recipe.md"
+ENGINE_RECIPE_ZH = TRANSCRIPTS_DIR / "06_engine_debug_recipe.zh.md"
 
 
 def engine_debug_recipe() -> str:
     """What to type to debug the real engine's kernel (``vllm_safetensors.c``, function
     ``flash_attn_single_q_q8_neon``; line 6594 according to the article): a markdown text, labelled
-    "not run here" (the engine is not part of the workbook)."""
-    return ENGINE_RECIPE.read_text()
+    "not run here" (the engine is not part of the workbook); in Chinese when the workbook speaks
+    Chinese (``06_engine_debug_recipe.zh.md``, the same commands)."""
+    return Path(tr(str(ENGINE_RECIPE), str(ENGINE_RECIPE_ZH))).read_text()
 
 
 # ============================================================================ the session, step by step
@@ -1098,7 +1150,8 @@ def parse_transcript(text: str, debugger: str = "gdb") -> tuple[str, list[Sessio
 
 def _step_range(step: str, commands: list[str], debugger: str) -> tuple[int, int]:
     if step not in SESSION_STEPS:
-        raise ValueError(f"step must be one of {', '.join(map(repr, SESSION_STEPS))}; got {check.short(step)}")
+        raise ValueError(tr(f"step must be one of {', '.join(map(repr, SESSION_STEPS))}; got {check.short(step)}",
+                            f"step 必须是 {', '.join(map(repr, SESSION_STEPS))} 之一；你给的是 {check.short(step)}"))
     col = DEBUGGERS.index(_debugger_name(debugger))
     names = list(SESSION_STEPS)
 
@@ -1107,8 +1160,10 @@ def _step_range(step: str, commands: list[str], debugger: str) -> tuple[int, int
         for i in range(after, len(commands)):
             if commands[i].startswith(prefix):
                 return i
-        raise ValueError(f"the {debugger} transcript has no command starting with {prefix!r} (step {name!r}); "
-                         f"re-run {REFRESH_COMMAND}")
+        raise ValueError(tr(f"the {debugger} transcript has no command starting with {prefix!r} (step {name!r}); "
+                            f"re-run {REFRESH_COMMAND}",
+                            f"{debugger} 的会话记录里没有以 {prefix!r} 开头的命令（步骤 {name!r}）；"
+                            f"请重新运行 {REFRESH_COMMAND}"))
 
     begin = first(step)
     nxt = names.index(step) + 1
@@ -1143,7 +1198,8 @@ def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
         out.append(f"({d}) {l.command}")
         body = [x for x in l.output if x.strip() and not SHOWN_NOISE.match(x)]
         if len(body) > max_lines:
-            body = body[:max_lines] + [f"   [... {len(body) - max_lines} more lines: {transcript_path(d).name}]"]
+            body = body[:max_lines] + [tr(f"   [... {len(body) - max_lines} more lines: {transcript_path(d).name}]",
+                                          f"   [……还有 {len(body) - max_lines} 行：{transcript_path(d).name}]")]
         out.extend(body)
     return "\n".join(out)
 
@@ -1151,7 +1207,7 @@ def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
 def show_step(step: str, max_lines: int = 12) -> None:
     """Print one step of the gdb session with its output, then the lldb commands of the same step."""
     print(session_step(step, "gdb", max_lines))
-    print("\nthe same step in lldb:  " + "  |  ".join(step_commands(step, "lldb")))
+    print(tr("\nthe same step in lldb:  ", "\n同一步在 lldb 里：  ") + "  |  ".join(step_commands(step, "lldb")))
 
 
 # ============================================================================ tier B without the markers

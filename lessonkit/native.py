@@ -44,6 +44,7 @@ from pathlib import Path
 import cffi
 
 from . import validate as check
+from .language import language, tr
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 NATIVE_DIR = REPO_DIR / "native"
@@ -94,14 +95,19 @@ def compiler() -> str:
     """The C compiler: $CC if set, else cc."""
     cc = os.environ.get("CC", "cc")
     if not cc.strip():
-        raise BuildError("CC is set to an empty string, so there is no compiler to call. Unset it "
-                         "(`unset CC` in the shell, or `os.environ.pop('CC')` in the notebook) or set "
-                         "it to a compiler such as cc, gcc or clang.")
+        raise BuildError(tr("CC is set to an empty string, so there is no compiler to call. Unset it "
+                            "(`unset CC` in the shell, or `os.environ.pop('CC')` in the notebook) or set "
+                            "it to a compiler such as cc, gcc or clang.",
+                            "CC 被设成了空字符串，所以没有编译器可调用。请取消它（在 shell 里 `unset CC`，"
+                            "或在 notebook 里 `os.environ.pop('CC')`），或把它设成一个编译器，比如 cc、gcc 或 clang。"))
     if shutil.which(cc.split()[0]) is None:
-        raise BuildError(
+        raise BuildError(tr(
             f"No C compiler found (looked for {cc!r}). Install one: Debian/Ubuntu "
             "`sudo apt install build-essential`, macOS `xcode-select --install`, conda "
-            "`conda install -c conda-forge c-compiler`.")
+            "`conda install -c conda-forge c-compiler`.",
+            f"找不到 C 编译器（找的是 {cc!r}）。请装一个：Debian/Ubuntu 用 "
+            "`sudo apt install build-essential`，macOS 用 `xcode-select --install`，conda 用 "
+            "`conda install -c conda-forge c-compiler`。"))
     return cc
 
 
@@ -112,7 +118,8 @@ def _cpu_has_dotprod() -> bool:
     forced = os.environ.get("LESSONKIT_DOTPROD", "").strip()
     if forced:
         if forced not in ("0", "1"):
-            raise BuildError(f"LESSONKIT_DOTPROD must be 1 (build with sdot) or 0 (without); got {forced!r}")
+            raise BuildError(tr(f"LESSONKIT_DOTPROD must be 1 (build with sdot) or 0 (without); got {forced!r}",
+                                f"LESSONKIT_DOTPROD 必须是 1（用 sdot 构建）或 0（不用）；现在是 {forced!r}"))
         return forced == "1"
     if sys.platform == "darwin":
         try:
@@ -164,11 +171,15 @@ def arch_flags(dotprod: bool | None = None) -> list[str]:
         return [AARCH64_MARCH[bool(dotprod)]]
     inc = simde_include_dir()
     if inc is None:
-        raise BuildError(
+        raise BuildError(tr(
             "SIMDe headers not found: on this CPU the NEON intrinsics are compiled through SIMDe. "
             "Install them with `pip install cmeel-simde` (done by `make lab`), "
             "`conda install -c conda-forge simde`, or `sudo apt install libsimde-dev`; "
-            "or point SIMDE_INCLUDE_DIR at the folder that holds simde/.")
+            "or point SIMDE_INCLUDE_DIR at the folder that holds simde/.",
+            "找不到 SIMDe 的头文件：在这种 CPU 上，NEON intrinsics 要经过 SIMDe 编译。"
+            "请用 `pip install cmeel-simde`（`make lab` 会做这一步）、"
+            "`conda install -c conda-forge simde` 或 `sudo apt install libsimde-dev` 安装；"
+            "或者让 SIMDE_INCLUDE_DIR 指向包含 simde/ 的文件夹。"))
     flags = [f"-I{inc}"]
     if platform.machine().lower() in ("x86_64", "amd64"):
         flags.append("-march=native")
@@ -181,16 +192,19 @@ def check_defines(defines: dict | None) -> dict:
     if defines is None:
         return {}
     if not isinstance(defines, dict):
-        raise TypeError(f"defines must be a dict such as {{'FA_PREFETCH': 0}}; got {type(defines).__name__}")
+        raise TypeError(tr(f"defines must be a dict such as {{'FA_PREFETCH': 0}}; got {type(defines).__name__}",
+                           f"defines 应是一个 dict，比如 {{'FA_PREFETCH': 0}}；你给的是 {type(defines).__name__}"))
     checked = {}
     for name, value in defines.items():
         if name not in DEFINES:
             known = ", ".join(f"{n} ({lo}..{hi})" for n, (lo, hi) in DEFINES.items())
-            raise ValueError(f"unknown build define {name!r}; the tunables of native/ are {known}")
+            raise ValueError(tr(f"unknown build define {name!r}; the tunables of native/ are {known}",
+                                f"未知的构建宏 {name!r}；native/ 可调的宏是 {known}"))
         lo, hi = DEFINES[name]
         value = check.integer(name, value)  # a -D value goes into C source text: an int, nothing else
         if not lo <= value <= hi:
-            raise ValueError(f"{name} must be between {lo} and {hi}; got {value}")
+            raise ValueError(tr(f"{name} must be between {lo} and {hi}; got {value}",
+                                f"{name} 必须在 {lo} 到 {hi} 之间；你给的是 {value}"))
         checked[name] = value
     return checked
 
@@ -202,7 +216,8 @@ def sanitizer_flags() -> list[str]:
     if not value:
         return []
     if not re.fullmatch(r"[a-z-]+(,[a-z-]+)*", value):
-        raise BuildError(f"LESSONKIT_SANITIZE must look like 'address,undefined'; got {value!r}")
+        raise BuildError(tr(f"LESSONKIT_SANITIZE must look like 'address,undefined'; got {value!r}",
+                            f"LESSONKIT_SANITIZE 的格式应像 'address,undefined'；现在是 {value!r}"))
     return [f"-fsanitize={value}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
 
 
@@ -239,8 +254,10 @@ def _compiler_identity(cc: str, flags: list[str]) -> bytes:
             macros = subprocess.run([*cc.split(), *arch, "-dM", "-E", "-x", "c", os.devnull],
                                     capture_output=True, text=True, timeout=60).stdout
         except (OSError, subprocess.SubprocessError) as e:
-            raise BuildError(f"Could not run the C compiler {cc!r}: {e}. Check that it is installed "
-                             "and runs from a terminal (`cc --version`).") from None
+            raise BuildError(tr(f"Could not run the C compiler {cc!r}: {e}. Check that it is installed "
+                                "and runs from a terminal (`cc --version`).",
+                                f"无法运行 C 编译器 {cc!r}：{e}。请检查它已安装，并能在终端里运行"
+                                "（`cc --version`）。")) from None
         _identities[key] = (version + "\0" + "\n".join(sorted(macros.splitlines()))).encode()
     return _identities[key]
 
@@ -252,8 +269,9 @@ def _read_sources(src_dir: Path) -> dict[str, bytes]:
         names = sorted(p.name for p in src_dir.iterdir() if p.suffix in (".c", ".h") and p.is_file())
         return {name: (src_dir / name).read_bytes() for name in names}
     except OSError as e:
-        raise BuildError(f"Could not read the sources in {src_dir}: {e.strerror or e}. "
-                         "Check that the folder exists and is readable.") from None
+        raise BuildError(tr(f"Could not read the sources in {src_dir}: {e.strerror or e}. "
+                            "Check that the folder exists and is readable.",
+                            f"无法读取 {src_dir} 里的源码：{e.strerror or e}。请检查这个文件夹存在并且可读。")) from None
 
 
 def _fingerprint(src_dir: Path) -> tuple:
@@ -302,7 +320,8 @@ def build(debug: bool = False, dotprod: bool | None = None, defines: dict | None
 def _build(debug, dotprod, defines, src_dir, build_dir, verify) -> tuple[Path, dict]:
     """build(), also returning the library's record (what load() needs to load it)."""
     if verify not in VERIFY_LEVELS:
-        raise ValueError(f"verify must be one of {', '.join(map(repr, VERIFY_LEVELS))}; got {verify!r}")
+        raise ValueError(tr(f"verify must be one of {', '.join(map(repr, VERIFY_LEVELS))}; got {verify!r}",
+                            f"verify 必须是 {', '.join(map(repr, VERIFY_LEVELS))} 之一；你给的是 {verify!r}"))
     flags = compile_flags(debug, dotprod, defines)
     return _library(flags, f"libflash_attn_q8{'_debug' if debug else ''}", src_dir, build_dir, verify)
 
@@ -317,7 +336,8 @@ def build_program(main_source: Path | str, flags: list[str], stem: str,
     try:
         main = {main_source.name: main_source.read_bytes()}
     except OSError as e:
-        raise BuildError(f"Could not read {main_source}: {e.strerror or e}") from None
+        raise BuildError(tr(f"Could not read {main_source}: {e.strerror or e}",
+                            f"无法读取 {main_source}：{e.strerror or e}")) from None
     cc = compiler()
     flags = ["-std=gnu11", *flags]
     sources = _read_sources(src_dir)
@@ -337,7 +357,8 @@ def build_program(main_source: Path | str, flags: list[str], stem: str,
 def _native_dir(src_dir) -> Path:
     src_dir = Path(src_dir or NATIVE_DIR).resolve()
     if not (src_dir / HEADER).is_file():
-        raise BuildError(f"{src_dir} has no {HEADER}: is this the workbook's native/ folder?")
+        raise BuildError(tr(f"{src_dir} has no {HEADER}: is this the workbook's native/ folder?",
+                            f"{src_dir} 里没有 {HEADER}：这是本项目的 native/ 文件夹吗？"))
     return src_dir
 
 
@@ -401,17 +422,23 @@ class _workspace:
 def _os_error(e: OSError, build_dir: Path) -> BuildError:
     """An OS error of the build as a BuildError that says what to do."""
     if e.errno == errno.ENOSPC:
-        what = "the disk is full. Free some space (`make clean` removes old builds) and run the cell again."
+        what = tr("the disk is full. Free some space (`make clean` removes old builds) and run the cell again.",
+                  "磁盘满了。请腾出一些空间（`make clean` 会删掉旧的构建），再运行这个单元。")
     elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        what = ("this folder cannot be written (a read-only checkout?). Make it writable, or set "
-                "LESSONKIT_BUILD_DIR to a folder you can write, e.g. "
-                "`os.environ['LESSONKIT_BUILD_DIR'] = '/tmp/lessonkit-build'`.")
+        what = tr("this folder cannot be written (a read-only checkout?). Make it writable, or set "
+                  "LESSONKIT_BUILD_DIR to a folder you can write, e.g. "
+                  "`os.environ['LESSONKIT_BUILD_DIR'] = '/tmp/lessonkit-build'`.",
+                  "这个文件夹不能写（只读的检出？）。请让它可写，或者把 LESSONKIT_BUILD_DIR "
+                  "设成一个你能写的文件夹，例如 `os.environ['LESSONKIT_BUILD_DIR'] = '/tmp/lessonkit-build'`。")
     elif e.errno == errno.ENOENT:
-        what = ("a file or folder disappeared during the build (did `make clean` run at the same "
-                "time?). Run the cell again.")
+        what = tr("a file or folder disappeared during the build (did `make clean` run at the same "
+                  "time?). Run the cell again.",
+                  "构建途中有文件或文件夹不见了（是不是同时运行了 `make clean`？）。请再运行一次这个单元。")
     else:
-        what = "see the error above; run the cell again once it is fixed."
-    return BuildError(f"Could not build in {build_dir}: {e.strerror or e} ({type(e).__name__}): {what}")
+        what = tr("see the error above; run the cell again once it is fixed.",
+                  "见上面的错误；改好后再运行这个单元。")
+    return BuildError(tr(f"Could not build in {build_dir}: {e.strerror or e} ({type(e).__name__}): {what}",
+                         f"无法在 {build_dir} 里构建：{e.strerror or e}（{type(e).__name__}）：{what}"))
 
 
 def _write_copy(work: Path, name: str, sources: dict[str, bytes]) -> Path:
@@ -435,22 +462,29 @@ def _run_compiler(cc: str, flags: list[str], tmp_src: Path, sources: list[Path],
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise BuildError(f"The compiler did not finish in {COMPILE_TIMEOUT_S:.0f} s; nothing new was "
-                         "loaded. Run the cell again; if it happens again, restart the machine's "
-                         "compiler jobs.") from None
+        raise BuildError(tr(f"The compiler did not finish in {COMPILE_TIMEOUT_S:.0f} s; nothing new was "
+                            "loaded. Run the cell again; if it happens again, restart the machine's "
+                            "compiler jobs.",
+                            f"编译器 {COMPILE_TIMEOUT_S:.0f} s 内没有完成；没有载入任何新东西。请再运行一次这个单元；"
+                            "如果还是这样，请重启这台机器上的编译任务。")) from None
     except OSError as e:
-        raise BuildError(f"Could not run the C compiler {cc!r}: {e.strerror or e}. Check `cc --version` "
-                         "in a terminal.") from None
+        raise BuildError(tr(f"Could not run the C compiler {cc!r}: {e.strerror or e}. Check `cc --version` "
+                            "in a terminal.",
+                            f"无法运行 C 编译器 {cc!r}：{e.strerror or e}。请在终端里检查 `cc --version`。")) from None
     text = clean_compiler_output(proc.stderr, tmp_src, src_dir.name)
     if proc.returncode != 0:
         if not tmp_src.is_dir():
-            raise BuildError("The build folder was removed while the compiler ran (did `make clean` run "
-                             "at the same time?). Nothing new was loaded; run the cell again.")
+            raise BuildError(tr("The build folder was removed while the compiler ran (did `make clean` run "
+                                "at the same time?). Nothing new was loaded; run the cell again.",
+                                "编译器运行时构建文件夹被删掉了（是不是同时运行了 `make clean`？）。"
+                                "没有载入任何新东西；请再运行一次这个单元。"))
         if "No space left on device" in proc.stderr:
             raise _os_error(OSError(errno.ENOSPC, "No space left on device"), out.parent.parent)
-        raise BuildError(first_errors(text) + "\n\nThe C sources did not compile: fix the first error "
-                         "above and run the cell again. Nothing new was loaded; libraries loaded "
-                         "before keep working.")
+        raise BuildError(first_errors(text) + tr("\n\nThe C sources did not compile: fix the first error "
+                                                 "above and run the cell again. Nothing new was loaded; libraries "
+                                                 "loaded before keep working.",
+                                                 "\n\nC 源码没有编译通过：改好上面的第一个错误，再运行这个单元。"
+                                                 "没有载入任何新东西；之前载入的库照常可用。"))
     return text.strip()
 
 
@@ -519,7 +553,8 @@ def first_errors(text: str, keep: int = MAX_ERRORS_SHOWN) -> str:
         return "\n".join(text.splitlines()[:30])
     out = "\n".join(l for block in shown for l in block)
     if hidden:
-        out += f"\n... and {hidden} more error{'s' if hidden > 1 else ''} (fix the first one first)"
+        out += tr(f"\n... and {hidden} more error{'s' if hidden > 1 else ''} (fix the first one first)",
+                  f"\n……还有 {hidden} 个错误（先改第一个）")
     return out
 
 
@@ -536,8 +571,8 @@ def _show_warnings(text: str) -> None:
     where = _DIAG.match(diags[0][1]).group("where").split(":")
     body = "\n".join(l for d in diags[:MAX_ERRORS_SHOWN] for l in d[2])
     more = len(diags) - MAX_ERRORS_SHOWN
-    msg = ("the C sources compiled, with warnings:\n" + body
-           + (f"\n... and {more} more warnings" if more > 0 else ""))
+    msg = (tr("the C sources compiled, with warnings:\n", "C 源码编译通过了，但有警告：\n") + body
+           + (tr(f"\n... and {more} more warnings", f"\n……还有 {more} 条警告") if more > 0 else ""))
     warnings.warn_explicit(BuildWarning(msg), BuildWarning, where[0], int(where[1]))
 
 
@@ -591,35 +626,43 @@ def _smoke(lib: Path, header: str, verify: str) -> dict:
     ``{"verified": level, "failures": [...], "crash": str|None}``."""
     if verify == "skip":
         return {"verified": "skip", "failures": [], "crash": None}
-    request = json.dumps({"library": str(lib), "header": header})
+    request = json.dumps({"library": str(lib), "header": header, "lang": language()})
     try:
         proc = subprocess.run([sys.executable, "-I", str(SMOKE_SCRIPT)], input=request,
                               capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
         last = _last_step(e.stderr)
         return {"verified": verify, "failures": [],
-                "crash": f"did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)"
-                         + (f" while running {last}" if last else "")}
+                "crash": tr(f"did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)"
+                            + (f" while running {last}" if last else ""),
+                            f"在 {SMOKE_TIMEOUT_S:.0f} s 内没有跑完（卡住了：死循环？）"
+                            + (f"，当时在运行 {last}" if last else ""))}
     except OSError as e:
-        raise BuildError(f"Could not start the check of the new build ({sys.executable}): {e}") from None
+        raise BuildError(tr(f"Could not start the check of the new build ({sys.executable}): {e}",
+                            f"无法启动对新构建的检查（{sys.executable}）：{e}")) from None
     last = _last_step(proc.stderr)
     if proc.returncode < 0:
         try:
             name = signal.Signals(-proc.returncode).name
-            what = {"SIGSEGV": "segmentation fault: a read or write outside the memory it owns",
-                    "SIGBUS": "bus error: a bad address", "SIGILL": "illegal instruction",
-                    "SIGFPE": "arithmetic exception", "SIGABRT": "abort"}.get(name, "")
+            what = {"SIGSEGV": tr("segmentation fault: a read or write outside the memory it owns",
+                                  "段错误：读写了不属于它的内存"),
+                    "SIGBUS": tr("bus error: a bad address", "总线错误：地址不对"),
+                    "SIGILL": tr("illegal instruction", "非法指令"),
+                    "SIGFPE": tr("arithmetic exception", "算术异常"), "SIGABRT": tr("abort", "中止")}.get(name, "")
         except ValueError:
             name, what = f"signal {-proc.returncode}", ""
         return {"verified": verify, "failures": [],
-                "crash": f"crashed with {name}" + (f" ({what})" if what else "")
-                         + (f" while running {last}" if last else "")}
+                "crash": tr(f"crashed with {name}" + (f" ({what})" if what else "")
+                            + (f" while running {last}" if last else ""),
+                            f"崩溃了，信号 {name}" + (f"（{what}）" if what else "")
+                            + (f"，当时在运行 {last}" if last else ""))}
     try:
         report = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
         return {"verified": verify, "failures": [],
-                "crash": f"stopped with exit code {proc.returncode}" + (f" while running {last}" if last else "")
+                "crash": tr(f"stopped with exit code {proc.returncode}" + (f" while running {last}" if last else ""),
+                            f"以退出码 {proc.returncode} 停止" + (f"，当时在运行 {last}" if last else ""))
                          + (f":\n{tail}" if tail else "")}
     return {"verified": verify, "failures": report["failures"], "crash": None}
 
@@ -634,19 +677,24 @@ def _last_step(stderr) -> str:
 def _judge(result: dict, verify: str) -> None:
     """Raise KernelCheckError for a crash or hang (always) and for wrong results (verify="results").
     Wrong results allowed by verify="crashes" are shown by load() as a warning."""
-    keep = ("Nothing new was loaded; what was loaded before keeps working. Fix the edit and run the "
-            "cell again.")
+    keep = tr("Nothing new was loaded; what was loaded before keeps working. Fix the edit and run the "
+              "cell again.",
+              "没有载入任何新东西；之前载入的照常可用。改好你的修改，再运行这个单元。")
     if result.get("crash"):
-        raise KernelCheckError(f"The new build of the kernel {result['crash']}.\n{keep}")
+        raise KernelCheckError(tr(f"The new build of the kernel {result['crash']}.\n{keep}",
+                                  f"内核的新构建{result['crash']}。\n{keep}"))
     failures = result.get("failures") or []
     if not failures:
         return
     if verify == "results":
-        raise KernelCheckError(
+        raise KernelCheckError(tr(
             "The new build of the kernel gives wrong results against the reference (the engine's "
             f"quantized math in numpy, float64):\n{_failure_lines(failures)}\n{keep} To load a kernel "
             "you broke on purpose, pass verify='crashes' (crashes and hangs are still caught; "
-            "results are not).")
+            "results are not).",
+            "内核的新构建与参考结果（引擎的量化算法，用 numpy 的 float64 重算）对不上，结果是错的："
+            f"\n{_failure_lines(failures)}\n{keep}要载入你故意改坏的内核，请传 verify='crashes'"
+            "（仍会捕获崩溃和卡死，但不再检查结果）。"))
 
 
 def _failure_lines(failures: list[str], keep: int = 5) -> str:
@@ -657,7 +705,8 @@ def _failure_lines(failures: list[str], keep: int = 5) -> str:
         firsts.setdefault(re.split(r" on | \(|:", f, maxsplit=1)[0], f)
     shown = list(firsts.values())[:keep]
     more = len(failures) - len(shown)
-    return "\n".join(f"  {f}" for f in shown) + (f"\n  ({more} more failed checks not shown)" if more else "")
+    return "\n".join(f"  {f}" for f in shown) + (tr(f"\n  ({more} more failed checks not shown)",
+                                                     f"\n  （另有 {more} 项未通过的检查没有列出）") if more else "")
 
 
 def _prune(build_dir: Path, stem: str) -> None:
@@ -691,8 +740,9 @@ def _ffi_for(header: str) -> cffi.FFI:
         try:
             ffi.cdef("\n".join(l for l in header.splitlines() if not l.lstrip().startswith("#")))
         except cffi.CDefError as e:
-            raise BuildError(f"cffi cannot read {HEADER}: {e}. Keep its declarations plain C "
-                             "(no macros, no inline code).") from None
+            raise BuildError(tr(f"cffi cannot read {HEADER}: {e}. Keep its declarations plain C "
+                                "(no macros, no inline code).",
+                                f"cffi 读不懂 {HEADER}：{e}。请让其中的声明保持为普通 C（不用宏，不写内联代码）。")) from None
         _ffis[header] = ffi
     return _ffis[header]
 
@@ -723,14 +773,18 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
             # The file passed its check in a child process, so this is the environment (a
             # sanitizer runtime not preloaded, say), not the code: say so, and forget the file.
             _record_path(path).unlink(missing_ok=True)
-            raise BuildError(f"The library {path.name} could not be loaded: {e}. It was removed; run "
-                             "the cell again to rebuild it.") from None
+            raise BuildError(tr(f"The library {path.name} could not be loaded: {e}. It was removed; run "
+                                "the cell again to rebuild it.",
+                                f"库 {path.name} 无法载入：{e}。它已被删除；请再运行一次这个单元来重新构建。")) from None
         if record.get("warnings"):
             _show_warnings(record["warnings"])
         if record.get("failures"):
             # named after the call, not the caller's file: a notebook's cell has a temporary path
-            warnings.warn_explicit(BuildWarning(f"loaded with verify={verify!r}: this build computes wrong "
-                                                f"results (as you meant it to?):\n{_failure_lines(record['failures'])}"),
+            warnings.warn_explicit(BuildWarning(tr(f"loaded with verify={verify!r}: this build computes wrong "
+                                                   "results (as you meant it to?):",
+                                                   f"已用 verify={verify!r} 载入：这个构建算出的结果是错的"
+                                                   "（正如你的本意？）：")
+                                                + f"\n{_failure_lines(record['failures'])}"),
                                    BuildWarning, "lessonkit.native.load", 0)
     ffi, lib = _libs[path]
     _current[slot] = (fp, ffi, lib, path)

@@ -14,6 +14,7 @@ It imports only numpy and cffi, never lessonkit, so that nothing in the child bu
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import numpy as np
@@ -35,8 +36,39 @@ CASES = (
 )
 
 
+# The language of the failure lines: the request's "lang" ("en" or "zh", lessonkit.language's at
+# build time). This file imports no lessonkit, so it carries its own two halves of each text.
+LANG = "en"
+CASE_NAMES_ZH = {
+    "1 token, head_dim 32": "1 个 token，head_dim 32",
+    "33 tokens across two block boundaries, kv head 1 of 2": "33 个 token，跨两个块边界，2 个 kv 头中的第 1 个",
+    "70 rising scores (a new max at every token), kv head 2 of 3":
+        "70 个递增的分数（每个 token 都是新最大值），3 个 kv 头中的第 2 个",
+    "9 tokens, head_dim 256": "9 个 token，head_dim 256",
+}
+
+
+def _t(en: str, zh: str) -> str:
+    return zh if LANG == "zh" else en
+
+
+def _what(what: str) -> str:
+    """A failure's subject ("<function> on case '<name>'") in the language of the request; the
+    function's name stays first, followed by " (", as lessonkit.native groups failures by it."""
+    if LANG != "zh":
+        return what
+    for en, zh in CASE_NAMES_ZH.items():
+        what = what.replace(f"case '{en}'", f"case '{zh}'")
+    what = re.sub(r" on tokens \[(\d+), (\d+)\) of case '([^']*)'", r" (token [\1, \2)，用例 '\3')", what)
+    what = re.sub(r" on case '([^']*)'", r" (用例 '\1')", what)
+    for en, zh in (("(recording)", "(记录中)"), ("(not recording)", "(不记录)"), ("(chunks merged)", "(各段合并)"),
+                   ("(two ranges)", "(两段区间)")):
+        what = what.replace(en, zh)
+    return re.sub(r"\(query head (\d+) of 3\)", r"(查询头 \1，共 3 个)", re.sub(r"\(variant (\d+)", r"(变体 \1", what))
+
+
 def step(what: str) -> None:
-    print(f"running {what}", file=sys.stderr, flush=True)
+    print(f"running {_what(what)}", file=sys.stderr, flush=True)
 
 
 def quantize_q(q: np.ndarray):
@@ -108,11 +140,12 @@ def reference(cache, kh, q, scale):
 def compare(failures: list, what: str, got: np.ndarray, want: np.ndarray, tol: float = TOL) -> None:
     got = np.asarray(got, np.float64)
     if not np.isfinite(got).all():
-        failures.append(f"{what}: the output holds NaN or Inf")
+        failures.append(_what(what) + _t(": the output holds NaN or Inf", "：输出里有 NaN 或 Inf"))
         return
     err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
     if err > tol:
-        failures.append(f"{what}: off by {err:.1e} of max|reference| (tolerance {tol:.0e})")
+        failures.append(_what(what) + _t(f": off by {err:.1e} of max|reference| (tolerance {tol:.0e})",
+                                         f"：与参考值相差 {err:.1e} 倍 max|reference|（容差 {tol:.0e}）"))
 
 
 def make_case(ffi, lib, T, nkv, hd, bs, kh, kind, rng):
@@ -137,10 +170,12 @@ def check_quantizer(ffi, lib, failures, rng) -> None:
                            ffi.from_buffer("float[]", scales), 1)
     want_codes, want_scales = quantize_rows(x)
     if not np.array_equal(scales, want_scales):
-        failures.append("kvq8_quantize_rows: the scales are not the raw max|x| of each row")
+        failures.append(_t("kvq8_quantize_rows: the scales are not the raw max|x| of each row",
+                           "kvq8_quantize_rows：scale 不是每行原始的 max|x|"))
     bad = int((codes != want_codes).sum())
     if bad:
-        failures.append(f"kvq8_quantize_rows: {bad} of {codes.size} codes differ from floor(x * 127 / max + 0.5)")
+        failures.append(_t(f"kvq8_quantize_rows: {bad} of {codes.size} codes differ from floor(x * 127 / max + 0.5)",
+                           f"kvq8_quantize_rows：{codes.size} 个编码中有 {bad} 个与 floor(x * 127 / max + 0.5) 不同"))
 
 
 def check_kernels(ffi, lib, failures, rng) -> None:
@@ -248,7 +283,8 @@ def check_kernels(ffi, lib, failures, rng) -> None:
             ns = lib.fa_time_calls(variant, 2, ffi.from_buffer("float[]", out), ffi.from_buffer("float[]", q),
                                    *cache.args(ffi, kh), *tail)
             if not ns >= 0:
-                failures.append(f"fa_time_calls (variant {variant}) on case '{name}': returned {ns}")
+                failures.append(_what(f"fa_time_calls (variant {variant}) on case '{name}'")
+                                + _t(f": returned {ns}", f"：返回了 {ns}"))
             compare(failures, f"fa_time_calls (variant {variant}) on case '{name}'", out, want)
         for variant in (0, 1):
             outs = np.full((3, hd), np.nan, np.float32)
@@ -277,15 +313,17 @@ def check_helpers(ffi, lib, failures, rng) -> None:
     buf = np.ones(1 << 12, np.uint8)
     step("fa_read_gbps")
     if not lib.fa_read_gbps(ffi.from_buffer("unsigned char[]", buf), buf.nbytes, 1) > 0:
-        failures.append("fa_read_gbps: did not return a positive bandwidth")
+        failures.append(_t("fa_read_gbps: did not return a positive bandwidth", "fa_read_gbps：没有返回正的带宽"))
     for fn in ("fa_backend", "fa_simd_paths"):
         step(fn)
         if not ffi.string(getattr(lib, fn)()):
-            failures.append(f"{fn}: returned an empty string")
+            failures.append(fn + _t(": returned an empty string", "：返回了空字符串"))
 
 
 def main() -> int:
+    global LANG
     request = json.loads(sys.stdin.read())
+    LANG = "zh" if request.get("lang") == "zh" else "en"
     ffi = cffi.FFI()
     ffi.cdef("\n".join(l for l in request["header"].splitlines() if not l.lstrip().startswith("#")))
     step("dlopen of the new library")
@@ -296,7 +334,7 @@ def main() -> int:
         try:
             part(ffi, lib, failures, rng)
         except AttributeError as e:  # a function the header no longer declares
-            failures.append(f"missing function: {e}")
+            failures.append(_t(f"missing function: {e}", f"缺少函数：{e}"))
     print(json.dumps({"failures": failures}))
     return 0
 

@@ -75,13 +75,14 @@ def empty(head_dim: int) -> Partial:
 
 def partial_state(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: float | None = None) -> Partial:
     """The state (M, S, acc) of all tokens of ``cache``, read from the compiled kernel's trace
-    after its last token: ``tr.M[-1]``, ``tr.S[-1]``, ``tr.vkq[-1]`` (the trace records only M, S
+    after its last token: ``trace.M[-1]``, ``trace.S[-1]``, ``trace.vkq[-1]`` (the trace records only M, S
     and VKQ here)."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 应是一个 lessonkit.KVCacheQ8；你给的是 {type(cache).__name__}"))
     out = np.empty(cache.head_dim, np.float32)
-    tr = run_traced(out, q, cache, kv_head, scale, fields=("M", "S", "vkq"))
-    return Partial(float(tr.M[-1]), float(tr.S[-1]), tr.vkq[-1].astype(np.float64), tr.seq_len)
+    trace = run_traced(out, q, cache, kv_head, scale, fields=("M", "S", "vkq"))
+    return Partial(float(trace.M[-1]), float(trace.S[-1]), trace.vkq[-1].astype(np.float64), trace.seq_len)
 
 
 def merge(a: Partial, b: Partial) -> Partial:
@@ -100,7 +101,7 @@ def merge_all(parts) -> Partial:
     """Merge a sequence of states, left to right."""
     parts = list(parts)
     if not parts:
-        raise ValueError("no state to merge")
+        raise ValueError(tr("no state to merge", "没有可合并的状态"))
     return reduce(merge, parts)
 
 
@@ -127,17 +128,21 @@ def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_
     K = check.float32_array("K", K, (None, None))
     n = K.shape[0]
     if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__iter__"):
-        raise TypeError(f"bounds must be a sequence of split points; got {type(bounds).__name__}")
+        raise TypeError(tr(f"bounds must be a sequence of split points; got {type(bounds).__name__}",
+                           f"bounds 应是一串切分点；你给的是 {type(bounds).__name__}"))
     if isinstance(bounds, np.ndarray):
         bounds = check.base_array("bounds", bounds)
     points = list(itertools.islice(bounds, MAX_CHUNKS))  # never read a huge iterable to its end
     if len(points) >= MAX_CHUNKS:
-        raise ValueError(f"bounds holds {MAX_CHUNKS} split points or more, above the cap of {MAX_CHUNKS} chunks "
-                         f"(one cache and one traced call each); use at most {MAX_CHUNKS - 1} split points")
+        raise ValueError(tr(f"bounds holds {MAX_CHUNKS} split points or more, above the cap of {MAX_CHUNKS} chunks "
+                            f"(one cache and one traced call each); use at most {MAX_CHUNKS - 1} split points",
+                            f"bounds 有 {MAX_CHUNKS} 个或更多切分点，超过了 {MAX_CHUNKS} 段的上限"
+                            f"（每段一个缓存、一次跟踪调用）；最多用 {MAX_CHUNKS - 1} 个切分点"))
     bounds = [check.integer("split point", b) for b in points]
     cuts = [0, *sorted(set(bounds)), n]
     if cuts[1] <= 0 or cuts[-2] >= n:
-        raise ValueError(f"split points must lie strictly between 0 and {n}; got {sorted(bounds)}")
+        raise ValueError(tr(f"split points must lie strictly between 0 and {n}; got {sorted(bounds)}",
+                            f"切分点必须严格在 0 和 {n} 之间；你给的是 {sorted(bounds)}"))
     parts = [partial_state(q, cache_of(K[a:b], V[a:b], block_size), 0, scale)
              for a, b in zip(cuts[:-1], cuts[1:])]
     return finish(merge_all(parts)), parts
@@ -202,14 +207,19 @@ def _next_chunk(announce: queue.Queue, producer: threading.Thread, i: int, n_chu
                 msg = announce.get_nowait()  # announced just before it ended
             except queue.Empty:
                 if producer.is_alive():
-                    raise RuntimeError(f"the producer thread announced no chunk for {wait_s:.1f} s (the consumer "
-                                       f"waited for chunk {i + 1} of {n_chunks}): it stalled") from None
-                raise RuntimeError(f"the producer thread ended after announcing {i} of {n_chunks} chunks, "
-                                   "without an error") from None
+                    raise RuntimeError(tr(f"the producer thread announced no chunk for {wait_s:.1f} s (the consumer "
+                                          f"waited for chunk {i + 1} of {n_chunks}): it stalled",
+                                          f"生产者线程 {wait_s:.1f} s 内没有通知新块（消费者在等 {n_chunks} 块中的"
+                                          f"第 {i + 1} 块）：它卡住了")) from None
+                raise RuntimeError(tr(f"the producer thread ended after announcing {i} of {n_chunks} chunks, "
+                                      "without an error",
+                                      f"生产者线程通知了 {n_chunks} 块中的 {i} 块后就结束了，没有报错")) from None
         if msg[0] == "error":
             e = msg[2]
-            raise RuntimeError(f"the producer thread failed after writing {msg[1]} of {n_chunks} chunks: "
-                               f"{type(e).__name__}: {e}") from e
+            raise RuntimeError(tr(f"the producer thread failed after writing {msg[1]} of {n_chunks} chunks: "
+                                  f"{type(e).__name__}: {e}",
+                                  f"生产者线程写完 {n_chunks} 块中的 {msg[1]} 块后出错："
+                                  f"{type(e).__name__}: {e}")) from e
         return msg[1], msg[2]
 
 
@@ -227,8 +237,10 @@ def _file_of(path: Path, nbytes: int) -> None:
             if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 f.truncate(nbytes)  # this file system cannot reserve blocks
             else:
-                raise OSError(e.errno, f"cannot make a file of {nbytes / 2**20:.1f} MiB in {path.parent} "
-                                       f"({e.strerror}): pass directory= a folder with room") from None
+                raise OSError(e.errno, tr(f"cannot make a file of {nbytes / 2**20:.1f} MiB in {path.parent} "
+                                          f"({e.strerror}): pass directory= a folder with room",
+                                          f"无法在 {path.parent} 里建一个 {nbytes / 2**20:.1f} MiB 的文件"
+                                          f"（{e.strerror}）：用 directory= 指定一个空间够的文件夹")) from None
 
 
 def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024,
@@ -253,23 +265,27 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     Every wait is bounded: a producer that fails, ends early or stalls (nothing announced for
     interval_s + STALL_S seconds) becomes a RuntimeError that says what happened."""
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {check.short(mode)}")
+        raise ValueError(tr(f"mode must be one of {', '.join(MODES)}; got {check.short(mode)}",
+                            f"mode 必须是 {', '.join(MODES)} 之一；你给的是 {check.short(mode)}"))
     K = check.float32_array("K", K, (None, None))
     V = check.float32_array("V", V, K.shape)
     T, hd = K.shape
     if T == 0:
-        raise ValueError("K and V hold no token: give at least one row")
+        raise ValueError(tr("K and V hold no token: give at least one row", "K 和 V 里没有 token：至少给一行"))
     check.head_dim(hd)
     q = check.float32_array("q", q, (hd,))
     scale = check.scale(scale, hd)
     chunk = check.integer("chunk", chunk, minimum=1, below=T + 1)
     n_chunks = -(-T // chunk)
-    check.at_most(f"the number of chunks (seq_len {T} / chunk {chunk})", n_chunks, MAX_STREAM_CHUNKS,
-                  "chunks of one streaming run; use a larger chunk")
+    check.at_most(tr(f"the number of chunks (seq_len {T} / chunk {chunk})", f"块数（seq_len {T} / chunk {chunk}）"),
+                  n_chunks, MAX_STREAM_CHUNKS,
+                  tr("chunks of one streaming run; use a larger chunk", "一次流式运行的块数；请用更大的 chunk"))
     interval_s = check.finite_float("interval_s", interval_s, minimum=0.0, maximum=MAX_INTERVAL_S)
     if n_chunks * interval_s > MAX_STREAM_S:
-        raise ValueError(f"{n_chunks} chunks x interval_s {interval_s:g} s = {n_chunks * interval_s:.0f} s, above the "
-                         f"cap of {MAX_STREAM_S:g} s per run; use a shorter interval or larger chunks")
+        raise ValueError(tr(f"{n_chunks} chunks x interval_s {interval_s:g} s = {n_chunks * interval_s:.0f} s, above the "
+                            f"cap of {MAX_STREAM_S:g} s per run; use a shorter interval or larger chunks",
+                            f"{n_chunks} 块 x interval_s {interval_s:g} s = {n_chunks * interval_s:.0f} s，超过每次运行 "
+                            f"{MAX_STREAM_S:g} s 的上限；请缩短间隔或加大块"))
     block_size = check.integer("block_size", block_size, minimum=1, below=max(T, 4096) + 1)
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         path = Path(tmp) / "kv.f32"
@@ -337,9 +353,11 @@ class ChunkedAttention:
     def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0,
                  scale: float | None = None):
         if variant not in PASSES:
-            raise ValueError(f"variant must be one of {', '.join(PASSES)}; got {check.short(variant)}")
+            raise ValueError(tr(f"variant must be one of {', '.join(PASSES)}; got {check.short(variant)}",
+                                f"variant 必须是 {', '.join(PASSES)} 之一；你给的是 {check.short(variant)}"))
         if not isinstance(cache, KVCacheQ8):
-            raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+            raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                               f"cache 应是一个 lessonkit.KVCacheQ8；你给的是 {type(cache).__name__}"))
         self.variant, self.cache = variant, cache
         self.q = check.float32_array("q", q, (cache.head_dim,)).copy()  # later edits of q change nothing
         self.kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
@@ -358,11 +376,13 @@ class ChunkedAttention:
     def fold(self, t1: int) -> None:
         """Run the first pass on tokens [n_folded, t1) of the cache."""
         if self.finished:
-            raise RuntimeError("finish() has run: this object's passes are done; make a new ChunkedAttention")
+            raise RuntimeError(tr("finish() has run: this object's passes are done; make a new ChunkedAttention",
+                                  "finish() 已经运行过：这个对象的各遍已做完；请新建一个 ChunkedAttention"))
         t0 = self.n_folded
         t1 = check.integer("t1", t1, minimum=t0 + 1)
         if t1 > self.cache.seq_len:
-            raise ValueError(f"t1 = {t1} is past the cache's {self.cache.seq_len} tokens: append the chunk first")
+            raise ValueError(tr(f"t1 = {t1} is past the cache's {self.cache.seq_len} tokens: append the chunk first",
+                                f"t1 = {t1} 超出了缓存现有的 {self.cache.seq_len} 个 token：先 append 这一块"))
         ffi, lib = self.ffi, self.lib
         qbuf, k, v, ks, vs, layout = self._args()
         if self.variant == "single":
@@ -382,9 +402,9 @@ class ChunkedAttention:
     def finish(self) -> np.ndarray:
         """What waits for the last chunk; returns the output float32 [head_dim] over all folded tokens."""
         if self.finished:
-            raise RuntimeError("finish() has already run once for this object")
+            raise RuntimeError(tr("finish() has already run once for this object", "这个对象的 finish() 已经运行过一次"))
         if self.n_folded == 0:
-            raise ValueError("no token has been folded in: call fold(t1) first")
+            raise ValueError(tr("no token has been folded in: call fold(t1) first", "还没有折入任何 token：先调用 fold(t1)"))
         ffi, lib, T = self.ffi, self.lib, self.n_folded
         out = np.zeros(self.cache.head_dim, np.float32)
         obuf = ffi.from_buffer("float[]", out, require_writable=True)
@@ -423,7 +443,8 @@ def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 1
     and bytes read from the KV and the score array (``lessonkit.traffic.bytes_per_token``'s
     lines per token; the score array 4 bytes per token per pass)."""
     if mode not in FAIR_MODES:
-        raise ValueError(f"mode must be one of {', '.join(FAIR_MODES)}; got {check.short(mode)}")
+        raise ValueError(tr(f"mode must be one of {', '.join(FAIR_MODES)}; got {check.short(mode)}",
+                            f"mode 必须是 {', '.join(FAIR_MODES)} 之一；你给的是 {check.short(mode)}"))
     T = check.integer("seq_len", seq_len, minimum=1)
     c = check.integer("chunk", chunk, minimum=1, below=T + 1)
     per = traffic.bytes_per_token(head_dim, n_kv_heads)
@@ -468,18 +489,23 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
     default 1). ``load_only``: read the saved results even where valgrind is installed (the
     long simulations a lesson does not recompute in CI)."""
     if isinstance(configs, (str, bytes)) or not hasattr(configs, "__len__"):
-        raise TypeError(f"configs must be a list of (variant, seq_len, preset_name); got {type(configs).__name__}")
-    check.at_most("len(configs)", len(configs), MAX_SIMULATIONS, "valgrind simulations of one call")
+        raise TypeError(tr(f"configs must be a list of (variant, seq_len, preset_name); got {type(configs).__name__}",
+                           f"configs 应是 (variant, seq_len, preset_name) 的 list；你给的是 {type(configs).__name__}"))
+    check.at_most("len(configs)", len(configs), MAX_SIMULATIONS,
+                  tr("valgrind simulations of one call", "一次调用的 valgrind 模拟次数"))
     try:
         configs = [(c[0], check.integer("seq_len", c[1], minimum=1), c[2],
                     *([check.integer("n_kv_heads", c[3], minimum=1, below=33)] if len(c) == 4 else []))
                    for c in configs if len(c) in (3, 4)] if all(len(c) in (3, 4) for c in configs) else None
     except (TypeError, ValueError) as e:
-        raise type(e)(f"configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples: {e}") from None
+        raise type(e)(tr(f"configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples: {e}",
+                         f"configs 的每一项应是 (variant, seq_len, preset_name[, n_kv_heads]) 元组：{e}")) from None
     if configs is None:
-        raise ValueError("configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples")
+        raise ValueError(tr("configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples",
+                            "configs 的每一项应是 (variant, seq_len, preset_name[, n_kv_heads]) 元组"))
     for c in configs:
-        check.at_most("seq_len", c[1], MAX_SIMULATED_TOKENS, "tokens of one valgrind simulation")
+        check.at_most("seq_len", c[1], MAX_SIMULATED_TOKENS,
+                      tr("tokens of one valgrind simulation", "一次 valgrind 模拟的 token 数"))
     saved = Path(saved)
     if traffic.valgrind_available() and not load_only:
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
@@ -501,8 +527,10 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
             note += tr(f"; saved to {saved.name}", f"；已存入 {saved.name}")
         return results, note
     if not saved.is_file():
-        raise RuntimeError(f"{'valgrind was not run' if load_only else 'valgrind is not installed'} and there "
-                           f"are no saved results in {saved}")
+        raise RuntimeError(tr(f"{'valgrind was not run' if load_only else 'valgrind is not installed'} and there "
+                              f"are no saved results in {saved}",
+                              f"{'没有运行 valgrind' if load_only else '没有安装 valgrind'}，"
+                              f"{saved} 里也没有保存的结果"))
     data = json.loads(saved.read_text())
     names = {f.name for f in fields(traffic.Simulated)}
     have = {}
@@ -513,10 +541,14 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
         have[(sim.variant, sim.seq_len, sim.preset, sim.n_kv_heads)] = sim
     missing = [c for c in configs if c not in have]
     if missing:
-        raise RuntimeError(f"{saved.name} has no saved results for {missing}; run the notebook where "
-                           f"valgrind is installed with {SAVE_ENV}=1 to save them")
-    why = (tr("loaded as asked", "按要求读入") if traffic.valgrind_available()
-           else tr("valgrind is not installed here", "这台机器没有安装 valgrind"))
+        raise RuntimeError(tr(f"{saved.name} has no saved results for {missing}; run the notebook where "
+                              f"valgrind is installed with {SAVE_ENV}=1 to save them",
+                              f"{saved.name} 里没有 {missing} 的结果；请在装有 valgrind 的机器上以 "
+                              f"{SAVE_ENV}=1 运行这个 notebook 来保存"))
+    if traffic.valgrind_available():
+        why = tr("loaded as asked", "按要求读入")
+    else:
+        why = tr("valgrind is not installed here", "这台机器没有安装 valgrind")
     note = tr(f"{why}: these are the results saved in {saved.name} "
               f"({data.get('valgrind', 'valgrind')} on {data.get('machine', 'another machine')})",
               f"{why}：以下是 {saved.name} 里保存的结果（{data.get('valgrind', 'valgrind')}，"
