@@ -170,7 +170,7 @@ ex06_b1 = Exercise(
               "final; "
               "part 3 is the rest of the loop body; part 4 is after the loop. A TRACE_ hook or a blank line at the edge "
               "may be in or out.",
-              "segment 1 在 Q 的编码和块 scale 算完处结束；segment 2 在 token t 的分数 s 定下来时结束；"
+              "segment 1 在 Q 的 int8 码和块 scale 算完处结束；segment 2 在 token t 的分数 s 定下来时结束；"
               "segment 3 是循环体的其余部分；segment 4 在循环之后。边缘的 TRACE_ 钩子或空行算不算都行。"))
 
 WHY_CHOICES = {
