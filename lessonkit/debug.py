@@ -518,18 +518,18 @@ def by_hand_commands(n_tokens: int = 16, config: ToyConfig | None = None) -> str
         ("(gdb) set breakpoint pending on", tr("the library is loaded later, by cffi", "库稍后才由 cffi 载入")),
         (f"(gdb) break {bp.function}", tr("breakpoint 1: the entry", "断点 1：入口")),
         (f"(gdb) break {bp.file}:{bp.token_line}", tr("breakpoint 2: segment 3, once per token",
-                                                      "断点 2：段 3，每个 token 一次")),
+                                                      "断点 2：segment 3，每个 token 一次")),
         ("(gdb) run", ""),
         ("(gdb) print seq_len", tr("at the entry", "在入口处")),
-        ("(gdb) continue", tr("now in segment 3, token 0", "现在在段 3，token 0")),
+        ("(gdb) continue", tr("now in segment 3, token 0", "现在在 segment 3，token 0")),
         ("(gdb) print t", ""),
         ("(gdb) print M", ""),
         ("(gdb) info locals", tr("s, vsf, ... of this token", "这个 token 的 s、vsf……")),
         ("(gdb) next", tr("vt is set now", "现在 vt 已赋值")),
         ("(gdb) p/d *vt@16", tr("V's int8 codes as numbers ('p vt' prints a string)",
-                                "把 V 的 int8 编码按数字打印（'p vt' 会打印成字符串）")),
+                                "把 V 的 int8 码按数字打印（'p vt' 会打印成字符串）")),
         (f"(gdb) condition 1 seq_len == {last}", tr("entry stops only in the last step", "入口断点只在最后一步停")),
-        ("(gdb) disable 2", tr("no segment-3 stops until 'enable 2'", "在 'enable 2' 之前不在段 3 停")),
+        ("(gdb) disable 2", tr("no segment-3 stops until 'enable 2'", "在 'enable 2' 之前不在 segment 3 停")),
         ("(gdb) continue", tr(f"runs on to the first call with seq_len {last}",
                               f"一直运行到第一个 seq_len 为 {last} 的调用")),
         ("(gdb) enable 2", ""),
@@ -541,7 +541,7 @@ def by_hand_commands(n_tokens: int = 16, config: ToyConfig | None = None) -> str
     lines = [f"{cmd:<{width}}# {note}" if note else cmd for cmd, note in steps]
     lines.append(tr(f"# line {bp.token_line} is the line of segment 3 that contains '{TOKEN_TEXT}'; "
                     "lessonkit.debug.breakpoints() finds it again after you edit the file",
-                    f"# 第 {bp.token_line} 行是段 3 中含有 '{TOKEN_TEXT}' 的那一行；"
+                    f"# 第 {bp.token_line} 行是 segment 3 中含有 '{TOKEN_TEXT}' 的那一行；"
                     "你改过文件后，lessonkit.debug.breakpoints() 会重新找到它"))
     return "\n".join(lines)
 
@@ -580,7 +580,7 @@ def aarch64_recipe(seq_len: int = 20, head_dim: int = 64, n_kv_heads: int = 2, b
         tr("(gdb) disassemble i8x16_dot_s32      # the sdot instruction of the dot-product extension",
            "(gdb) disassemble i8x16_dot_s32      # 点积扩展的 sdot 指令"),
         tr("(gdb) continue                       # segment 3, token 0: print t, print M",
-           "(gdb) continue                       # 段 3，token 0：print t，print M"),
+           "(gdb) continue                       # segment 3，token 0：print t，print M"),
         tr("# on the board itself (RK3588), no qemu: the x86 session above works as it is, with gdb.",
            "# 在板子本身（RK3588）上不用 qemu：上面 x86 的调试会话用 gdb 原样可用。"),
     ])

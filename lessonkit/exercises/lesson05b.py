@@ -35,7 +35,7 @@ def _l05b_wait(answer):
                        "所以最后一块到达后它还要读全部 K 和 V"))
     raise Wrong(tr(f"{got:.4g} bytes is {'more' if got > truth else 'less'} than the K-twice variant still reads "
                    "(within 1%)",
-                   f"{got:.4g} 字节比 K 读两遍的版本还要读的量{'多' if got > truth else '少'}（误差须在 1% 以内）"))
+                   f"{got:.4g} 字节不对：K 读两遍的版本实际还要读的字节数比这{'少' if got > truth else '多'}（误差须在 1% 以内）"))
 
 
 ex1 = Exercise(
@@ -63,16 +63,16 @@ EXP_CHOICES = {
                 Text("right: q8_simd.h turns expf into an inline function on x86, and the compiler runs pass 2 many "
                      "lanes at a time; the single pass computes one exp per token inside a dependent chain, and ARM's "
                      "build calls libm's expf for every score in both",
-                     "没错：在 x86 上 q8_simd.h 把 expf 换成内联函数，编译器让第 2 遍一次算很多个通道；单遍版每个 token "
+                     "没错：在 x86 上 q8_simd.h 把 expf 换成内联函数，编译器让第 2 遍一次在很多个通道上同时算；单遍版每个 token "
                      "算一个 exp，还处在一条前后依赖的链里；而 ARM 构建在两个内核里都为每个分数调用 libm 的 expf")),
     "b": Choice(Text("it reads fewer bytes of K and V than the single pass does on every call",
                      "每次调用它读的 K 和 V 字节比单遍版少"),
                 Text("no: it reads the same K and V rows and scales, plus its score array (lesson 05's model)",
                      "不是：它读的 K、V 行和 scale 与单遍版一样，还要多读分数数组（第 05 课的模型）")),
     "c": Choice(Text("its score array stays in the first-level cache, so none of its loads ever miss",
-                     "它的分数数组一直留在一级缓存里，所以它的读取从不缺失"),
+                     "它的分数数组一直留在一级缓存里，所以它的读取从不未命中"),
                 Text("no: the simulation shows the score array's lines missing the first level; bytes are not why",
-                     "不是：模拟显示分数数组的缓存行在一级缓存里会缺失；原因不在字节数")),
+                     "不是：模拟显示分数数组的缓存行在一级缓存里会未命中；原因不在字节数")),
 }
 
 

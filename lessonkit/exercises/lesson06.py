@@ -37,7 +37,7 @@ TIER_A_HINTS = {"seq_len_first": Text("the first record's seq_len", "看第一�
                 "grows_by_per_step": Text("seq_len of the second step minus seq_len of the first",
                                           "第二步的 seq_len 减去第一步的 seq_len"),
                 "loop_runs_seq_len": Text("compare each record's iterations (stops in segment 3) with its seq_len",
-                                          "把每条记录的 iterations（在段 3 停下的次数）和它的 seq_len 比一比"),
+                                          "把每条记录的 iterations（在 segment 3 停下的次数）和它的 seq_len 比一比"),
                 "M_non_decreasing": Text("look at M after each token, within each call",
                                          "在每次调用之内，看每个 token 之后的 M")}
 
@@ -86,10 +86,10 @@ def _segment_key(k) -> int:
         n = whole(k, "a segment key")
     except Wrong:
         raise Wrong(tr(f"keys are the segment numbers 1 to 4; got {short(k)}",
-                       f"键应是段号 1 到 4；你给的是 {short(k)}")) from None
+                       f"键应是 segment 的编号 1 到 4；你给的是 {short(k)}")) from None
     if n not in ARTICLE_PARTS:
         raise Wrong(tr(f"keys are the segment numbers 1 to 4; got {short(k)}",
-                       f"键应是段号 1 到 4；你给的是 {short(k)}"))
+                       f"键应是 segment 的编号 1 到 4；你给的是 {short(k)}"))
     return n
 
 
@@ -112,35 +112,35 @@ def _l06_segments(answer, path=None):
         answer = dict(enumerate(answer, start=1))
     if len(answer) > 16:
         raise Wrong(tr("give a dict {1: (start, end), 2: ..., 3: ..., 4: ...}: four segments",
-                       "请给一个 dict：{1: (start, end), 2: ..., 3: ..., 4: ...}：四段"))
+                       "请给一个 dict：{1: (start, end), 2: ..., 3: ..., 4: ...}：四个 segment"))
     given = {_segment_key(k): v for k, v in answer.items()}
     problems = []
     for n, (ok_start, ok_end) in accepted.items():
         if n not in given:
-            raise Wrong(tr(f"segment {n} ({ARTICLE_PARTS[n]}) is missing", f"缺了段 {n}（{ARTICLE_PARTS[n]}）"))
+            raise Wrong(tr(f"segment {n} ({ARTICLE_PARTS[n]}) is missing", f"缺了 segment {n}（{ARTICLE_PARTS[n]}）"))
         if not filled(given[n]) or (isinstance(given[n], (tuple, list)) and not all(map(filled, given[n]))):
-            raise Blank(tr(f"fill in segment {n}", f"请填上段 {n}"))
+            raise Blank(tr(f"fill in segment {n}", f"请填上 segment {n}"))
         if not isinstance(given[n], (tuple, list)) or len(given[n]) != 2:
             raise Wrong(tr(f"segment {n}: give (start line, end line); got {short(given[n])}",
-                           f"段 {n}：请给 (起始行, 结束行)；你给的是 {short(given[n])}"))
-        start, end = (whole(x, tr(f"segment {n}'s line", f"段 {n} 的行号")) for x in given[n])
+                           f"segment {n}：请给 (起始行, 结束行)；你给的是 {short(given[n])}"))
+        start, end = (whole(x, tr(f"segment {n}'s line", f"segment {n} 的行号")) for x in given[n])
         if not ok_start[0] <= start <= ok_start[1]:
-            problems.append(tr(f"segment {n} ({ARTICLE_PARTS[n]}): ", f"段 {n}（{ARTICLE_PARTS[n]}）：")
+            problems.append(tr(f"segment {n} ({ARTICLE_PARTS[n]}): ", f"segment {n}（{ARTICLE_PARTS[n]}）：")
                             + _direction(start, ok_start, tr("your start", "你的起始行")))
         if not ok_end[0] <= end <= ok_end[1]:
-            problems.append(tr(f"segment {n} ({ARTICLE_PARTS[n]}): ", f"段 {n}（{ARTICLE_PARTS[n]}）：")
+            problems.append(tr(f"segment {n} ({ARTICLE_PARTS[n]}): ", f"segment {n}（{ARTICLE_PARTS[n]}）：")
                             + _direction(end, ok_end, tr("your end", "你的结束行")))
     if problems:
         raise Wrong(tr("; ".join(problems) + " (line numbers of " + debug.UNMARKED_NAME + ")",
                        "；".join(problems) + "（" + debug.UNMARKED_NAME + " 的行号）"))
     return tr("all four parts match the code of " + debug.UNMARKED_NAME + ": "
               + ", ".join(f"{n}: {s[0]}-{e[1]}" for n, (s, e) in accepted.items()),
-              "四段都与 " + debug.UNMARKED_NAME + " 的代码吻合："
+              "四个 segment 都与 " + debug.UNMARKED_NAME + " 的代码吻合："
               + "，".join(f"{n}: {s[0]}-{e[1]}" for n, (s, e) in accepted.items()))
 
 
 ex06_b1 = Exercise(
-    lesson="06", name="tier_b_segments", title=Text("tier B: the four segments' lines", "B 档：四段的行号"),
+    lesson="06", name="tier_b_segments", title=Text("tier B: the four segments' lines", "B 档：四个 segment 的起止行号"),
     question=Text("debug.unmarked_kernel() writes the kernel without its segment comments to my-work/"
                   + debug.UNMARKED_NAME + ". Read that copy (print it with source.numbered_lines(first, last, "
                   "path=copy)) and give "
@@ -155,28 +155,30 @@ ex06_b1 = Exercise(
                   "A blank line, a comment line or a TRACE_ line (a hook of the traced build) at the edge of a part "
                   "may be "
                   "counted in or out. Give line numbers as whole numbers.",
-                  "debug.unmarked_kernel() 把去掉了分段注释的内核写到 my-work/" + debug.UNMARKED_NAME
+                  "debug.unmarked_kernel() 把去掉了 segment 注释的内核写到 my-work/" + debug.UNMARKED_NAME
                   + "。读这份副本（用 source.numbered_lines(first, last, path=copy) 打印），按副本的行号，"
-                  "给出每一段的起始行和结束行：1 Q 量化（Q 变成 int8），2 打分（token t 的分数 s），"
-                  "3 rescale（文章的叫法；这一段还把 token t 的 V 行累加进 VKQ），4 归一（除以 S）。"
-                  "规则：一段从它自己的变量声明开始（Q 的缓冲区 qsc 和 qi 属于第 1 段）。"
-                  "token 循环本身那一行（for ...），以及循环之前设置 M、S、VKQ 的那几行，不属于任何一段。"
-                  "段边缘的空行、注释行或 TRACE_ 行（跟踪构建的钩子）算进去或不算都行。行号用整数。"),
+                  "给出每个 segment 的起始行和结束行。四个 segment 就是文章 B 档说的"
+                  "“Q 量化 / 打分 / rescale / 归一”四段：segment 1 Q 量化（Q 变成 int8），"
+                  "segment 2 打分（token t 的分数 s），segment 3 rescale（文章的叫法；"
+                  "这一部分还把 token t 的 V 行累加进 VKQ），segment 4 归一（除以 S）。"
+                  "规则：一个 segment 从它自己的变量声明开始（Q 的缓冲区 qsc 和 qi 属于 segment 1）。"
+                  "token 循环本身那一行（for ...），以及循环之前设置 M、S、VKQ 的那几行，不属于任何 segment。"
+                  "segment 边缘的空行、注释行或 TRACE_ 行（跟踪构建的钩子）算进去或不算都行。行号用整数。"),
     template={1: (..., ...), 2: (..., ...), 3: (..., ...), 4: (..., ...)}, check=_l06_segments,
     solution=lambda path=None: {n: (s[0], e[1]) for n, (s, e) in debug.unmarked_segments(path or source.KERNEL_FILE).items()},
     hint=Text("part 1 ends where Q's codes and block scales are done; part 2 ends when the score s of token t is "
               "final; "
               "part 3 is the rest of the loop body; part 4 is after the loop. A TRACE_ hook or a blank line at the edge "
               "may be in or out.",
-              "第 1 段在 Q 的编码和块 scale 算完处结束；第 2 段在 token t 的分数 s 定下来时结束；"
-              "第 3 段是循环体的其余部分；第 4 段在循环之后。边缘的 TRACE_ 钩子或空行算不算都行。"))
+              "segment 1 在 Q 的 int8 码和块 scale 算完处结束；segment 2 在 token t 的分数 s 定下来时结束；"
+              "segment 3 是循环体的其余部分；segment 4 在循环之后。边缘的 TRACE_ 钩子或空行算不算都行。"))
 
 WHY_CHOICES = {
     "a": Choice(Text("Q is the same for every token, so it is coded once; each K row was quantized when "
                      "written, with its own scale",
                      "Q 对每个 token 都一样，所以只编码一次；而每一行 K 是在写入时量化的，各有自己的 scale"),
                 Text("right: the trace shows segment 1 running once and (nearly) as many K scales as tokens",
-                     "没错：跟踪显示段 1 只跑了一次，而 K 的 scale（几乎）和 token 一样多")),
+                     "没错：跟踪显示 segment 1 只跑了一次，而 K 的 scale（几乎）和 token 一样多")),
     "b": Choice(Text("Quantizing Q is expensive, so it is done once; K's scale could just as well be "
                      "applied once at the end, to the output",
                      "量化 Q 代价高，所以只做一次；K 的 scale 也完全可以在最后对输出乘一次"),
@@ -195,7 +197,7 @@ WHY_CHOICES = {
                      "exp(M_old - M_new) whenever M rises",
                      "扫描过程中 Q 会变，因为每当 M 变大，在线 rescale 就把 Q 乘以 exp(M_old - M_new)"),
                 Text("no: the rescale multiplies S and VKQ, never Q; Q's codes stay fixed for the whole call",
-                     "不是：rescale 乘的是 S 和 VKQ，从不动 Q；整个调用里 Q 的编码都不变")),
+                     "不是：rescale 乘的是 S 和 VKQ，从不动 Q；整个调用里 Q 的 int8 码都不变")),
 }
 
 
@@ -212,7 +214,7 @@ def _l06_why(answer):
         answer = {"choice": answer}
     return pick(answer, "choice", WHY_CHOICES, right) + tr(
         f" (segment 1 ran {runs} time; {n_k} distinct K scales over {T} tokens)",
-        f"（段 1 跑了 {runs} 次；{T} 个 token 共有 {n_k} 个不同的 K scale）")
+        f"（segment 1 跑了 {runs} 次；{T} 个 token 共有 {n_k} 个不同的 K scale）")
 
 
 ex06_b2 = Exercise(
@@ -292,7 +294,7 @@ ex06_break1 = Exercise(
                   "(factor_token0: a number, broken / right)? Undo the edit afterwards.",
                   "在你的内核副本里（src = workspace.student_native()；编辑 src / 'flash_attn_q8_neon.c'），"
                   "把遇到新最大值时做 rescale 的两处注释掉：S *= ms; 以及把 VKQ 乘以 msv 的那个循环。"
-                  "它们在段 3（在线 softmax 的更新：文章段2 的后半）。用 lk.native.load(src_dir=src, verify='crashes') "
+                  "它们在 segment 3（在线 softmax 的更新，即文章段2 的后半）。用 lk.native.load(src_dir=src, verify='crashes') "
                   f"重新构建并载入，再用 debug.kernel_weights(ffi, lib, scores) 读出分数 {list(RESCALE_SCORES)} "
                   "对应的权重。哪些 token 的权重太大（too_heavy：一个字母，'a' 到 'd'）？"
                   "token 0（归一后）的权重大了多少倍（factor_token0：一个数，改坏后 / 正确）？做完后撤销修改。"),
