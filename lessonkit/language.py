@@ -30,14 +30,25 @@ def _checked(lang) -> str:
 _current = _checked(os.environ.get("LESSONKIT_LANG", "en") or "en")
 
 
+# Called with the new language after each switch: lessonkit.plotstyle registers itself here (so that
+# the plots' font follows the language, and Chinese checks for a Chinese font) without this module
+# importing matplotlib.
+_listeners: list = []
+
+
+def on_change(listener) -> None:
+    """Call ``listener(lang)`` after every ``set_language``."""
+    _listeners.append(listener)
+
+
 def set_language(lang: str) -> str:
     """Speak ``lang`` ("en" or "zh") from now on in this process; returns the language before.
-    Chinese also checks that matplotlib has a font with Chinese characters (and says once what to
-    install if not: lessonkit.plotstyle)."""
+    In Chinese, lessonkit.plotstyle's style also picks a Chinese font (and says once what to install
+    if there is none)."""
     global _current
     before, _current = _current, _checked(lang)
-    from . import plotstyle  # late: plotstyle imports matplotlib, which a language switch alone needs not
-    plotstyle.use()
+    for listener in _listeners:
+        listener(_current)
     return before
 
 

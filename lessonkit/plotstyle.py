@@ -8,6 +8,8 @@ colour cycle, 110 dpi on screen. lessonkit's own drawing helpers call it and siz
 timing plots (lessons 05 and 08)."""
 from __future__ import annotations
 
+from . import language
+
 MIN_PT = 12  # no text smaller than this at the figure's size (tests/test_plotstyle.py checks it)
 SIZES = {"title": 15, "label": 13, "tick": 12, "legend": 12, "text": 12}
 # Okabe-Ito, without its black (black stays for text and reference lines)
@@ -46,13 +48,12 @@ STYLE = {
 
 def use() -> None:
     """Apply the classroom style to every figure drawn from now on in this process. In Chinese
-    (lessonkit.set_language("zh")) it also checks for a Chinese font: ``cjk_font()``."""
+    (lessonkit.set_language("zh"), before or after) it also picks a Chinese font: ``cjk_font()``."""
     import matplotlib as mpl
     from cycler import cycler
     mpl.rcParams.update(STYLE)
     mpl.rcParams["axes.prop_cycle"] = cycler(color=list(PALETTE))
-    from .language import language
-    if language() == "zh":
+    if language.language() == "zh":
         found = cjk_font()
         mpl.rcParams["font.family"] = ["DejaVu Sans", found] if found else ["DejaVu Sans"]
     else:
@@ -113,6 +114,10 @@ class MissingChineseFont(UserWarning):
     """No font with Chinese characters: what to install is in the message."""
 
 
+# A language switch restyles: the font follows the language (set_language("zh") in a Chinese lesson's first cell)
+language.on_change(lambda lang: use())
+
+
 def apply(ax) -> None:
     """The style's text sizes on an axes that already exists (``use()`` acts on axes made after it):
     tick labels, axis labels, title and legend of ``ax``."""
@@ -130,10 +135,9 @@ def labelled(ax, xlabel: str, xunit: str | None = None, ylabel: str | None = Non
              title: str | None = None):
     """Name the axes of ``ax`` with their units, as ``quantity (unit)``: e.g.
     ``labelled(ax, "seq_len", "tokens", "time per token", "ns")``. Returns ``ax``."""
-    from .language import tr
 
     def unit(quantity, u):  # Chinese puts the unit in full-width brackets
-        return tr(f"{quantity} ({u})", f"{quantity}（{u}）") if u else quantity
+        return language.tr(f"{quantity} ({u})", f"{quantity}（{u}）") if u else quantity
     ax.set_xlabel(unit(xlabel, xunit), fontsize=SIZES["label"])
     if ylabel is not None:
         ax.set_ylabel(unit(ylabel, yunit), fontsize=SIZES["label"])
@@ -150,5 +154,4 @@ def token_axis(ax, ticks=TOKEN_TICKS) -> None:
     (lessons 05 and 08)."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [f"{t // 1024}K" for t in ticks])
-    from .language import tr
-    ax.set_xlabel(tr("seq_len, tokens (log scale)", "seq_len，token 数（对数坐标）"))
+    ax.set_xlabel(language.tr("seq_len, tokens (log scale)", "seq_len，token 数（对数坐标）"))
