@@ -30,11 +30,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_DIR = Path(__file__).resolve().parent.parent
-EN_DIR = REPO_DIR / "notebooks"
-ZH_DIR = EN_DIR / "zh"
+from .workspace import EDITIONS, LESSON_GLOB, REPO_DIR  # where the editions live (the working copies mirror them)
+
+EN_DIR, ZH_DIR = EDITIONS["en"], EDITIONS["zh"]
 SOURCES_DIR = REPO_DIR / "translations" / "zh"
-LESSON_GLOB = "[0-9][0-9]*_*.ipynb"
 SHA_CHARS = 12
 HEADER = re.compile(r"^<!-- cell (?P<id>[A-Za-z0-9_-]+) en:(?P<sha>[0-9a-f]+)(?P<todo> TODO)? -->$")
 LANGUAGE_CELL_ID = "zh-language"
