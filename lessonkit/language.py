@@ -23,11 +23,22 @@ LANGUAGES = {"en": "English", "zh": "简体中文 (Simplified Chinese)"}
 def _checked(lang) -> str:
     if not isinstance(lang, str) or lang.strip().lower() not in LANGUAGES:
         raise ValueError(f"language must be one of {', '.join(map(repr, LANGUAGES))}; got {lang!r} "
-                         "(for example lessonkit.set_language('zh'))")
+                         "(for example lessonkit.set_language('zh')) / 语言只能是 'en' 或 'zh'")
     return lang.strip().lower()
 
 
-_current = _checked(os.environ.get("LESSONKIT_LANG", "en") or "en")
+def _from_environment() -> str:
+    """LESSONKIT_LANG's language; English, with a warning, for a value that is none (importing
+    lessonkit must not fail on it)."""
+    try:
+        return _checked(os.environ.get("LESSONKIT_LANG") or "en")
+    except ValueError as e:
+        import warnings
+        warnings.warn(f"LESSONKIT_LANG: {e}; speaking English", stacklevel=3)
+        return "en"
+
+
+_current = _from_environment()
 
 
 # Called with the new language after each switch: lessonkit.plotstyle registers itself here (so that

@@ -39,9 +39,12 @@ def test_the_switch_returns_the_language_before_and_text_follows_it(zh):
 
 
 def test_lessonkit_lang_sets_the_default_of_a_new_process():
-    out = subprocess.run([sys.executable, "-c", "import lessonkit as lk; print(lk.language.language())"],
-                         env={**os.environ, "LESSONKIT_LANG": "zh"}, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "zh"
+    def run(value):
+        return subprocess.run([sys.executable, "-c", "import lessonkit as lk; print(lk.language.language())"],
+                              env={**os.environ, "LESSONKIT_LANG": value}, capture_output=True, text=True, check=True)
+    assert run("zh").stdout.strip() == "zh"
+    bad = run("klingon")  # a wrong value does not stop lessonkit from importing: English, and why
+    assert bad.stdout.strip() == "en" and "LESSONKIT_LANG" in bad.stderr
 
 
 @pytest.mark.parametrize("ex", E.ALL, ids=lambda ex: ex.marker)
