@@ -61,8 +61,8 @@ def _what(what: str) -> str:
         what = what.replace(f"case '{en}'", f"case '{zh}'")
     what = re.sub(r" on tokens \[(\d+), (\d+)\) of case '([^']*)'", r" (token [\1, \2)，用例 '\3')", what)
     what = re.sub(r" on case '([^']*)'", r" (用例 '\1')", what)
-    for en, zh in (("(recording)", "(记录中)"), ("(not recording)", "(不记录)"), ("(chunks merged)", "(各段合并)"),
-                   ("(two ranges)", "(两段区间)")):
+    for en, zh in (("(recording)", "(记录中)"), ("(not recording)", "(不记录)"), ("(chunks merged)", "(各区间合并)"),
+                   ("(two ranges)", "(两个区间)")):
         what = what.replace(en, zh)
     return re.sub(r"\(query head (\d+) of 3\)", r"(查询头 \1，共 3 个)", re.sub(r"\(variant (\d+)", r"(变体 \1", what))
 

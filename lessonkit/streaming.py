@@ -136,8 +136,8 @@ def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_
     if len(points) >= MAX_CHUNKS:
         raise ValueError(tr(f"bounds holds {MAX_CHUNKS} split points or more, above the cap of {MAX_CHUNKS} chunks "
                             f"(one cache and one traced call each); use at most {MAX_CHUNKS - 1} split points",
-                            f"bounds 有 {MAX_CHUNKS} 个或更多切分点，超过了 {MAX_CHUNKS} 段的上限"
-                            f"（每段一个缓存、一次跟踪调用）；最多用 {MAX_CHUNKS - 1} 个切分点"))
+                            f"bounds 有 {MAX_CHUNKS} 个或更多切分点，超过了 {MAX_CHUNKS} 块的上限"
+                            f"（每块一个缓存、一次跟踪调用）；最多用 {MAX_CHUNKS - 1} 个切分点"))
     bounds = [check.integer("split point", b) for b in points]
     cuts = [0, *sorted(set(bounds)), n]
     if cuts[1] <= 0 or cuts[-2] >= n:
