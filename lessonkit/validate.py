@@ -218,9 +218,10 @@ def at_most(name: str, value: int, cap: int, why: str) -> int:
     return value
 
 
-def memory(what: str, nbytes: int, cap: int, fix: str = "ask for less") -> int:
+def memory(what: str, nbytes: int, cap: int, fix: str | None = None) -> int:
     """Refuse what would allocate more than ``cap`` bytes, before allocating it; ``fix`` says how."""
     if nbytes > cap:
+        fix = fix or tr("ask for less", "请少要一些")
         raise ValueError(tr(f"{what} would need {nbytes / 2**20:,.0f} MiB, above the cap of {cap / 2**20:,.0f} MiB "
                             f"that keeps the notebook's process alive; {fix}",
                             f"{what} 需要 {nbytes / 2**20:,.0f} MiB，超过了 {cap / 2**20:,.0f} MiB 的上限"
