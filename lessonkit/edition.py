@@ -186,8 +186,9 @@ def build(en_path: Path) -> Path:
         for c in json.loads(target.read_text(encoding="utf-8"))["cells"]:
             if c["cell_type"] == "code":
                 old_outputs[(c["id"], cell_text(c))] = (c.get("outputs", []), c.get("execution_count"))
-    cells = [{"cell_type": "code", "execution_count": None, "id": LANGUAGE_CELL_ID, "metadata": {},
-              "outputs": [], "source": _lines(LANGUAGE_CELL)}]
+    outputs, count = old_outputs.get((LANGUAGE_CELL_ID, LANGUAGE_CELL), ([], None))
+    cells = [{"cell_type": "code", "execution_count": count, "id": LANGUAGE_CELL_ID, "metadata": {},
+              "outputs": outputs, "source": _lines(LANGUAGE_CELL)}]
     for c in nb["cells"]:
         c = copy.deepcopy(c)
         if c["cell_type"] == "markdown":
@@ -199,7 +200,8 @@ def build(en_path: Path) -> Path:
         cells.append(c)
     nb["cells"] = cells
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    # as nbformat writes it (sorted keys), so that a build after a run changes only what changed
+    target.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     return target
 
 
