@@ -279,7 +279,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
                                f"segment 2\n（{lines[2]}）\n{nblk} 次 int32 点积\ns += dot32 * qsc[b]\ns *= ks * scale"), seg=2)
     box(5.0, 2.1, 2.3, 2.1, tr(f"segment 3\n({lines[3]})\nnew max: rescale\n({c.rescales} of {T} tokens)\n"
                                "1 expf per token",
-                               f"segment 3\n（{lines[3]}）\n新最大值：rescale\n（{T} 个 token 中 {c.rescales} 个）\n"
+                               f"segment 3\n（{lines[3]}）\n新最大值：rescale\n（{T} 个中 {c.rescales} 个）\n"
                                "每 token 1 次 expf"), seg=3)
     box(7.7, 2.1, 2.15, 2.1, tr(f"VKQ += V row t\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B",
                                 f"VKQ += V 的第 t 行\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B"), seg=3)
