@@ -203,3 +203,16 @@ def test_no_chinese_text_inside_a_mathtext_label(name, code):
     the Chinese becomes boxes, with only a log line, no warning. Chinese labels write Sₜ, not $S_t$."""
     found = _math_with_chinese(ast.parse(code))
     assert not found, f"{name}: a $...$ formula beside Chinese in one text (use Unicode: Sₜ, Mₜ, e^x): " + "; ".join(found)
+
+
+CJK_BREAK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]\n[ \t]*[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+
+
+@pytest.mark.parametrize("en", EN, ids=IDS)
+def test_no_line_break_inside_a_chinese_sentence(en):
+    """Markdown joins a paragraph's lines with a space, which a browser shows between two Chinese
+    characters: a Chinese paragraph is one line."""
+    for b in edition.read_blocks(edition.source_path(en)):
+        prose = re.sub(r"```.*?```", "", b.text, flags=re.S)
+        hit = CJK_BREAK.search(prose)
+        assert not hit, f"{edition.source_path(en).name}, cell {b.cell_id}: a line break inside {hit.group()!r}"
