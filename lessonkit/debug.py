@@ -764,9 +764,7 @@ def call_kernel(ffi, lib, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: 
     signature, q (float32, or a list or other float array, converted) must be finite with
     head_dim values, kv_head one of the cache's, scale finite in float32."""
     ffi, lib = check.library(ffi, lib, (KERNEL,))
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 应是一个 lessonkit.KVCacheQ8；你给的是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_like("q", q, (cache.head_dim,))
     kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     scale = check.scale(scale, cache.head_dim)
@@ -783,9 +781,7 @@ def call_kernel(ffi, lib, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: 
 def trace_with(ffi, lib, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> Trace:
     """The traced build of a given library (an edited copy compiles its own traced kernel from
     the edited source); arguments checked as in ``call_kernel``."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 应是一个 lessonkit.KVCacheQ8；你给的是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_like("q", q, (cache.head_dim,))
     out = np.empty(cache.head_dim, np.float32)
     return run_traced(out, q, cache, kv_head, check.scale(scale, cache.head_dim), ffi, lib)

@@ -59,9 +59,7 @@ def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=Non
     kernel reads it: ``(codes int8 [head_dim], raw scale float)``. The row comes from
     ``ffi.cast("int8_t *", pointer_table[t / kv_bs]) + (t % kv_bs) * kv_dim + kh_off``, the scale
     from the very pointer the kernel is handed (``k_scale + kh``) at index ``t * nkv``."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 应是 lessonkit.KVCacheQ8；收到的是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     if which not in ("k", "v"):
         raise ValueError(tr(f"which must be 'k' or 'v'; got {check.short(which)}",
                             f"which 只能是 'k' 或 'v'；收到的是 {check.short(which)}"))

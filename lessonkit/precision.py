@@ -125,9 +125,7 @@ def split_error(Q: np.ndarray, cache: KVCacheQ8, kv_head: int, K: np.ndarray, V:
     head and split its error against float64 attention on the unquantized rows ``K``, ``V``
     (float32 ``[seq_len, hd]``, the values the cache was filled with) into Q's part and K/V's
     part (``ErrorSplit``). The middle term uses the cache's own dequantized values."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     Q = check.float32_like("Q", np.atleast_2d(Q), (None, cache.head_dim))
     scale = check.scale(scale, cache.head_dim)
     kernel = np.stack([attend(q, cache, kv_head, scale=scale) for q in Q]).astype(np.float64)
@@ -142,9 +140,7 @@ def attention_kl(q: np.ndarray, cache: KVCacheQ8, kv_head: int, K: np.ndarray,
     K (``[seq_len, hd]``) and those of the compiled kernel. The kernel never stores its weights:
     its scores ``s_t`` come from its trace, and the KL is taken from both score vectors in float64
     (``kl_from_scores``)."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     scale = check.scale(scale, cache.head_dim)
     traced = run_traced(np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, fields=("s",))
     return kl_from_scores(scale * (np.asarray(K, np.float64) @ np.asarray(q, np.float64)), traced.s)

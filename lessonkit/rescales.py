@@ -94,9 +94,7 @@ def attend_first(q: np.ndarray, cache: KVCacheQ8, kv_head: int, seq_len: int,
     """The compiled kernel ``flash_attn_single_q_q8_neon`` over the first ``seq_len`` tokens of
     ``cache`` only, 0 included (``lessonkit.attend`` refuses an empty cache; here the loop over
     t simply does not run). Returns float32 ``[head_dim]``."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 应是 lessonkit.KVCacheQ8；收到的是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     seq_len = check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)

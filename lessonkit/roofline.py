@@ -89,9 +89,7 @@ def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale:
     if name not in BY_NAME:
         raise ValueError(tr(f"name must be one of {', '.join(map(repr, BY_NAME))}; got {check.short(name)}",
                             f"name 必须是 {', '.join(map(repr, BY_NAME))} 之一；实际是 {check.short(name)}"))
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     ffi, lib = native.load()

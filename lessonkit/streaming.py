@@ -77,9 +77,7 @@ def partial_state(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: floa
     """The state (M, S, acc) of all tokens of ``cache``, read from the compiled kernel's trace
     after its last token: ``trace.M[-1]``, ``trace.S[-1]``, ``trace.vkq[-1]`` (the trace records only M, S
     and VKQ here)."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 应是一个 lessonkit.KVCacheQ8；你给的是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     out = np.empty(cache.head_dim, np.float32)
     trace = run_traced(out, q, cache, kv_head, scale, fields=("M", "S", "vkq"))
     return Partial(float(trace.M[-1]), float(trace.S[-1]), trace.vkq[-1].astype(np.float64), trace.seq_len)
@@ -355,9 +353,7 @@ class ChunkedAttention:
         if variant not in PASSES:
             raise ValueError(tr(f"variant must be one of {', '.join(PASSES)}; got {check.short(variant)}",
                                 f"variant 必须是 {', '.join(PASSES)} 之一；你给的是 {check.short(variant)}"))
-        if not isinstance(cache, KVCacheQ8):
-            raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                               f"cache 应是一个 lessonkit.KVCacheQ8；你给的是 {type(cache).__name__}"))
+        check.kv_cache(cache)
         self.variant, self.cache = variant, cache
         self.q = check.float32_array("q", q, (cache.head_dim,)).copy()  # later edits of q change nothing
         self.kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)

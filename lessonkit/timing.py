@@ -46,9 +46,7 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     scalar reference, the numbered fast steps, "fast", the two-pass alternatives).
     ``cores``: which core type to time on (``lessonkit.env.timing_cores``; default the big cores).
     Bounded by MAX_CALLS calls per repeat, MAX_REPEATS repeats and about MAX_SECONDS seconds."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     if backend not in VARIANTS:

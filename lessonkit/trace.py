@@ -60,9 +60,7 @@ def run_traced(out: np.ndarray, q: np.ndarray, cache, kv_head: int, scale: float
     default the workbook's. ``fields``: the Trace fields to record (default all of ``FIELDS``);
     the others stay None and the kernel is handed NULL for them. ``vkq`` alone is
     ``seq_len x head_dim`` floats: leave it out when only the scores or M and S are needed."""
-    from .cache import KVCacheQ8  # here: lessonkit.cache imports lessonkit.quant, which is light
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}")
+    check.kv_cache(cache)
     hd = cache.head_dim
     q = check.float32_array("q", q, (hd,))
     out = check.float32_array("out", out, (hd,), writable=True)

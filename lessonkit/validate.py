@@ -282,14 +282,21 @@ def short(value, limit: int = 60) -> str:
 
 
 
+def kv_cache(cache):
+    """``cache`` itself if it is a lessonkit.KVCacheQ8; TypeError otherwise (every helper that takes
+    a cache asks this first)."""
+    from .cache import KVCacheQ8  # here, not at the top: lessonkit.cache imports this module
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    return cache
+
+
 def attention_call(cache, kv_head, scale_value) -> tuple[int, float]:
     """The checks every attention kernel's call shares: ``cache`` a lessonkit.KVCacheQ8 holding at
     least one token, ``kv_head`` one of its kv heads, ``scale_value`` a float32-sized number (None:
     1/sqrt of the cache's head_dim). Returns (kv_head, scale) as the kernel takes them."""
-    from .cache import KVCacheQ8  # here, not at the top: lessonkit.cache imports this module
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 必须是 lessonkit.KVCacheQ8；收到的是 {type(cache).__name__}"))
+    kv_cache(cache)
     kv_head = integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     checked = scale(scale_value, cache.head_dim)
     if cache.seq_len == 0:

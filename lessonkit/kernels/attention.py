@@ -72,9 +72,7 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
     trace=True (backend "neon" only) runs the traced build of the same kernel and returns
     ``(out, lessonkit.trace.Trace)``: Q's codes, the block dots, and s, M, S, VKQ after every token.
     """
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     if backend not in BACKENDS:
@@ -117,9 +115,7 @@ def attend_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | 
     ``[G, head_dim]``, 1 <= G <= 8) that share kv head ``kv_head``, in one call of
     flash_attn_group_q8_neon: each K and V row is read once for all G. Row g equals
     ``lk.attend(qs[g], cache, kv_head)`` up to float rounding."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     qs = group_queries(qs, cache)
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     ffi, lib = native.load()
@@ -138,9 +134,7 @@ def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str 
     (native/fa_timing.c), like ``lessonkit.timing.time_kernel``, with its caps and its pinning to
     one core type (``cores``). ``out`` (float32 ``[G, head_dim]``, optional) receives what the timed
     calls computed, so that a test can check it."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     qs = group_queries(qs, cache)
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     if variant not in GROUP_VARIANTS:

@@ -90,9 +90,7 @@ def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: 
             scale: float | None = None) -> Partial:
     """The unnormalized state (M, S, acc) of tokens ``[t_begin, t_end)`` for query ``q``, from one
     call of flash_attn_partial_q8_neon (a ``lessonkit.streaming.Partial``; acc in float64)."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     t_begin = check.integer("t_begin", t_begin, minimum=0)
@@ -190,9 +188,7 @@ def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threa
     flash_attn_partial_q8_neon on up to ``n_threads`` threads (at most ``usable_cores()``), merge
     the states in order (lessonkit.streaming.merge) and divide.
     Returns (output float32 ``[head_dim]``, the chunks' states)."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     cuts = _check_bounds(bounds, cache.seq_len)
@@ -208,9 +204,7 @@ def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n
     tokens cut into ``n_chunks`` chunks of (nearly) equal size (1 <= n_chunks <= seq_len, at most
     MAX_CHUNKS) run on ``n_threads`` threads (>= 1; more than ``usable_cores()`` runs on that many)
     and merged: equal to ``lk.attend(q, cache, kv_head)`` up to float rounding."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, scale)
     cuts = split_points(cache.seq_len, n_chunks)
@@ -254,9 +248,7 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
     RK3588, 2 threads on the A76 cores. At most MAX_CAPACITY_THREADS threads, ``number`` up to
     ``lessonkit.timing.MAX_CALLS``; the warm-up call measures what the calls cost, and a run that
     would take more than ``lessonkit.timing.MAX_SECONDS`` is refused."""
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                               f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    check.kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = check.attention_call(cache, kv_head, None)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
