@@ -220,27 +220,16 @@ def _keys_to_int(rows: dict) -> dict:
     return {int(k): v for k, v in rows.items()}
 
 
-def _saved_path(saved: Path) -> Path:
-    """``saved``; a relative path missing here is looked up beside the English lessons too (the
-    Chinese lessons run in notebooks/zh/ and read the figures the English ones saved, in
-    notebooks/data/)."""
-    if saved.is_file() or saved.is_absolute():
-        return saved
-    beside = native.REPO_DIR / "notebooks" / saved
-    return beside if beside.is_file() else saved
-
-
 def results(saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
     """(the figures, a note saying where they come from). With ``save`` (default: LESSONKIT_SAVE_RESULTS
-    is "1") measure everything now and write it to ``saved``; otherwise read ``saved`` (a relative
-    path not found from here: the same path under notebooks/, where the English lessons keep it)."""
+    is "1") measure everything now and write it to ``saved``; otherwise read ``saved``. Lesson 09 passes
+    the absolute path under notebooks/data/, which both editions share."""
     saved = Path(saved)
     if save if save is not None else os.environ.get(SAVE_ENV) == "1":
         res = collect()
         saved.parent.mkdir(parents=True, exist_ok=True)
         saved.write_text(json.dumps(res, indent=1) + "\n")
         return res, tr(f"measured now and saved to {saved.name}", f"现在测得，已保存到 {saved.name}")
-    saved = _saved_path(saved)
     if not saved.is_file():
         raise RuntimeError(tr(f"no saved results in {saved.name}: run the notebook with {SAVE_ENV}=1",
                               f"{saved.name} 里没有保存的结果：请设置 {SAVE_ENV}=1 运行本课"))

@@ -77,6 +77,6 @@ def test_chinese_texts_of_the_registry_and_the_table():
 
 
 def test_saved_results_found_from_the_chinese_lessons(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # like notebooks/zh/: no data/ here, the English lessons' one is used
-    res, note = roofline.results("data/09_how_fast.json", save=False)
+    monkeypatch.chdir(tmp_path)  # like notebooks/zh/: no data/ here; the lesson's path reaches notebooks/data/
+    res, note = roofline.results(lk.native.REPO_DIR / "notebooks" / "data" / "09_how_fast.json", save=False)
     assert res["rows"] and "09_how_fast.json" in note
