@@ -381,6 +381,8 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
     record = _read_record(out)
     if record is not None and _level_ok(record, verify):
         return out, record
+    if record is None and (shared := _prebuilt(out.name, verify)):
+        return shared
     if record is not None:  # built and intact, but checked less than now asked: check it again
         result = _smoke(out, header, verify)
         record = {**record, **result}
@@ -615,6 +617,18 @@ def _sha256(path: Path) -> str:
 
 def _record_path(lib: Path) -> Path:
     return lib.with_name(lib.name + ".json")
+
+
+def _prebuilt(name: str, verify: str) -> tuple[Path, dict] | None:
+    """A library of this very name (the same sources, flags and compiler) that a class hub built and
+    checked once for every student, in the read-only folder ``$LESSONKIT_PREBUILT_DIR`` (set by
+    class/hub.py): a student whose native/ is as published loads it instead of building their own."""
+    folder = os.environ.get("LESSONKIT_PREBUILT_DIR", "").strip()
+    if not folder:
+        return None
+    lib = Path(folder) / name
+    record = _read_record(lib)
+    return (lib, record) if record is not None and _level_ok(record, verify) else None
 
 
 def _read_record(lib: Path) -> dict | None:

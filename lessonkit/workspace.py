@@ -13,8 +13,10 @@ conflicts on the next ``git pull``. So the student works on copies that git igno
     my-work/.build/                   the builds of that copy (native.build_dir_for)
     my-work/old/                      what a reset moved aside; a reset never deletes anything
 
-A copy is never overwritten: ``make lab`` (and ``make update``, after ``git pull``) only adds the
-copies of lessons that have none yet, and says which lessons changed since their copy was made.
+A copy with your work in it is never overwritten: ``make lab`` (and ``make update``, after ``git
+pull``) adds the copies of lessons that have none yet, replaces a copy you never changed (byte for
+byte as shipped) when its lesson changed, and names the lessons you changed whose shipped version
+changed since.
 ``make reset LESSON=04`` moves your copy to ``my-work/old/`` and copies the shipped lesson again.
 
 The kernel copy, for a lesson that asks you to edit the C code (the exact call)::
@@ -176,24 +178,44 @@ def _move_to_old(path: Path, stem: str, suffix: str) -> Path:
 def make_copies() -> dict[str, list[Path]]:
     """Copy every shipped lesson that has no working copy yet into ``my-work/`` (what ``make lab``
     runs first; after ``git pull`` it adds the lessons the update brought). Existing copies are
-    never touched. Returns ``{"copied": [...], "changed": [...]}``: the copies made now, and the
-    existing copies whose shipped lesson changed since the copy was made (``reset_lesson`` gets
-    the new one)."""
+    never overwritten with work in them. Returns ``{"copied": [...], "updated": [...], "changed": [...]}``:
+    the copies made now; the copies the student never changed whose shipped lesson changed, now
+    replaced by the new lesson; and the copies the student changed whose shipped lesson changed
+    since (kept as they are: ``reset_lesson`` gets the new one)."""
     WORK_DIR.mkdir(exist_ok=True)
     manifest = _read_manifest()
-    copied, changed, made = [], [], {}
+    copied, updated, changed = [], [], []
     for lesson in shipped():
         dest = working_copy(lesson)
         if _copy_new(lesson, dest):
             copied.append(dest)
-            made[_key(lesson)] = _sha256_file(lesson)
+            _record({_key(lesson): _sha256_file(lesson)})
         elif _key(lesson) in manifest and manifest[_key(lesson)] != _sha256_file(lesson):
-            changed.append(dest)
-    if made:
-        _record(made)
+            if _sha256_file(dest) == manifest[_key(lesson)] and _replace_untouched(lesson, dest, manifest[_key(lesson)]):
+                updated.append(dest)
+            else:
+                changed.append(dest)
     if (WORK_DIR / "native").is_dir() and "native/" in manifest and manifest["native/"] != _sha256_tree(NATIVE_DIR):
         changed.append(WORK_DIR / "native")
-    return {"copied": copied, "changed": changed}
+    return {"copied": copied, "updated": updated, "changed": changed}
+
+
+def _replace_untouched(lesson: Path, dest: Path, was: str) -> bool:
+    """Put the new shipped ``lesson`` in place of its copy ``dest``, which is byte for byte the
+    shipped file it was made from (sha256 ``was``): the student never saved it, so nothing of
+    theirs is in it. The new file is written beside it and renamed over it, and only if the copy
+    is still unchanged just before (a student saving at that moment keeps their save)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(lesson, tmp)
+        if _sha256_file(dest) != was:
+            return False
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    _record({_key(lesson): _sha256_file(lesson)})
+    return True
 
 
 def find_lesson(which: str | int) -> Path:
@@ -295,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             result = make_copies()
             for path in result["copied"]:
                 print(tr("new working copy: ", "新的工作副本：") + _shown(path))
+            for path in result["updated"]:
+                print(tr(f"updated: {_shown(path)} (the lesson changed, and you had not changed your copy)",
+                         f"已更新：{_shown(path)}（课程有了新版，而你没有改过这份副本）"))
             for path in result["changed"]:
                 if path.name == "native":
                     print(tr(f"native/ changed since {_shown(path)} was made; `make reset-native` starts your "

@@ -1,0 +1,316 @@
+"""A class on one server: the commands behind ``make class``, ``make class-demo`` and the teacher's
+other targets (the Makefile calls them; run as root: the hub makes one Unix user per student).
+
+    python3 class/classroom.py install  --class-dir D [--wheelhouse W]   the shared environment
+    python3 class/classroom.py publish  --class-dir D                    students get this commit
+    python3 class/classroom.py serve    --class-dir D --roster R         run the hub (foreground)
+    python3 class/classroom.py demo     --class-dir D                    install, serve the demo
+                                                                         roster, clean up on exit
+    python3 class/classroom.py teardown --prefix P                       remove the hub's accounts
+    python3 class/classroom.py systemd-unit --class-dir D --roster R     a unit for boot
+
+The class folder D (default /srv/flash-attn-class), made by install, readable by all, written only
+by root:
+
+    D/env/            one Python environment for everyone: the workbook's packages, JupyterLab with
+                      its Chinese language pack (the default locale: env/share/jupyter/lab/settings/
+                      overrides.json), JupyterHub, NativeAuthenticator, the idle culler, nbgitpuller
+    D/node/           configurable-http-proxy, JupyterHub's proxy (npm)
+    D/workbook.git    the published workbook (what `publish` pushed): each student's server clones
+                      it into ~/flash-attn-q8 and updates that copy from it (student_start.py)
+    D/workbook/       a checkout of it: the hub runs its class/ files, and its .build/ holds the
+                      kernel built once for everyone (LESSONKIT_PREBUILT_DIR)
+    D/hub/            the hub's database, cookie secret and roster copy (root only)
+
+Standard library only: it runs before anything is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import grp
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+import roster  # noqa: E402
+
+CLASS_GROUP = "flash-attn-class"
+PROXY = "configurable-http-proxy@5"
+CHINESE_DEFAULT = {"@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}
+
+
+def say(message: str) -> None:
+    print(f"class: {message}", flush=True)
+
+
+def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kwargs)
+
+
+def git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    # root works on the teacher's checkout and on root's own copies: mark them all safe for git
+    return run(["git", "-c", "safe.directory=*", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        sys.exit("class: run this as root (sudo make class ...): the hub makes one Unix user per "
+                 "student and starts their servers as those users")
+
+
+def read_only_for_others(*paths: Path) -> None:
+    """Everyone may read and run; only root may write."""
+    for path in paths:
+        run(["chmod", "-R", "u+rwX,go+rX,go-w", str(path)])
+
+
+# ----------------------------------------------------------------------------- install, publish
+
+def publish(class_dir: Path, source: Path = REPO) -> str:
+    """Push the teacher's current commit to D/workbook.git (branch main) and check it out in
+    D/workbook, then build its kernel there for everyone. Students receive it when their server
+    next starts. Returns the commit."""
+    bare, checkout = class_dir / "workbook.git", class_dir / "workbook"
+    if not bare.is_dir():
+        git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
+    head = git("rev-parse", "HEAD", cwd=source).stdout.strip()
+    git("push", "--quiet", "--force", str(bare), f"{head}:refs/heads/main", cwd=source)
+    if not checkout.is_dir():
+        git("clone", "--quiet", "--branch", "main", str(bare), str(checkout))
+    git("fetch", "--quiet", "origin", cwd=checkout)
+    git("reset", "--quiet", "--hard", "origin/main", cwd=checkout)
+    read_only_for_others(bare, checkout)
+    say(f"published {head[:12]} to {bare}")
+    return head
+
+
+def prebuild(class_dir: Path) -> None:
+    """The kernel, built and checked once for everyone (both builds: the lessons' and the debugger's)."""
+    checkout, python = class_dir / "workbook", class_dir / "env" / "bin" / "python"
+    for extra in ([], ["--debug"]):
+        run([str(python), "-m", "lessonkit", "build", *extra], cwd=checkout, stdout=subprocess.DEVNULL)
+    read_only_for_others(checkout / ".build")
+    say(f"kernel prebuilt in {checkout / '.build'}")
+
+
+def install(class_dir: Path, wheelhouse: Path | None) -> None:
+    need_root()
+    class_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(class_dir, 0o755)
+    (class_dir / "hub").mkdir(exist_ok=True)
+    os.chmod(class_dir / "hub", 0o700)
+    publish(class_dir)
+    env, checkout = class_dir / "env", class_dir / "workbook"
+    pip_from = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
+    stamp = env / ".class-stamp"
+    want = hashlib.sha256((checkout / "pyproject.toml").read_bytes() + repr(pip_from).encode()).hexdigest()
+    if not stamp.is_file() or stamp.read_text() != want:
+        say(f"installing the shared environment in {env}" + (f" from {wheelhouse}" if wheelhouse else ""))
+        run([sys.executable, "-m", "venv", str(env)])
+        pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", *pip_from]
+        run([*pip, "--upgrade", "pip"])
+        run([*pip, "-e", f"{checkout}[lab,class]"])
+        stamp.write_text(want)
+    settings = env / "share" / "jupyter" / "lab" / "settings"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "overrides.json").write_text(json.dumps(CHINESE_DEFAULT, indent=1) + "\n")
+    proxy = class_dir / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+    if not proxy.exists():
+        shipped = wheelhouse / "npm" / "node_modules" if wheelhouse else None
+        if shipped and shipped.is_dir():
+            shutil.copytree(shipped, class_dir / "node" / "node_modules", symlinks=True, dirs_exist_ok=True)
+        else:
+            if not shutil.which("npm"):
+                sys.exit("class: npm is missing (Debian: apt install nodejs npm); JupyterHub's proxy "
+                         "comes from npm")
+            run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(class_dir / "node"), PROXY],
+                stdout=subprocess.DEVNULL)
+    read_only_for_others(env, class_dir / "node")
+    prebuild(class_dir)
+    say(f"installed in {class_dir}")
+
+
+# ----------------------------------------------------------------------------- serve
+
+def hub_env(class_dir: Path, roster_copy: Path, args) -> dict:
+    return {**os.environ, "CLASS_DIR": str(class_dir), "CLASS_ROSTER": str(roster_copy),
+            "CLASS_IP": args.ip, "CLASS_PORT": str(args.port), "CLASS_USER_PREFIX": args.prefix,
+            "CLASS_MEM_GB": str(args.mem_gb), "CLASS_CPUS": str(args.cpus),
+            "CLASS_CULL_TIMEOUT": str(args.cull_timeout), "CLASS_HOME_ROOT": args.home_root}
+
+
+def start_hub(class_dir: Path, roster_path: Path, args) -> subprocess.Popen:
+    need_root()
+    people = roster.read(roster_path)  # refuse a bad roster before anything starts
+    state = class_dir / "hub"
+    copy = state / "roster.csv"
+    shutil.copyfile(roster_path, copy)
+    os.chmod(copy, 0o600)  # first passwords: root only
+    say(f"{len(people)} people on the roster, {sum(p.is_teacher for p in people)} teacher(s)")
+    config = class_dir / "workbook" / "class" / "jupyterhub_config.py"
+    return subprocess.Popen([str(class_dir / "env" / "bin" / "jupyterhub"), "-f", str(config)],
+                            cwd=state, env=hub_env(class_dir, copy, args), start_new_session=True)
+
+
+def wait_until_ready(hub: subprocess.Popen, url: str, timeout_s: float = 120) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and hub.poll() is None:
+        try:
+            with urllib.request.urlopen(url + "hub/api", timeout=5) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
+def stop_hub(hub: subprocess.Popen, timeout_s: float = 60) -> None:
+    """SIGTERM: the hub stops every student's server (cleanup_servers), then its proxy."""
+    if hub.poll() is None:
+        os.killpg(hub.pid, signal.SIGTERM)
+        try:
+            hub.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(hub.pid, signal.SIGKILL)
+            hub.wait(10)
+
+
+def serve(args) -> int:
+    hub = start_hub(args.class_dir, args.roster, args)
+    url = f"http://{args.ip}:{args.port}/"
+    stopping = []
+
+    def on_signal(signum, frame):
+        stopping.append(signum)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        if wait_until_ready(hub, url):
+            print(f"class ready: {url}", flush=True)
+        while hub.poll() is None and not stopping:
+            time.sleep(0.5)
+    finally:
+        stop_hub(hub)
+        if args.demo:
+            teardown(args.prefix)
+            shutil.rmtree(args.class_dir / "hub", ignore_errors=True)
+            say("demo accounts removed")
+    return 0 if stopping else (hub.returncode or 1)
+
+
+# ----------------------------------------------------------------------------- accounts
+
+def class_accounts(prefix: str) -> list[str]:
+    try:
+        members = grp.getgrnam(CLASS_GROUP).gr_mem
+    except KeyError:
+        return []
+    return [m for m in members if m.startswith(prefix)]
+
+
+def teardown(prefix: str) -> list[str]:
+    """Remove the Unix accounts the hub made whose names start with ``prefix``, their homes and
+    every process left of them; the group goes when it is empty."""
+    need_root()
+    if not prefix:
+        sys.exit("class: teardown needs a non-empty --prefix")
+    sys.path.insert(0, str(HERE))
+    import limits as limits_module
+    gone = []
+    for user in class_accounts(prefix):
+        limits_module.Limits(0, 0, 0).release(user)
+        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+        for _ in range(50):
+            if subprocess.run(["pgrep", "-u", user], capture_output=True).returncode != 0:
+                break
+            time.sleep(0.1)
+        run(["userdel", "--remove", user], capture_output=True)
+        gone.append(user)
+    try:
+        if not grp.getgrnam(CLASS_GROUP).gr_mem:
+            run(["groupdel", CLASS_GROUP], capture_output=True)
+    except KeyError:
+        pass
+    return gone
+
+
+def systemd_unit(args) -> str:
+    return f"""[Unit]
+Description=JupyterHub for the flash-attn-q8 workbook class
+After=network-online.target
+
+[Service]
+ExecStart={sys.executable} {args.class_dir / 'workbook' / 'class' / 'classroom.py'} serve --class-dir {args.class_dir} --roster {args.roster} --ip {args.ip} --port {args.port}
+Restart=on-failure
+KillMode=mixed
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="class/classroom.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--class-dir", type=Path, default=Path(os.environ.get("CLASS_DIR", "/srv/flash-attn-class")))
+    hubargs = argparse.ArgumentParser(add_help=False)
+    hubargs.add_argument("--roster", type=Path, default=HERE / "demo-roster.csv")
+    hubargs.add_argument("--ip", default=os.environ.get("CLASS_IP", "127.0.0.1"))
+    hubargs.add_argument("--port", type=int, default=int(os.environ.get("CLASS_PORT", "8000")))
+    hubargs.add_argument("--prefix", default=os.environ.get("CLASS_USER_PREFIX", "jupyter-"),
+                         help="Unix user names are PREFIX + the roster's name")
+    hubargs.add_argument("--mem-gb", type=float, default=float(os.environ.get("CLASS_MEM_GB", "2")))
+    hubargs.add_argument("--cpus", type=float, default=float(os.environ.get("CLASS_CPUS", "1")))
+    hubargs.add_argument("--cull-timeout", type=int, default=int(os.environ.get("CLASS_CULL_TIMEOUT", "3600")))
+    hubargs.add_argument("--home-root", default=os.environ.get("CLASS_HOME_ROOT", "/home"))
+    i = sub.add_parser("install", parents=[common], help="make or update the shared environment")
+    i.add_argument("--wheelhouse", type=Path, default=None)
+    sub.add_parser("publish", parents=[common], help="students get the current commit")
+    sub.add_parser("serve", parents=[common, hubargs], help="run the hub until stopped")
+    d = sub.add_parser("demo", parents=[common, hubargs], help="install, serve demo-roster.csv, clean up on exit")
+    d.add_argument("--wheelhouse", type=Path, default=None)
+    t = sub.add_parser("teardown", help="remove the hub's Unix accounts with this prefix")
+    t.add_argument("--prefix", required=True)
+    sub.add_parser("systemd-unit", parents=[common, hubargs], help="print a systemd unit that starts the hub at boot")
+    args = p.parse_args(argv)
+    try:
+        if args.what == "install":
+            install(args.class_dir.resolve(), args.wheelhouse.resolve() if args.wheelhouse else None)
+        elif args.what == "publish":
+            need_root()
+            publish(args.class_dir)
+            prebuild(args.class_dir)
+        elif args.what in ("serve", "demo"):
+            args.class_dir = args.class_dir.resolve()
+            args.roster = args.roster.resolve()
+            args.demo = args.what == "demo"
+            if args.demo:
+                install(args.class_dir, args.wheelhouse.resolve() if args.wheelhouse else None)
+            return serve(args)
+        elif args.what == "teardown":
+            for user in teardown(args.prefix):
+                say(f"removed {user}")
+        else:
+            print(systemd_unit(args), end="")
+    except roster.RosterError as e:
+        sys.exit(f"class: {e}")
+    except subprocess.CalledProcessError as e:
+        out = (e.stderr or "") if isinstance(e.stderr, str) else ""
+        sys.exit(f"class: {' '.join(map(str, e.cmd))} failed ({e.returncode}){': ' + out.strip() if out else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The hub's two classes: who may log in (RosterAuthenticator) and how a student's server starts
+(ClassSpawner). Loaded by jupyterhub_config.py beside this file; configured there.
+
+Accounts: NativeAuthenticator (jupyterhub-nativeauthenticator) keeps each password as a bcrypt hash in
+the hub's database, and its sign-up page makes an account that cannot log in until an admin (the
+teacher) approves it at /hub/authorize. RosterAuthenticator adds the roster: its people are created
+already approved, with their first password, and must change it at the first login.
+
+Servers: each hub user NAME runs as the Unix user PREFIX + NAME (made on first start, home mode 0700,
+files created with umask 077), in the student's own control group (limits.py). The server starts
+with student_start.py, which syncs the student's copy of the workbook and makes their lesson
+copies before it becomes jupyterhub-singleuser.
+"""
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import subprocess
+from pathlib import Path
+
+import bcrypt
+from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
+from nativeauthenticator import NativeAuthenticator
+from nativeauthenticator.handlers import LoginHandler as NativeLoginHandler
+from nativeauthenticator.orm import UserInfo
+from traitlets import Dict, Unicode
+
+import roster
+
+CLASS_GROUP = "flash-attn-class"  # every account the hub made is in it: how teardown finds them
+
+
+class FirstLoginHandler(NativeLoginHandler):
+    """The login page; a user who still has the roster's first password goes to change it."""
+
+    def get_next_url(self, user=None, default=None):
+        if user is not None and self.authenticator.must_change_password(user.name):
+            return self.hub.base_url + "change-password"
+        return super().get_next_url(user, default)
+
+
+class RosterAuthenticator(NativeAuthenticator):
+    roster_path = Unicode(config=True, help="The roster CSV (see roster.py)")
+    state_dir = Unicode(config=True, help="A folder only root can read: the first passwords' hashes")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.people = {p.name: p for p in roster.read(self.roster_path)}
+        self._first = Path(self.state_dir) / "first-passwords.json"
+        self._import_roster()
+
+    def _import_roster(self) -> None:
+        """Add the roster's people who have no account yet, approved, with their first password.
+        Existing accounts are left alone: a roster read again never resets a changed password."""
+        first = json.loads(self._first.read_text()) if self._first.exists() else {}
+        for person in self.people.values():
+            if UserInfo.find(self.db, person.name) is None:
+                hashed = bcrypt.hashpw(person.password.encode(), bcrypt.gensalt())
+                self.db.add(UserInfo(username=person.name, password=hashed, is_authorized=True))
+                first[person.name] = hashed.decode()
+        self.db.commit()
+        tmp = self._first.with_suffix(".tmp")
+        tmp.write_text(json.dumps(first, indent=1, sort_keys=True))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, self._first)
+        self._first_hashes = first
+
+    def must_change_password(self, name: str) -> bool:
+        """True while the stored hash is still the one made from the roster's first password (the
+        same bytes: bcrypt salts every hash, so any change of password changes them)."""
+        info = UserInfo.find(self.db, name)
+        first = self._first_hashes.get(name)
+        return info is not None and first is not None and info.password == first.encode()
+
+    def language(self, name: str) -> str:
+        person = self.people.get(name)
+        return person.language if person else os.environ.get("CLASS_DEFAULT_LANG", "zh")
+
+    def get_handlers(self, app):
+        return [(path, FirstLoginHandler if path == r"/login" else handler)
+                for path, handler in super().get_handlers(app)]
+
+
+def unix_name(name: str) -> str:
+    return os.environ.get("CLASS_USER_PREFIX", "jupyter-") + name
+
+
+def ensure_unix_user(name: str, home_root: str = "/home") -> pwd.struct_passwd:
+    """The Unix account of hub user ``name``, made if missing. An existing account of that name that
+    the hub did not make (not in CLASS_GROUP) is refused: the hub never takes over someone's account."""
+    user = unix_name(name)
+    try:
+        subprocess.run(["groupadd", "--force", CLASS_GROUP], check=True, capture_output=True)
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        home = f"{home_root}/{user}"
+        subprocess.run(["useradd", "--create-home", "--home-dir", home, "--shell", "/bin/bash",
+                        "--user-group", "--groups", CLASS_GROUP, "--comment", f"flash-attn-q8 class: {name}",
+                        user], check=True, capture_output=True)
+        entry = pwd.getpwnam(user)
+    if user not in grp.getgrnam(CLASS_GROUP).gr_mem:
+        raise RuntimeError(f"the Unix account {user} exists and was not made by the class hub; "
+                           f"choose another name in the roster or another CLASS_USER_PREFIX")
+    os.chmod(entry.pw_dir, 0o700)  # a student's home is theirs alone
+    return entry
+
+
+class ClassSpawner(LocalProcessSpawner):
+    """A local server per student, as their own Unix user, inside their own limits."""
+
+    limits = None  # a limits.Limits, set by jupyterhub_config.py (one for the whole hub)
+    lesson_urls = Dict(config=True, help="Where each language lands: {'zh': '/lab/tree/...', 'en': ...}")
+    class_env = Dict(config=True, help="Environment variables every student server gets")
+
+    @property
+    def unix_user(self) -> str:
+        return unix_name(self.user.name)
+
+    def user_env(self, env):
+        entry = pwd.getpwnam(self.unix_user)
+        env.update(USER=self.unix_user, LOGNAME=self.unix_user, HOME=entry.pw_dir, SHELL=entry.pw_shell)
+        return env
+
+    def get_env(self):
+        env = super().get_env()
+        home = pwd.getpwnam(self.unix_user).pw_dir
+        env.update({k: v.replace("~/", home + "/") for k, v in self.class_env.items()})
+        env["CLASS_LANG"] = self.authenticator.language(self.user.name)
+        env["PATH"] = f"{self.class_env['CLASS_ENV_BIN']}:/usr/local/bin:/usr/bin:/bin"
+        return env
+
+    def make_preexec_fn(self, name):
+        become = set_user_setuid(self.unix_user)
+        limits, group = self.limits, self.unix_user
+
+        def preexec():
+            limits.join(group)  # as root, before the student's uid: the group cannot be left after
+            os.umask(0o077)     # files the student creates anywhere (/tmp too) are theirs alone
+            become()
+        return preexec
+
+    async def start(self):
+        ensure_unix_user(self.user.name, self.class_env.get("CLASS_HOME_ROOT", "/home"))
+        self.limits.prepare(self.unix_user)
+        self.default_url = self.lesson_urls[self.authenticator.language(self.user.name)]
+        return await super().start()
+
+    async def stop(self, now=False):
+        await super().stop(now=now)
+        left = self.limits.release(self.unix_user)
+        if left:
+            self.log.info("ended %d process(es) %s left after its server stopped", len(left), self.unix_user)
