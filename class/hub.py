@@ -35,6 +35,11 @@ CLASS_GROUP = "flash-attn-class"  # every account the hub made is in it: how tea
 class FirstLoginHandler(NativeLoginHandler):
     """The login page; a user who still has the roster's first password goes to change it."""
 
+    def _render(self, login_error=None, username=None, **kwargs):
+        # JupyterHub 5's LoginHandler passes more keywords (e.g. sync) than NativeAuthenticator 1.3's
+        # _render takes: without this, a failed login shows a 500 page instead of "Invalid username"
+        return super()._render(login_error=login_error, username=username)
+
     def get_next_url(self, user=None, default=None):
         if user is not None and self.authenticator.must_change_password(user.name):
             return self.hub.base_url + "change-password"

@@ -141,3 +141,8 @@ c.JupyterHub.load_roles = [{
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
     "services": ["idle-culler"],
 }]
+
+# A stop asks politely, then firmly, within 10 s (the defaults wait up to 30 s per server and per
+# service, which makes the end of a class or a demo slow)
+c.LocalProcessSpawner.interrupt_timeout = 5
+c.LocalProcessSpawner.term_timeout = 5
