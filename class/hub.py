@@ -101,9 +101,11 @@ def ensure_unix_user(name: str, home_root: str = "/home") -> pwd.struct_passwd:
         entry = pwd.getpwnam(user)
     except KeyError:
         home = f"{home_root}/{user}"
-        subprocess.run(["useradd", "--create-home", "--home-dir", home, "--shell", "/bin/bash",
-                        "--user-group", "--groups", CLASS_GROUP, "--comment", f"flash-attn-q8 class: {name}",
-                        user], check=True, capture_output=True)
+        made = subprocess.run(["useradd", "--create-home", "--home-dir", home, "--shell", "/bin/bash",
+                               "--user-group", "--groups", CLASS_GROUP, "--comment", f"flash-attn-q8 class {name}",
+                               user], capture_output=True, text=True)
+        if made.returncode != 0:
+            raise RuntimeError(f"useradd {user} failed: {made.stderr.strip()}")
         entry = pwd.getpwnam(user)
     if user not in grp.getgrnam(CLASS_GROUP).gr_mem:
         raise RuntimeError(f"the Unix account {user} exists and was not made by the class hub; "
