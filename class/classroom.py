@@ -104,6 +104,15 @@ def prebuild(class_dir: Path) -> None:
     say(f"kernel prebuilt in {checkout / '.build'}")
 
 
+def system_python() -> str:
+    """The Python the shared environment is made from: $CLASS_PYTHON, else the system's python3
+    (readable by every user), else this one."""
+    for candidate in (os.environ.get("CLASS_PYTHON"), "/usr/bin/python3"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return sys.executable
+
+
 def install(class_dir: Path, wheelhouse: Path | None) -> None:
     need_root()
     class_dir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +126,13 @@ def install(class_dir: Path, wheelhouse: Path | None) -> None:
     want = hashlib.sha256((checkout / "pyproject.toml").read_bytes() + repr(pip_from).encode()).hexdigest()
     if not stamp.is_file() or stamp.read_text() != want:
         say(f"installing the shared environment in {env}" + (f" from {wheelhouse}" if wheelhouse else ""))
-        run([sys.executable, "-m", "venv", str(env)])
+        run([system_python(), "-m", "venv", "--clear", str(env)])
+        # every student's server runs this interpreter: one under a private home (a pyenv in /root,
+        # say) would start for root and fail with "Permission denied" for every student
+        if subprocess.run(["runuser", "-u", "nobody", "--", str(env / "bin" / "python"), "-c", "pass"],
+                          capture_output=True).returncode != 0:
+            sys.exit(f"class: {env}/bin/python cannot be run by other users; make the environment with a "
+                     "Python they can read (CLASS_PYTHON=/usr/bin/python3; Debian: apt install python3-venv)")
         pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", *pip_from]
         run([*pip, "--upgrade", "pip"])
         run([*pip, "-e", f"{checkout}[lab,class]"])
