@@ -16,8 +16,9 @@ by root:
                       its Chinese language pack (the default locale: env/share/jupyter/lab/settings/
                       overrides.json), JupyterHub, NativeAuthenticator, the idle culler, nbgitpuller
     D/node/           configurable-http-proxy, JupyterHub's proxy (npm)
-    D/workbook.git    the published workbook (what `publish` pushed): each student's server clones
-                      it into ~/flash-attn-q8 and updates that copy from it (student_start.py)
+    D/workbook.git    the published workbook (what `publish` pushed), and D/workbook.bundle, the
+                      same branch in one file: each student's server clones the bundle into
+                      ~/flash-attn-q8 and updates that copy from it (student_start.py)
     D/workbook/       a checkout of it: the hub runs its class/ files, and its .build/ holds the
                       kernel built once for everyone (LESSONKIT_PREBUILT_DIR)
     D/hub/            the hub's database, cookie secret and roster copy (root only)
@@ -90,7 +91,15 @@ def publish(class_dir: Path, source: Path = REPO) -> str:
         git("clone", "--quiet", "--branch", "main", str(bare), str(checkout))
     git("fetch", "--quiet", "origin", cwd=checkout)
     git("reset", "--quiet", "--hard", "origin/main", cwd=checkout)
-    read_only_for_others(bare, checkout)
+    # What the students clone and pull from: a bundle, one file holding the branch. Git (2.36 and
+    # newer) refuses to read a repository that another user owns unless that user's own or the
+    # system's git configuration names it safe; a bundle is a file, not a repository, so every
+    # student can read it as it is.
+    bundle = class_dir / "workbook.bundle"
+    tmp = bundle.with_suffix(".tmp")
+    git("bundle", "create", "--quiet", str(tmp), "main", cwd=bare)
+    os.replace(tmp, bundle)
+    read_only_for_others(bare, checkout, bundle)
     say(f"published {head[:12]} to {bare}")
     return head
 

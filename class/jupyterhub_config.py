@@ -81,7 +81,7 @@ lesson = {"zh": f"/lab/tree/{CLONE}/my-work/zh/00_start_here.ipynb",
           "en": f"/lab/tree/{CLONE}/my-work/00_start_here.ipynb"}
 class_env = {
     "CLASS_ENV_BIN": str(ENV_BIN),
-    "CLASS_REPO_URL": (CLASS_DIR / "workbook.git").as_uri(),
+    "CLASS_REPO_URL": str(CLASS_DIR / "workbook.bundle"),
     "CLASS_BRANCH": "main",
     "CLASS_CLONE_NAME": CLONE,
     "CLASS_HOME_ROOT": os.environ.get("CLASS_HOME_ROOT", "/home"),

@@ -1,7 +1,7 @@
 """What a student's server runs first, as the student, before it becomes jupyterhub-singleuser.
 
 1. The student's copy of the workbook, ``~/flash-attn-q8``: cloned from the class's published
-   repository on the first start, updated on every later start with nbgitpuller's merge (a file the
+   bundle (classroom.py publish) on the first start, updated on every later start with nbgitpuller's merge (a file the
    student changed keeps the student's version; a file they deleted comes back).
 2. Their lesson copies in ``~/flash-attn-q8/my-work/``, exactly as ``make lab`` and ``make update``
    make them (``python -m lessonkit.workspace copies``): a lesson the student edited is never
@@ -27,7 +27,6 @@ def log(message: str) -> None:
 
 def sync_workbook(url: str, branch: str, clone: Path) -> None:
     from nbgitpuller.pull import GitPuller
-    os.environ.setdefault("NBGITPULLER_DEPTH", "0")  # a whole history: later merges need the base
     for line in GitPuller(url, str(clone), branch=branch).pull():
         log(line.rstrip())
 
