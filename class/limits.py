@@ -111,16 +111,18 @@ class Limits:
             files = {
                 "unified": {"memory.max": self.memory_bytes, "memory.swap.max": 0,
                             "cpu.weight": 100, "cpu.max": f"{quota} {quota_period}", "pids.max": self.max_tasks},
-                "memory": {"memory.limit_in_bytes": self.memory_bytes},
+                # memsw (memory + swap) after the memory limit it may not be below: with swap on,
+                # a group capped in memory alone would swap instead of meeting its cap
+                "memory": {"memory.limit_in_bytes": self.memory_bytes, "memory.memsw.limit_in_bytes": self.memory_bytes},
                 "cpu": {"cpu.shares": 1024, "cpu.cfs_period_us": quota_period, "cpu.cfs_quota_us": quota},
                 "pids": {"pids.max": self.max_tasks},
             }[controller]
             for fname, value in files.items():
                 try:
                     (group / fname).write_text(str(value))
-                except FileNotFoundError:
-                    if fname != "memory.swap.max":  # absent where the kernel has no swap accounting
-                        raise
+                except OSError:
+                    if fname not in ("memory.swap.max", "memory.memsw.limit_in_bytes"):
+                        raise  # the swap files are absent where the kernel accounts no swap
 
     def join(self, name: str) -> None:
         """Put the calling process into the group ``name`` (called in the child, as root, before it

@@ -1,0 +1,273 @@
+"""make test-class: the class hub end to end, as root, on 127.0.0.1 only.
+
+It runs what ``make class-demo`` runs (class/classroom.py demo: install the shared environment,
+serve class/demo-roster.csv, remove the demo accounts on SIGTERM), from a clone of this checkout's
+HEAD (so that a test can publish an update without touching the checkout), with the Unix user prefix
+``fatest-`` and a 1 GiB memory cap per student. Then, through the hub's own pages and API:
+
+- three students log in at once, are sent to change their first password, cannot start a server
+  before they do, and then start it;
+- each server has a Chinese JupyterLab and lands on the Chinese lesson 00; the teacher's (roster
+  language en) is English and lands on the English one;
+- lesson 00 runs in each student's server, its check cell passing, on the kernel built once for all;
+- a student cannot reach another's files, server or kernels;
+- one student's kernel that crashes, one that eats memory past the cap and one that forks without
+  end leave the others running;
+- an update published while a student has edited lesson 02 reaches the others and keeps the edit;
+- the demo's stop ends every process and removes every account it made.
+
+Needs: root (useradd, one cgroup per student), Linux, npm or a wheelhouse (CLASS_WHEELHOUSE), and
+pip's index or that wheelhouse; about two minutes when pip's cache is warm.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hubclient import Browser, Kernel  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+PREFIX = "fatest-"
+CLASS_DIR = Path(os.environ.get("CLASS_TEST_DIR", "/srv/flash-attn-class-test"))
+STUDENTS = {"ming": "demo-ming-pw", "hua": "demo-hua-pw", "lan": "demo-lan-pw"}
+TEACHER = ("teacher", "demo-teacher-pw")
+LESSON_ZH = "flash-attn-q8/my-work/zh/00_start_here.ipynb"
+
+if sys.platform != "linux" or os.geteuid() != 0 or not shutil.which("useradd"):
+    pytest.skip("the class hub test needs Linux and root: it makes one Unix user per student "
+                "(sudo make test-class)", allow_module_level=True)
+if not shutil.which("npm") and not os.environ.get("CLASS_WHEELHOUSE"):
+    pytest.skip("the class hub needs JupyterHub's proxy from npm (Debian: apt install nodejs npm) or a "
+                "wheelhouse (CLASS_WHEELHOUSE=...)", allow_module_level=True)
+
+
+def free_ports() -> int:
+    """A port P with P, P+1 and P+2 free (the proxy, the hub's API, the proxy's API)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65000 and all(_free(port + i) for i in (1, 2)):
+            return port
+    raise RuntimeError("no three free ports in a row")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def git(*args, cwd):
+    return subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    source = tmp_path_factory.mktemp("class") / "workbook"
+    git("clone", "--quiet", str(REPO), str(source), cwd=REPO)
+    port = free_ports()
+    cmd = [sys.executable, str(source / "class" / "classroom.py"), "demo", "--class-dir", str(CLASS_DIR),
+           "--prefix", PREFIX, "--port", str(port), "--mem-gb", "1", "--cpus", "1"]
+    if os.environ.get("CLASS_WHEELHOUSE"):
+        cmd += ["--wheelhouse", os.environ["CLASS_WHEELHOUSE"]]
+    log = open(source.parent / "demo.log", "w+")
+    demo = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+    ready, lines = None, []
+    reader = threading.Thread(target=lambda: [lines.append(line) for line in demo.stdout], daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 600  # the first install downloads JupyterLab and JupyterHub
+    while time.monotonic() < deadline and demo.poll() is None and ready is None:
+        ready = next((m.group(1) for line in lines if (m := re.match(r"class ready: (\S+)", line))), None)
+        time.sleep(0.2)
+    if ready is None:
+        demo.kill()
+        log.seek(0)
+        pytest.fail("the demo did not print 'class ready' in time:\n" + "".join(lines) + log.read()[-4000:])
+    state = {"base": ready.rstrip("/"), "demo": demo, "lines": lines, "log": log, "source": source,
+             "browsers": {}, "passwords": {}}
+    yield state
+    if demo.poll() is None:  # a failed test: still stop everything
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.wait(120)
+
+
+def _first_login(base: str, name: str, first: str) -> tuple[Browser, str]:
+    b = Browser(base)
+    assert b.log_in(name, first).endswith("/hub/change-password"), "the first login did not ask for a new password"
+    status, _, body = b.request("POST", f"/hub/api/users/{name}/server")
+    assert status >= 400 and b"change-password" in body, f"a server started before the first password changed: {status}"
+    new = f"{name}-Own-Pass-2026!"
+    b.change_password(first, new)
+    again = Browser(base)
+    assert not again.log_in(name, new).endswith("change-password")
+    again.start_server(name)
+    again.make_token(name)
+    return again, new
+
+
+def test_three_students_log_in_at_once_and_change_their_first_password(hub):
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        done = {name: pool.submit(_first_login, hub["base"], name, pw) for name, pw in STUDENTS.items()}
+        for name, future in done.items():
+            hub["browsers"][name], hub["passwords"][name] = future.result()
+    for name in STUDENTS:
+        entry = pwd.getpwnam(PREFIX + name)
+        assert os.stat(entry.pw_dir).st_mode & 0o777 == 0o700, f"{entry.pw_dir} is readable by others"
+    # a wrong password is refused with the form's message, not an error page
+    status, _, body = Browser(hub["base"]).request("POST", "/hub/login", form={"username": "ming", "password": "wrong"})
+    assert status == 200 and b"Invalid username or password" in body
+
+
+def test_each_server_has_a_chinese_interface_and_opens_the_chinese_lesson_00(hub):
+    for name, b in hub["browsers"].items():
+        setting = b.json("GET", f"/user/{name}/lab/api/settings/@jupyterlab/translation-extension:plugin")
+        assert setting["settings"].get("locale", setting["schema"]["properties"]["locale"]["default"]) == "zh_CN"
+        pack = b.json("GET", f"/user/{name}/lab/api/translations/zh_CN")
+        assert pack["data"], f"{name}: no Chinese language pack in the server"
+        status, headers, _ = b.request("GET", f"/user/{name}/")
+        assert status == 302 and headers["Location"].endswith("/lab/tree/" + LESSON_ZH), headers.get("Location")
+    # the teacher's roster language is en: the English interface, the English lesson 00; the hub's admin
+    teacher = Browser(hub["base"])
+    teacher.log_in(*TEACHER)
+    teacher.change_password(TEACHER[1], "Teacher-Own-Pass-2026!")
+    teacher = Browser(hub["base"])
+    teacher.log_in("teacher", "Teacher-Own-Pass-2026!")
+    teacher.make_token("teacher")
+    assert teacher.json("GET", "/hub/api/users/teacher")["admin"] is True
+    teacher.start_server("teacher")
+    setting = teacher.json("GET", "/user/teacher/lab/api/settings/@jupyterlab/translation-extension:plugin")
+    assert setting["settings"]["locale"] == "en"
+    status, headers, _ = teacher.request("GET", "/user/teacher/")
+    assert headers["Location"].endswith("/lab/tree/flash-attn-q8/my-work/00_start_here.ipynb")
+    teacher.stop_server("teacher")
+
+
+def _run_lesson_00(b: Browser, name: str) -> tuple[str, str]:
+    nb = b.json("GET", f"/user/{name}/api/contents/{LESSON_ZH}")["content"]
+    kernel = Kernel(b, name)
+    printed = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        out = kernel.run(cell["source"])
+        assert out["error"] is None and not out["died"], f"{name}: lesson 00 failed at {cell['source'][:80]!r}: {out}"
+        printed.append(out["text"])
+    where = kernel.run("import lessonkit as lk\nprint(lk.native.build())")["text"].strip()
+    return "".join(printed), where
+
+
+def test_lesson_00_runs_in_each_students_server_on_the_kernel_built_once(hub):
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        runs = {name: pool.submit(_run_lesson_00, b, name) for name, b in hub["browsers"].items()}
+        for name, future in runs.items():
+            printed, library = future.result()
+            assert "8 项检查全部通过" in printed, f"{name}: the check cell did not pass:\n{printed[-2000:]}"
+            assert library.startswith(str(CLASS_DIR / "workbook" / ".build")), library
+            assert not (Path(pwd.getpwnam(PREFIX + name).pw_dir) / "flash-attn-q8" / ".build").exists()
+
+
+def test_a_student_cannot_reach_another_students_files_server_or_kernels(hub):
+    ming, hua = hub["browsers"]["ming"], hub["browsers"]["hua"]
+    for path in ("/user/hua/api/contents/flash-attn-q8", "/user/hua/api/kernels", "/hub/api/users/hua"):
+        status, _, _ = ming.request("GET", path)
+        assert status in (302, 403, 404), f"ming reached {path}: {status}"
+    hua_home = pwd.getpwnam(PREFIX + "hua").pw_dir
+    kernel = Kernel(ming, "ming")
+    out = kernel.run(f"import os\ntry:\n    os.listdir({hua_home!r})\n    print('READ')\nexcept PermissionError:\n    print('refused')\n"
+                     f"open('/tmp/fatest-ming-note', 'w').write('mine')\nprint(oct(os.stat('/tmp/fatest-ming-note').st_mode & 0o777))")
+    assert out["text"].split() == ["refused", "0o600"], out
+    hua_kernel = Kernel(hua, "hua")
+    out = hua_kernel.run("try:\n    print(open('/tmp/fatest-ming-note').read())\nexcept PermissionError:\n    print('refused')")
+    assert out["text"].strip() == "refused", out
+    os.unlink("/tmp/fatest-ming-note")
+
+
+def _others_still_work(hub, but: str) -> None:
+    for name, b in hub["browsers"].items():
+        if name == but:
+            continue
+        assert b.json("GET", f"/hub/api/users/{name}")["servers"][""]["ready"], f"{name}'s server stopped"
+        assert Kernel(b, name).run("print(6 * 7)")["text"].strip() == "42", f"{name}'s kernel does not answer"
+
+
+def test_a_crash_a_memory_hog_and_a_fork_bomb_leave_the_others_running(hub):
+    hua, lan = hub["browsers"]["hua"], hub["browsers"]["lan"]
+    crash = Kernel(hua, "hua").run("import ctypes\nctypes.string_at(0)")  # a segmentation fault
+    assert crash["died"] or crash["error"], crash
+    _others_still_work(hub, but="hua")
+
+    hog = Kernel(lan, "lan")
+    out = hog.run("blocks = []\nwhile True:\n    blocks.append(bytearray(64 << 20))", timeout_s=120)
+    assert out["died"] or out["error"], out  # killed at the cap (or MemoryError under per-process limits)
+    _others_still_work(hub, but="lan")
+
+    bomb = Kernel(lan, "lan")
+    out = bomb.run("import os, time\nkids = 0\ntry:\n    for _ in range(5000):\n        if os.fork() == 0:\n"
+                   "            time.sleep(3)\n            os._exit(0)\n        kids += 1\nexcept OSError as e:\n"
+                   "    print('stopped after', kids, type(e).__name__)\n", timeout_s=120)
+    assert "stopped after" in out["text"], out
+    _others_still_work(hub, but="lan")
+    assert lan.json("GET", "/hub/api/users/lan")["servers"][""]["ready"], "the hog's own server should survive"
+
+
+def test_an_update_reaches_the_others_and_keeps_an_edit(hub):
+    ming = hub["browsers"]["ming"]
+    path = "flash-attn-q8/my-work/zh/02_online_softmax.ipynb"
+    mine = ming.json("GET", f"/user/ming/api/contents/{path}")
+    mine["content"]["cells"].insert(1, {"cell_type": "markdown", "metadata": {}, "source": "我的笔记：ming 的修改"})
+    ming.json("PUT", f"/user/ming/api/contents/{path}", data={"type": "notebook", "content": mine["content"]})
+
+    source = hub["source"]
+    lesson = source / "notebooks" / "zh" / "02_online_softmax.ipynb"
+    nb = json.loads(lesson.read_text())
+    nb["cells"][1]["source"] = "老师的更新：这一段是新的。\n\n" + "".join(nb["cells"][1]["source"])
+    lesson.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    git("-c", "user.name=teacher", "-c", "user.email=teacher@localhost", "commit", "--quiet", "-am",
+        "an update of lesson 02", cwd=source)
+    subprocess.run([sys.executable, str(source / "class" / "classroom.py"), "publish", "--class-dir", str(CLASS_DIR)],
+                   check=True, capture_output=True)
+
+    for name, b in hub["browsers"].items():  # the update arrives with the next start of each server
+        b.stop_server(name)
+        b.start_server(name)
+    for name, b in hub["browsers"].items():
+        cells = b.json("GET", f"/user/{name}/api/contents/{path}")["content"]["cells"]
+        text = "".join("".join(c["source"]) for c in cells)
+        if name == "ming":
+            assert "我的笔记" in text and "老师的更新" not in text, "ming's edited lesson 02 was overwritten"
+        else:
+            assert "老师的更新" in text, f"the update did not reach {name}'s lesson 02"
+        shipped = b.json("GET", f"/user/{name}/api/contents/flash-attn-q8/notebooks/zh/02_online_softmax.ipynb")
+        assert "老师的更新" in json.dumps(shipped["content"], ensure_ascii=False)
+
+
+def test_the_demo_stops_everything_and_removes_its_accounts(hub):
+    demo = hub["demo"]
+    os.killpg(demo.pid, signal.SIGTERM)
+    assert demo.wait(120) == 0
+    assert "demo accounts removed" in "".join(hub["lines"]), "".join(hub["lines"])
+    left = [u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(PREFIX)]
+    assert not left, f"accounts left behind: {left}"
+    procs = subprocess.run(["ps", "-eo", "pid,user:32,args"], capture_output=True, text=True).stdout
+    assert PREFIX not in procs and str(CLASS_DIR / "env") not in procs, procs
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", int(hub["base"].rsplit(":", 1)[1]))) != 0, "the proxy still listens"
