@@ -4,6 +4,12 @@
 #               make lab LAB_LANG=zh (or make lab-zh) opens the Chinese lesson 00 (notebooks/zh/) instead
 #   make test   set up .venv, build the kernel, run every test (C, sanitizers, pytest, notebooks)
 #
+# Without internet (a classroom, a board behind a firewall): `make wheelhouse` on a machine with
+# network gathers every wheel make lab, make test and the class hub install, for this Python and
+# CPU, into wheelhouse/ (and JupyterHub's proxy into wheelhouse/npm/); copy that folder, then
+# `make lab WHEELHOUSE=/path/to/wheelhouse` installs from it alone (pip --no-index). Without
+# WHEELHOUSE pip uses its index as usual.
+#
 # On aarch64, DOTPROD=0 or DOTPROD=1 forces the kernel's choice of the dot-product instruction
 # (sdot, -march=armv8.2-a+dotprod) instead of asking the CPU: e.g. `make build DOTPROD=0` builds
 # the NEON fallback on an RK3588, `make test DOTPROD=0` tests it. It sets LESSONKIT_DOTPROD for
@@ -17,6 +23,18 @@ PYTHON ?= python3
 EXTRAS ?= lab,test,bench
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# Set (make lab WHEELHOUSE=wheelhouse), every pip install below takes its packages from that folder
+# only; unset, pip uses its index and configuration as before. The absolute path, because pip runs
+# from other folders too (an isolated build, a clone in make test-offline).
+PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
+# Where make wheelhouse writes: WHEELHOUSE if given, else wheelhouse/ (git-ignored). Its own
+# name, so that the default folder does not switch PIP_FROM on.
+WHEELHOUSE_DIR := $(or $(WHEELHOUSE),wheelhouse)
+# The extras the wheelhouse holds: everything setup may install by default, the bench's ggml-python
+# (a source package, compiled once here into a wheel) and the class hub's packages
+WHEELHOUSE_EXTRAS := lab,test,bench,class
+# What test-py runs; e.g. PYTEST_ARGS=notebooks/00_start_here.ipynb for lesson 00 alone
+PYTEST_ARGS ?= tests notebooks
 STAMP  := $(VENV)/.installed-stamp
 BUILD  := .build/ctest
 CTEST_SRC := native/tests/test_kernel.c $(wildcard native/*.c)
@@ -72,7 +90,7 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench bench bench-a76 clean help
+.PHONY: setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench wheelhouse bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
@@ -83,13 +101,18 @@ help:
 	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); LESSON=zh/04 the Chinese one;"
 	@echo "  make reset-native: the kernel copy"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
+	@echo "  (make test-py PYTEST_ARGS=notebooks/00_start_here.ipynb: one lesson)"
+	@echo "make wheelhouse   with network: every wheel setup and the class hub need, into wheelhouse/"
+	@echo "  (WHEELHOUSE=dir for another folder), and JupyterHub's proxy into wheelhouse/npm/"
+	@echo "make lab WHEELHOUSE=/path/to/wheelhouse   install from that folder only, no network"
+	@echo "  (any target that sets up .venv: make test WHEELHOUSE=..., make setup WHEELHOUSE=...)"
 	@echo "DOTPROD=0 or DOTPROD=1 (aarch64): build and test without or with sdot, whatever the CPU"
 	@echo "  reports (e.g. make build DOTPROD=0); it sets LESSONKIT_DOTPROD"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet $(PIP_FROM) --upgrade pip
+	$(PY) -m pip install --quiet $(PIP_FROM) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -209,13 +232,33 @@ test-aarch64:
 	fi
 
 test-py: setup
-	$(PY) -m pytest --nbval-lax tests notebooks
+	$(PY) -m pytest --nbval-lax $(PYTEST_ARGS)
 
 # Both benchmarks in their quick modes: that they run and print every row and target (met, MISS or
 # why not measured), not what the figures are (a shared CI machine's timings say little).
 test-bench: build
 	$(PY) -m lessonkit.bench --quick
 	$(PY) -m lessonkit.cycles --quick
+
+# Every wheel an offline set-up installs, for this machine's Python ($(PYTHON)) and CPU: the project's
+# dependencies with every extra of WHEELHOUSE_EXTRAS, what the isolated build of pip install -e .
+# installs (pyproject's build-system, and wheel, which older setuptools ask for an editable build)
+# and pip, which setup upgrades. lessonkit's own wheel is deleted: setup installs the checkout.
+# Then JupyterHub's proxy, configurable-http-proxy, a node program that pip cannot bring; it is
+# copied to other machines, so it must be pure JavaScript (no compiled addon), which is checked.
+wheelhouse:
+	@command -v npm >/dev/null 2>&1 || { echo "FAILED wheelhouse: needs npm, for JupyterHub's" \
+	  "configurable-http-proxy (Debian: apt install npm)"; exit 1; }
+	@mkdir -p $(WHEELHOUSE_DIR)
+	$(PYTHON) -m pip wheel --quiet --wheel-dir $(WHEELHOUSE_DIR) '.[$(WHEELHOUSE_EXTRAS)]' \
+	  'setuptools>=64' 'cffi>=1.16' wheel pip
+	rm -f $(WHEELHOUSE_DIR)/lessonkit-*.whl
+	npm install --silent --no-audit --no-fund --prefix $(WHEELHOUSE_DIR)/npm configurable-http-proxy@5
+	@addons=$$(find $(WHEELHOUSE_DIR)/npm/node_modules \( -name '*.node' -o -name binding.gyp \) -print); \
+	if [ -n "$$addons" ]; then echo "FAILED wheelhouse: configurable-http-proxy brought compiled code," \
+	  "which may not run on another machine: $$addons"; exit 1; fi
+	@echo "$(WHEELHOUSE_DIR)/: $$(ls $(WHEELHOUSE_DIR)/*.whl | wc -l | tr -d ' ') wheels and" \
+	  "npm/node_modules/.bin/configurable-http-proxy, $$(du -sh $(WHEELHOUSE_DIR) | cut -f1) in all"
 
 # Speed is measured here, never in tests: ns per token, GB/s and the target ratios.
 bench: build
