@@ -4,6 +4,12 @@
 #               make lab LAB_LANG=zh (or make lab-zh) opens the Chinese lesson 00 (notebooks/zh/) instead
 #   make test   set up .venv, build the kernel, run every test (C, sanitizers, pytest, notebooks)
 #
+# Without internet (a classroom, a board behind a firewall): `make wheelhouse` on a machine with
+# network gathers every wheel make lab, make test and the class hub install, for this Python and
+# CPU, into wheelhouse/ (and JupyterHub's proxy into wheelhouse/npm/); copy that folder, then
+# `make lab WHEELHOUSE=/path/to/wheelhouse` installs from it alone (pip --no-index). Without
+# WHEELHOUSE pip uses its index as usual. make test-offline proves it in a namespace with no network.
+#
 # On aarch64, DOTPROD=0 or DOTPROD=1 forces the kernel's choice of the dot-product instruction
 # (sdot, -march=armv8.2-a+dotprod) instead of asking the CPU: e.g. `make build DOTPROD=0` builds
 # the NEON fallback on an RK3588, `make test DOTPROD=0` tests it. It sets LESSONKIT_DOTPROD for
@@ -17,6 +23,18 @@ PYTHON ?= python3
 EXTRAS ?= lab,test,bench
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# Set (make lab WHEELHOUSE=wheelhouse), every pip install below takes its packages from that folder
+# only; unset, pip uses its index and configuration as before. The absolute path, because pip runs
+# from other folders too (an isolated build, a clone in make test-offline).
+PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
+# Where make wheelhouse writes: WHEELHOUSE if given, else wheelhouse/ (git-ignored). Its own
+# name, so that the default folder does not switch PIP_FROM on.
+WHEELHOUSE_DIR := $(or $(WHEELHOUSE),wheelhouse)
+# The extras the wheelhouse holds: everything setup may install by default, the bench's ggml-python
+# (a source package, compiled once here into a wheel) and the class hub's packages
+WHEELHOUSE_EXTRAS := lab,test,bench,class
+# What test-py runs; e.g. PYTEST_ARGS=notebooks/00_start_here.ipynb for lesson 00 alone
+PYTEST_ARGS ?= tests notebooks
 STAMP  := $(VENV)/.installed-stamp
 BUILD  := .build/ctest
 CTEST_SRC := native/tests/test_kernel.c $(wildcard native/*.c)
@@ -72,7 +90,7 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench bench bench-a76 clean help
+.PHONY: setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline wheelhouse bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
@@ -83,13 +101,19 @@ help:
 	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); LESSON=zh/04 the Chinese one;"
 	@echo "  make reset-native: the kernel copy"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
+	@echo "  (make test-py PYTEST_ARGS=notebooks/00_start_here.ipynb: one lesson)"
+	@echo "make wheelhouse   with network: every wheel setup and the class hub need, into wheelhouse/"
+	@echo "  (WHEELHOUSE=dir for another folder), and JupyterHub's proxy into wheelhouse/npm/"
+	@echo "make lab WHEELHOUSE=/path/to/wheelhouse   install from that folder only, no network"
+	@echo "  (any target that sets up .venv: make test WHEELHOUSE=..., make setup WHEELHOUSE=...)"
+	@echo "make test-offline   make setup and lesson 00 in a fresh clone with no network, from the wheelhouse"
 	@echo "DOTPROD=0 or DOTPROD=1 (aarch64): build and test without or with sdot, whatever the CPU"
 	@echo "  reports (e.g. make build DOTPROD=0); it sets LESSONKIT_DOTPROD"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet $(PIP_FROM) --upgrade pip
+	$(PY) -m pip install --quiet $(PIP_FROM) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -209,13 +233,70 @@ test-aarch64:
 	fi
 
 test-py: setup
-	$(PY) -m pytest --nbval-lax tests notebooks
+	$(PY) -m pytest --nbval-lax $(PYTEST_ARGS)
 
 # Both benchmarks in their quick modes: that they run and print every row and target (met, MISS or
 # why not measured), not what the figures are (a shared CI machine's timings say little).
 test-bench: build
 	$(PY) -m lessonkit.bench --quick
 	$(PY) -m lessonkit.cycles --quick
+
+# Every wheel an offline set-up installs, for this machine's Python ($(PYTHON)) and CPU: the project's
+# dependencies with every extra of WHEELHOUSE_EXTRAS, what the isolated build of pip install -e .
+# installs (pyproject's build-system, and wheel, which older setuptools ask for an editable build)
+# and pip, which setup upgrades. lessonkit's own wheel is deleted: setup installs the checkout.
+# Then JupyterHub's proxy, configurable-http-proxy, a node program that pip cannot bring; it is
+# copied to other machines, so it must be pure JavaScript (no compiled addon), which is checked.
+wheelhouse:
+	@command -v npm >/dev/null 2>&1 || { echo "FAILED wheelhouse: needs npm, for JupyterHub's" \
+	  "configurable-http-proxy (Debian: apt install npm)"; exit 1; }
+	@mkdir -p $(WHEELHOUSE_DIR)
+	$(PYTHON) -m pip wheel --quiet --wheel-dir $(WHEELHOUSE_DIR) '.[$(WHEELHOUSE_EXTRAS)]' \
+	  'setuptools>=64' 'cffi>=1.16' wheel pip
+	rm -f $(WHEELHOUSE_DIR)/lessonkit-*.whl
+	npm install --silent --no-audit --no-fund --prefix $(WHEELHOUSE_DIR)/npm configurable-http-proxy@5
+	@addons=$$(find $(WHEELHOUSE_DIR)/npm/node_modules \( -name '*.node' -o -name binding.gyp \) -print); \
+	if [ -n "$$addons" ]; then echo "FAILED wheelhouse: configurable-http-proxy brought compiled code," \
+	  "which may not run on another machine: $$addons"; exit 1; fi
+	@echo "$(WHEELHOUSE_DIR)/: $$(ls $(WHEELHOUSE_DIR)/*.whl | wc -l | tr -d ' ') wheels and" \
+	  "npm/node_modules/.bin/configurable-http-proxy, $$(du -sh $(WHEELHOUSE_DIR) | cut -f1) in all"
+
+# The wheelhouse as a classroom uses it: a fresh clone of this checkout's commit (committed files
+# only, no .venv, nothing built) runs make setup WHEELHOUSE=... and lesson 00 in a network
+# namespace with no network. Its loopback is brought up, as the notebooks' kernels talk to nbval
+# over 127.0.0.1. pip's configuration files and PIP_* variables are dropped, so that no other
+# source (a local index, a find-links folder) can fill a gap in the wheelhouse. A namespace needs
+# root (unshare -n) or user namespaces (unshare -rn); without either it is skipped with the reason.
+OFFLINE_LESSON := notebooks/00_start_here.ipynb
+OFFLINE_PROBE := import socket, sys; s = socket.socket(); s.settimeout(5); err = s.connect_ex(("1.1.1.1", 443)); \
+  sys.exit("FAILED test-offline: the namespace reaches 1.1.1.1:443") if err == 0 else \
+  print("no network: connecting to 1.1.1.1:443 fails,", __import__("os").strerror(err))
+test-offline: wheelhouse
+	@if ! command -v unshare >/dev/null 2>&1; then \
+	  echo "SKIPPED test-offline: needs unshare (util-linux; Linux only) for a namespace with no network"; exit 0; fi; \
+	if unshare -n true 2>/dev/null; then ns="unshare -n"; \
+	elif unshare -rn true 2>/dev/null; then ns="unshare -rn"; \
+	else echo "SKIPPED test-offline: unshare -n and unshare -rn are not permitted here" \
+	  "($$(unshare -n true 2>&1 | head -n 1)): a namespace with no network needs root or user namespaces"; exit 0; fi; \
+	wh=$(abspath $(WHEELHOUSE_DIR)); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git clone -q "$(CURDIR)" "$$tmp/wb" && git -C "$$tmp/wb" checkout -q --detach $$(git rev-parse HEAD) || exit 1; \
+	echo "== a fresh clone of $$(git rev-parse --short HEAD) in $$tmp/wb; $$ns, pip from $$wh only"; \
+	cd "$$tmp/wb" && env $$(env | sed -n 's/^\(PIP_[A-Za-z0-9_]*\)=.*/-u \1/p') PIP_CONFIG_FILE=/dev/null \
+	  $$ns sh -c 'ip link set lo up && $(PYTHON) -c '\''$(OFFLINE_PROBE)'\'' || exit 1; \
+	    t0=$$(date +%s); \
+	    $(MAKE) --no-print-directory setup WHEELHOUSE="$$0" || { echo "FAILED test-offline: make setup"; exit 1; }; \
+	    t1=$$(date +%s); \
+	    .venv/bin/python -m pip install --quiet --dry-run --no-index --find-links "$$0" -e ".[class]" \
+	      || { echo "FAILED test-offline: the class extra does not install from the wheelhouse"; exit 1; }; \
+	    if command -v node >/dev/null 2>&1; then \
+	      echo "configurable-http-proxy $$(node "$$0/npm/node_modules/.bin/configurable-http-proxy" --version)" \
+	        || { echo "FAILED test-offline: configurable-http-proxy does not start"; exit 1; }; fi; \
+	    t2=$$(date +%s); \
+	    $(MAKE) --no-print-directory test-py WHEELHOUSE="$$0" PYTEST_ARGS=$(OFFLINE_LESSON) \
+	      || { echo "FAILED test-offline: $(OFFLINE_LESSON)"; exit 1; }; \
+	    t3=$$(date +%s); \
+	    echo "test-offline passed: make setup $$((t1 - t0)) s, class extra and proxy $$((t2 - t1)) s," \
+	      "$(OFFLINE_LESSON) $$((t3 - t2)) s"' "$$wh"
 
 # Speed is measured here, never in tests: ns per token, GB/s and the target ratios.
 bench: build
