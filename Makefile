@@ -90,7 +90,7 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline wheelhouse bench bench-a76 clean help
+.PHONY: setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
@@ -107,6 +107,9 @@ help:
 	@echo "make lab WHEELHOUSE=/path/to/wheelhouse   install from that folder only, no network"
 	@echo "  (any target that sets up .venv: make test WHEELHOUSE=..., make setup WHEELHOUSE=...)"
 	@echo "make test-offline   make setup and lesson 00 in a fresh clone with no network, from the wheelhouse"
+	@echo "For teachers (as root; README: For teachers): make class CLASS_ROSTER=roster.csv serves JupyterHub to"
+	@echo "  the class from this machine; make class-demo (three demo students on 127.0.0.1); make class-publish"
+	@echo "  (students get this commit); make class-unit (systemd); make test-class (the hub end to end)"
 	@echo "DOTPROD=0 or DOTPROD=1 (aarch64): build and test without or with sdot, whatever the CPU"
 	@echo "  reports (e.g. make build DOTPROD=0); it sets LESSONKIT_DOTPROD"
 
@@ -152,7 +155,7 @@ reset-native:
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it"; exit 1; fi
 	$(PY) -m lessonkit.workspace reset-native
 
-test: build test-c test-asan test-asan-py test-aarch64 test-py test-bench
+test: build test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline test-class
 
 # The C test program: NEON kernel (SIMDe off ARM) against the scalar one, natively ...
 test-c: setup
@@ -297,6 +300,56 @@ test-offline: wheelhouse
 	    t3=$$(date +%s); \
 	    echo "test-offline passed: make setup $$((t1 - t0)) s, class extra and proxy $$((t2 - t1)) s," \
 	      "$(OFFLINE_LESSON) $$((t3 - t2)) s"' "$$wh"
+
+# A class on one server (class/classroom.py; README's "For teachers"): as root, make class installs one
+# shared environment in CLASS_DIR (the kernel prebuilt) and serves JupyterHub on CLASS_IP:CLASS_PORT
+# to the people of CLASS_ROSTER (class/demo-roster.csv shows the columns), each a Unix user of their
+# own. WHEELHOUSE=dir installs from a wheelhouse, with no network.
+CLASS_DIR    ?= /srv/flash-attn-class
+CLASS_ROSTER ?= class/roster.csv
+CLASS_IP     ?= 0.0.0.0
+CLASS_PORT   ?= 8000
+CLASS_DEMO_DIR ?= /srv/flash-attn-class-demo
+CLASSROOM    := $(PYTHON) class/classroom.py
+CLASS_FROM   := $(if $(WHEELHOUSE),--wheelhouse $(abspath $(WHEELHOUSE)),)
+class:
+	@if [ ! -f "$(CLASS_ROSTER)" ]; then echo "no roster $(CLASS_ROSTER): copy class/demo-roster.csv to" \
+	  "class/roster.csv, put your class in it (name,password,role,language), or say CLASS_ROSTER=path"; exit 1; fi
+	$(CLASSROOM) install --class-dir $(CLASS_DIR) $(CLASS_FROM)
+	$(CLASSROOM) serve --class-dir $(CLASS_DIR) --roster $(CLASS_ROSTER) --ip $(CLASS_IP) --port $(CLASS_PORT)
+
+# The whole kit on 127.0.0.1:CLASS_PORT with class/demo-roster.csv (three students and a teacher, Unix
+# users fademo-*); Ctrl-C or SIGTERM stops it and removes the demo accounts
+class-demo:
+	$(CLASSROOM) demo --class-dir $(CLASS_DEMO_DIR) --prefix fademo- --ip 127.0.0.1 --port $(CLASS_PORT) $(CLASS_FROM)
+
+# Students get this checkout's current commit at their server's next start (a lesson a student
+# edited is kept); the kernel is built again for everyone
+class-publish:
+	$(CLASSROOM) publish --class-dir $(CLASS_DIR)
+
+# A systemd unit that starts the hub at boot: make class-unit > /etc/systemd/system/flash-attn-class.service
+class-unit:
+	@$(CLASSROOM) systemd-unit --class-dir $(CLASS_DIR) --roster $(abspath $(CLASS_ROSTER)) --ip $(CLASS_IP) --port $(CLASS_PORT)
+
+# Remove the Unix accounts (and their homes) that the hub made: PREFIX=jupyter- for a class's
+class-teardown:
+	@if [ -z "$(PREFIX)" ]; then echo "say whose accounts: make class-teardown PREFIX=jupyter-"; exit 1; fi
+	$(CLASSROOM) teardown --prefix $(PREFIX)
+
+# The hub end to end (class/tests/test_hub.py: logins, the Chinese interface, lesson 00 in three
+# servers, isolation, a crash, a memory hog and a fork bomb, an update, a clean stop). It needs root
+# and skips itself without. With a wheelhouse (make wheelhouse, which make test-offline runs first)
+# it runs in a network namespace with no network, so the class's install is shown to need none.
+test-class: setup
+	@wh=$(abspath $(WHEELHOUSE_DIR)); \
+	if [ -d "$$wh/npm" ] && [ "$$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then \
+	  echo "== test-class with no network, installing from $$wh"; \
+	  env $$(env | sed -n 's/^\(PIP_[A-Za-z0-9_]*\)=.*/-u \1/p') PIP_CONFIG_FILE=/dev/null CLASS_WHEELHOUSE="$$wh" \
+	    unshare -n sh -c 'ip link set lo up && exec "$$0" -m pytest -q -p no:cacheprovider class/tests' $(abspath $(PY)); \
+	else \
+	  $(PY) -m pytest -q -p no:cacheprovider class/tests; \
+	fi
 
 # Speed is measured here, never in tests: ns per token, GB/s and the target ratios.
 bench: build

@@ -86,6 +86,8 @@ def publish(class_dir: Path, source: Path = REPO) -> str:
     if not bare.is_dir():
         git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
     head = git("rev-parse", "HEAD", cwd=source).stdout.strip()
+    if git("status", "--porcelain", "--untracked-files=no", cwd=source).stdout.strip():
+        say(f"note: {source} has uncommitted changes; students get the last commit ({head[:12]}), not them")
     git("push", "--quiet", "--force", str(bare), f"{head}:refs/heads/main", cwd=source)
     if not checkout.is_dir():
         git("clone", "--quiet", "--branch", "main", str(bare), str(checkout))
