@@ -66,9 +66,10 @@ c.RosterAuthenticator.allow_all = True
 def first_password_changed(spawner):
     """A server starts only once its user chose their own password (the roster's is shared with the
     teacher)."""
+    from tornado import web
     if spawner.authenticator.must_change_password(spawner.user.name):
-        raise RuntimeError("Change your first password before starting a server: /hub/change-password "
-                           "(请先修改初始密码：/hub/change-password)")
+        raise web.HTTPError(403, "Change your first password before starting a server: /hub/change-password "
+                                 "(请先修改初始密码：/hub/change-password)")
 
 
 c.Spawner.pre_spawn_hook = first_password_changed

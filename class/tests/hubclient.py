@@ -32,7 +32,7 @@ class Browser:
         return next((c.value for c in self.jar if c.name == "_xsrf"), None)
 
     def request(self, method: str, path: str, form: dict | None = None, data=None,
-                timeout: float = 60) -> tuple[int, dict, bytes]:
+                timeout: float = 60) -> tuple[int, object, bytes]:
         headers, body = {}, None
         if form is not None:
             body = urllib.parse.urlencode({**form, "_xsrf": self._xsrf() or ""}).encode()
@@ -47,9 +47,9 @@ class Browser:
         req = urllib.request.Request(self.base + path, data=body, method=method, headers=headers)
         try:
             with self.opener.open(req, timeout=timeout) as r:
-                return r.status, dict(r.headers), r.read()
+                return r.status, r.headers, r.read()
         except urllib.error.HTTPError as e:
-            return e.code, dict(e.headers), e.read()
+            return e.code, e.headers, e.read()
 
     def json(self, method: str, path: str, data=None):
         status, _, body = self.request(method, path, data=data)
@@ -61,7 +61,7 @@ class Browser:
         self.request("GET", "/hub/login")  # sets the _xsrf cookie
         status, headers, body = self.request("POST", "/hub/login", form={"username": name, "password": password})
         assert status == 302, f"login of {name}: {status} {re.sub(rb'<[^>]+>', b' ', body)[:400]!r}"
-        return headers["Location"]
+        return headers.get("Location", "")
 
     def change_password(self, old: str, new: str) -> None:
         status, _, body = self.request("POST", "/hub/change-password", form={
