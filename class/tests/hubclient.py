@@ -136,6 +136,8 @@ class Kernel:
                 if raw is None:
                     return {"text": "".join(text), "error": error, "died": True}
                 msg = json.loads(raw)
+                if msg["header"]["msg_type"] == "status" and msg["content"]["execution_state"] in ("restarting", "dead"):
+                    return {"text": "".join(text), "error": error, "died": True}  # the server's own notice
                 if msg.get("parent_header", {}).get("msg_id") != msg_id:
                     continue
                 kind, content = msg["header"]["msg_type"], msg["content"]

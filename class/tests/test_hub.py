@@ -133,7 +133,9 @@ def test_three_students_log_in_at_once_and_change_their_first_password(hub):
         entry = pwd.getpwnam(PREFIX + name)
         assert os.stat(entry.pw_dir).st_mode & 0o777 == 0o700, f"{entry.pw_dir} is readable by others"
     # a wrong password is refused with the form's message, not an error page
-    status, _, body = Browser(hub["base"]).request("POST", "/hub/login", form={"username": "ming", "password": "wrong"})
+    stranger = Browser(hub["base"])
+    stranger.request("GET", "/hub/login")
+    status, _, body = stranger.request("POST", "/hub/login", form={"username": "ming", "password": "wrong"})
     assert status == 200 and b"Invalid username or password" in body
 
 
@@ -144,7 +146,7 @@ def test_each_server_has_a_chinese_interface_and_opens_the_chinese_lesson_00(hub
         pack = b.json("GET", f"/user/{name}/lab/api/translations/zh_CN")
         assert pack["data"], f"{name}: no Chinese language pack in the server"
         status, headers, _ = b.request("GET", f"/user/{name}/")
-        assert status == 302 and headers.get("Location", "").endswith("/lab/tree/" + LESSON_ZH), headers.get("Location")
+        assert status == 302 and headers.get("Location", "").rstrip("?").endswith("/lab/tree/" + LESSON_ZH), headers.get("Location")
     # the teacher's roster language is en: the English interface, the English lesson 00; the hub's admin
     teacher = Browser(hub["base"])
     teacher.log_in(*TEACHER)
@@ -157,7 +159,7 @@ def test_each_server_has_a_chinese_interface_and_opens_the_chinese_lesson_00(hub
     setting = teacher.json("GET", "/user/teacher/lab/api/settings/@jupyterlab/translation-extension:plugin")
     assert setting["settings"]["locale"] == "en"
     status, headers, _ = teacher.request("GET", "/user/teacher/")
-    assert headers.get("Location", "").endswith("/lab/tree/flash-attn-q8/my-work/00_start_here.ipynb")
+    assert headers.get("Location", "").rstrip("?").endswith("/lab/tree/flash-attn-q8/my-work/00_start_here.ipynb")
     teacher.stop_server("teacher")
 
 
@@ -224,7 +226,9 @@ def test_a_crash_a_memory_hog_and_a_fork_bomb_leave_the_others_running(hub):
     out = bomb.run("import os, time\nkids = 0\ntry:\n    for _ in range(5000):\n        if os.fork() == 0:\n"
                    "            time.sleep(3)\n            os._exit(0)\n        kids += 1\nexcept OSError as e:\n"
                    "    print('stopped after', kids, type(e).__name__)\n", timeout_s=120)
-    assert "stopped after" in out["text"], out
+    # the cap on tasks stops it: the loop sees fork fail, or the kernel itself dies when it can no
+    # longer start a thread; either way it ends, inside lan's group
+    assert "stopped after" in out["text"] or out["died"], out
     _others_still_work(hub, but="lan")
     assert lan.json("GET", "/hub/api/users/lan")["servers"][""]["ready"], "the hog's own server should survive"
 
