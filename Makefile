@@ -256,6 +256,13 @@ wheelhouse:
 	@mkdir -p $(WHEELHOUSE_DIR)
 	$(PYTHON) -m pip wheel --quiet --wheel-dir $(WHEELHOUSE_DIR) '.[$(WHEELHOUSE_EXTRAS)]' \
 	  'setuptools>=64' 'cffi>=1.16' wheel pip
+	@if [ "$$($(CLASS_PYTHON) -V 2>&1)" != "$$($(PYTHON) -V 2>&1)" ]; then \
+	  echo "and for the class hub's Python, $(CLASS_PYTHON) ($$($(CLASS_PYTHON) -V 2>&1)): a package's newest release" \
+	    "may need a newer Python than it"; \
+	  tmp=$$(mktemp -d) && $(CLASS_PYTHON) -m venv "$$tmp/venv" && \
+	  "$$tmp/venv/bin/python" -m pip wheel --quiet --wheel-dir $(WHEELHOUSE_DIR) '.[lab,class]' \
+	    'setuptools>=64' 'cffi>=1.16' wheel pip; status=$$?; rm -rf "$$tmp"; exit $$status; \
+	fi
 	rm -f $(WHEELHOUSE_DIR)/lessonkit-*.whl
 	npm install --silent --no-audit --no-fund --prefix $(WHEELHOUSE_DIR)/npm configurable-http-proxy@5
 	@addons=$$(find $(WHEELHOUSE_DIR)/npm/node_modules \( -name '*.node' -o -name binding.gyp \) -print); \
@@ -306,6 +313,10 @@ test-offline: wheelhouse
 # to the people of CLASS_ROSTER (class/demo-roster.csv shows the columns), each a Unix user of their
 # own. WHEELHOUSE=dir installs from a wheelhouse, with no network.
 CLASS_DIR    ?= /srv/flash-attn-class
+# The Python of the class's shared environment: every student runs it, so not one under a private
+# home (a pyenv in /root, say): the system's python3 where there is one (class/classroom.py)
+CLASS_PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,$(PYTHON))
+export CLASS_PYTHON
 CLASS_ROSTER ?= class/roster.csv
 CLASS_IP     ?= 0.0.0.0
 CLASS_PORT   ?= 8000
