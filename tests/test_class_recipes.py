@@ -24,6 +24,10 @@ NOT_IN_IMAGE = {
     "python3": "the image's Python is the conda environment of environment.yml",
     "python3-venv": "no virtual environment in the image: the Makefile's .venv is not used there",
     "python3-dev": "the conda environment has its own Python headers",
+    "git": "repo2docker's base image (buildpack-deps) has git, which nbgitpuller uses",
+    "procps": "in repo2docker's base image already; .ci/run needs it for the one-machine hub's tests",
+    "passwd": "Kubernetes runs each student as the image's one user: no useradd in the image",
+    "iproute2": "only for make test-class and test-offline's namespace with no network, not run in the image",
 }
 # apt.txt's packages that .ci/run does not install, each with its reason
 IMAGE_ONLY = {
