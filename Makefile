@@ -53,6 +53,10 @@ ifeq ($(filter en zh,$(LAB_LANG)),)
   $(error LAB_LANG must be en (English lessons) or zh (中文课程), not '$(LAB_LANG)')
 endif
 LAB_START := $(WORK)/$(if $(filter zh,$(LAB_LANG)),zh/,)00_start_here.ipynb
+# The Chinese lessons get JupyterLab's Chinese interface too: its language pack (the lab extra) as the
+# default locale, from class/lab-settings-zh/overrides.json (what the class hub sets for everyone).
+# A default only: a language chosen in Settings > Language stays the student's.
+LAB_LOCALE := $(if $(filter zh,$(LAB_LANG)),--LabApp.app_settings_dir=$(CURDIR)/class/lab-settings-zh,)
 
 ifneq ($(DOTPROD),)
   ifeq ($(filter 0 1,$(DOTPROD)),)
@@ -128,7 +132,7 @@ build: setup
 # JupyterLab serves the whole checkout (native/ is browsable) and opens the student's copy of lesson 00
 # of the edition LAB_LANG names
 lab: build copies
-	$(VENV)/bin/jupyter lab $(LAB_ARGS) --ServerApp.root_dir=. $(LAB_START)
+	$(VENV)/bin/jupyter lab $(LAB_ARGS) $(LAB_LOCALE) --ServerApp.root_dir=. $(LAB_START)
 
 lab-zh:
 	$(MAKE) lab LAB_LANG=zh

@@ -30,9 +30,7 @@ from __future__ import annotations
 import argparse
 import grp
 import hashlib
-import json
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -48,7 +46,9 @@ import roster  # noqa: E402
 
 CLASS_GROUP = "flash-attn-class"
 PROXY = "configurable-http-proxy@5"
-CHINESE_DEFAULT = {"@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}
+# JupyterLab's default locale (its language pack comes with the lab extra): the file make lab
+# LAB_LANG=zh uses, installed as the shared environment's overrides.json
+CHINESE_DEFAULT = HERE / "lab-settings-zh" / "overrides.json"
 
 
 def say(message: str) -> None:
@@ -150,7 +150,7 @@ def install(class_dir: Path, wheelhouse: Path | None) -> None:
         stamp.write_text(want)
     settings = env / "share" / "jupyter" / "lab" / "settings"
     settings.mkdir(parents=True, exist_ok=True)
-    (settings / "overrides.json").write_text(json.dumps(CHINESE_DEFAULT, indent=1) + "\n")
+    shutil.copyfile(CHINESE_DEFAULT, settings / "overrides.json")
     proxy = class_dir / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
     if not proxy.exists():
         shipped = wheelhouse / "npm" / "node_modules" if wheelhouse else None

@@ -69,6 +69,33 @@ def test_make_lab_serves_lesson_00(tmp_path):
         server.wait(timeout=30)
 
 
+def locale_default(base: str, token: str, server: subprocess.Popen) -> str:
+    setting = get_json(f"{base}/lab/api/settings/@jupyterlab/translation-extension:plugin?token={token}",
+                       time.monotonic() + 120, server)
+    return setting["schema"]["properties"]["locale"]["default"]
+
+
+@pytest.mark.parametrize("lang, locale", [("en", "default"), ("zh", "zh_CN")])
+def test_make_lab_lang_sets_the_interface_language(tmp_path, lang, locale):
+    """make lab LAB_LANG=zh: JupyterLab's menus in Chinese by default (its language pack is installed);
+    the English lessons keep JupyterLab's own default ("default": the browser's language, English if none)."""
+    port, token = free_port(), "workbook-test"
+    args = f"--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token={token}"
+    if os.geteuid() == 0:
+        args += " --allow-root"
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path)}
+    server = subprocess.Popen(["make", "-s", "lab", f"LAB_LANG={lang}", f"LAB_ARGS={args}"], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert locale_default(base, token, server) == locale
+        packs = get_json(f"{base}/lab/api/translations/?token={token}", time.monotonic() + 10, server)
+        assert "zh_CN" in packs["data"], "the Chinese language pack is not installed"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
 def test_lab_lang_zh_opens_the_chinese_lesson_00():
     """make lab LAB_LANG=zh (make lab-zh) starts JupyterLab on the Chinese lesson 00; other values are refused."""
     make = ["make", "--no-print-directory", "-n", "lab"]  # under make test, make prints its directories otherwise
