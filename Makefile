@@ -282,6 +282,9 @@ wheelhouse:
 # source (a local index, a find-links folder) can fill a gap in the wheelhouse. A namespace needs
 # root (unshare -n) or user namespaces (unshare -rn); without either it is skipped with the reason.
 OFFLINE_LESSON := notebooks/00_start_here.ipynb
+# A command prefix: pip with the wheelhouse alone, no configuration file and no PIP_* variable (this
+# machine's or a developer's find-links or local index would hide a gap in the wheelhouse)
+PIP_ALONE := env $$(env | sed -n 's/^\(PIP_[A-Za-z0-9_]*\)=.*/-u \1/p') PIP_CONFIG_FILE=/dev/null
 OFFLINE_PROBE := import socket, sys; s = socket.socket(); s.settimeout(5); err = s.connect_ex(("1.1.1.1", 443)); \
   sys.exit("FAILED test-offline: the namespace reaches 1.1.1.1:443") if err == 0 else \
   print("no network: connecting to 1.1.1.1:443 fails,", __import__("os").strerror(err))
@@ -295,7 +298,7 @@ test-offline: wheelhouse
 	wh=$(abspath $(WHEELHOUSE_DIR)); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	git clone -q "$(CURDIR)" "$$tmp/wb" && git -C "$$tmp/wb" checkout -q --detach $$(git rev-parse HEAD) || exit 1; \
 	echo "== a fresh clone of $$(git rev-parse --short HEAD) in $$tmp/wb; $$ns, pip from $$wh only"; \
-	cd "$$tmp/wb" && env $$(env | sed -n 's/^\(PIP_[A-Za-z0-9_]*\)=.*/-u \1/p') PIP_CONFIG_FILE=/dev/null \
+	cd "$$tmp/wb" && $(PIP_ALONE) \
 	  $$ns sh -c 'ip link set lo up && $(PYTHON) -c '\''$(OFFLINE_PROBE)'\'' || exit 1; \
 	    t0=$$(date +%s); \
 	    $(MAKE) --no-print-directory setup WHEELHOUSE="$$0" || { echo "FAILED test-offline: make setup"; exit 1; }; \
@@ -360,7 +363,7 @@ test-class: setup
 	@wh=$(abspath $(WHEELHOUSE_DIR)); \
 	if [ -d "$$wh/npm" ] && [ "$$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then \
 	  echo "== test-class with no network, installing from $$wh"; \
-	  env $$(env | sed -n 's/^\(PIP_[A-Za-z0-9_]*\)=.*/-u \1/p') PIP_CONFIG_FILE=/dev/null CLASS_WHEELHOUSE="$$wh" \
+	  $(PIP_ALONE) CLASS_WHEELHOUSE="$$wh" \
 	    unshare -n sh -c 'ip link set lo up && exec "$$0" -m pytest -q -p no:cacheprovider class/tests' $(abspath $(PY)); \
 	else \
 	  $(PY) -m pytest -q -p no:cacheprovider class/tests; \
