@@ -251,7 +251,6 @@ def teardown(prefix: str) -> list[str]:
     need_root()
     if not prefix:
         sys.exit("class: teardown needs a non-empty --prefix")
-    sys.path.insert(0, str(HERE))
     import limits as limits_module
     gone = []
     for user in class_accounts(prefix):
@@ -266,6 +265,7 @@ def teardown(prefix: str) -> list[str]:
     try:
         if not grp.getgrnam(CLASS_GROUP).gr_mem:
             run(["groupdel", CLASS_GROUP], capture_output=True)
+            limits_module.Limits(0, 0, 0).remove_base()
     except KeyError:
         pass
     return gone
@@ -324,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
             args.demo = args.what == "demo"
             if args.demo:
                 install(args.class_dir, args.wheelhouse.resolve() if args.wheelhouse else None)
+                # a demo starts as new: no accounts or hub state left by one that was killed
+                teardown(args.prefix)
+                for leftover in (args.class_dir / "hub").iterdir():
+                    shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
             return serve(args)
         elif args.what == "teardown":
             for user in teardown(args.prefix):

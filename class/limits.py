@@ -174,3 +174,11 @@ class Limits:
                 for group in base.iterdir():
                     if group.is_dir():
                         self.release(group.name)
+
+    def remove_base(self) -> None:
+        """Remove the (empty) folders under which the students' groups were made."""
+        for base in self.bases.values():
+            try:
+                base.rmdir()
+            except OSError:
+                pass
