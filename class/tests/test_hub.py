@@ -155,6 +155,18 @@ def test_each_server_has_a_chinese_interface_and_opens_the_chinese_lesson_00(hub
     teacher.log_in("teacher", "Teacher-Own-Pass-2026!")
     teacher.make_token("teacher")
     assert teacher.json("GET", "/hub/api/users/teacher")["admin"] is True
+    # a sign-up waits for the teacher's approval (NativeAuthenticator's /hub/authorize)
+    late = Browser(hub["base"])
+    late.request("GET", "/hub/signup")
+    late.request("POST", "/hub/signup", form={"username": "late", "signup_password": "Late-Pass-2026!",
+                                              "signup_password_confirmation": "Late-Pass-2026!"})
+    late.request("GET", "/hub/login")
+    status, _, body = late.request("POST", "/hub/login", form={"username": "late", "password": "Late-Pass-2026!"})
+    assert status == 200 and b"has not been authorized" in body, (status, body[:300])
+    assert teacher.request("GET", "/hub/authorize/late")[0] == 302  # the teacher approves
+    assert not Browser(hub["base"]).log_in("late", "Late-Pass-2026!").endswith("/hub/login")
+    services = teacher.json("GET", "/hub/api/services")
+    assert "idle-culler" in services, services
     teacher.start_server("teacher")
     setting = teacher.json("GET", "/user/teacher/lab/api/settings/@jupyterlab/translation-extension:plugin")
     assert setting["settings"]["locale"] == "en"
@@ -212,6 +224,17 @@ def _others_still_work(hub, but: str) -> None:
 
 
 def test_a_crash_a_memory_hog_and_a_fork_bomb_leave_the_others_running(hub):
+    sys.path.insert(0, str(hub["source"] / "class"))
+    import limits
+    groups = limits.Limits(0, 0, 0)
+    for name in STUDENTS:  # each server, with its kernels, in its student's own group with the caps
+        assert groups.tasks(PREFIX + name), f"no process in {name}'s control group"
+        for pid in groups.tasks(PREFIX + name):
+            assert pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name == PREFIX + name
+        cap = {"memory": "memory.limit_in_bytes", "unified": "memory.max"}
+        for controller, fname in cap.items():
+            if controller in groups.bases:
+                assert int((groups.bases[controller] / (PREFIX + name) / fname).read_text()) == 2**30
     hua, lan = hub["browsers"]["hua"], hub["browsers"]["lan"]
     crash = Kernel(hua, "hua").run("import ctypes\nctypes.string_at(0)")  # a segmentation fault
     assert crash["died"] or crash["error"], crash
