@@ -185,8 +185,14 @@ def start_hub(class_dir: Path, roster_path: Path, args) -> subprocess.Popen:
     os.chmod(copy, 0o600)  # first passwords: root only
     say(f"{len(people)} people on the roster, {sum(p.is_teacher for p in people)} teacher(s)")
     config = class_dir / "workbook" / "class" / "jupyterhub_config.py"
-    return subprocess.Popen([str(class_dir / "env" / "bin" / "jupyterhub"), "-f", str(config)],
-                            cwd=state, env=hub_env(class_dir, copy, args), start_new_session=True)
+    # The hub's, the proxy's and the servers' lines go to a file, not to this terminal: the teacher
+    # sees the one line that matters, and a terminal (or pipe) that stops reading cannot stall the hub
+    log = state / "jupyterhub.log"
+    say(f"the hub's log: {log}")
+    with open(log, "ab") as out:
+        return subprocess.Popen([str(class_dir / "env" / "bin" / "jupyterhub"), "-f", str(config)],
+                                cwd=state, env=hub_env(class_dir, copy, args), start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
 
 
 def wait_until_ready(hub: subprocess.Popen, url: str, timeout_s: float = 120) -> bool:
@@ -224,6 +230,9 @@ def serve(args) -> int:
     try:
         if wait_until_ready(hub, url):
             print(f"class ready: {url}", flush=True)
+        else:
+            tail = (args.class_dir / "hub" / "jupyterhub.log").read_text(errors="replace").splitlines()[-20:]
+            say("the hub did not answer; the end of its log:\n" + "\n".join(tail))
         while hub.poll() is None and not stopping:
             time.sleep(0.5)
     finally:
