@@ -37,7 +37,13 @@ def main(base: str, user: str, first: str, out: str) -> int:
         menus = page.locator("#jp-menu-panel .lm-MenuBar-itemLabel").all_inner_texts()
         outputs = page.locator(".jp-Notebook .jp-OutputArea-output").count()
         page.screenshot(path=out)
-        print(f"url: {page.url}\nmenu bar: {' | '.join(menus)}\noutputs on the page: {outputs}\nscreenshot: {out}")
+        figure = page.locator(".jp-Notebook .jp-RenderedImage img").first
+        figure.scroll_into_view_if_needed()
+        page.wait_for_timeout(1000)
+        second = out.replace(".png", "-figure.png")
+        page.screenshot(path=second)
+        print(f"url: {page.url}\nmenu bar: {' | '.join(menus)}\noutputs on the page: {outputs}\n"
+              f"screenshots: {out}, {second} (scrolled to the first figure)")
         browser.close()
     return 0
 
