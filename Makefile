@@ -260,7 +260,7 @@ wheelhouse:
 	@mkdir -p $(WHEELHOUSE_DIR)
 	$(PYTHON) -m pip wheel --quiet --wheel-dir $(WHEELHOUSE_DIR) '.[$(WHEELHOUSE_EXTRAS)]' \
 	  'setuptools>=64' 'cffi>=1.16' wheel pip
-	@if [ "$$($(CLASS_PYTHON) -V 2>&1)" != "$$($(PYTHON) -V 2>&1)" ]; then \
+	@if [ "$(HOST_OS)" = Linux ] && [ "$$($(CLASS_PYTHON) -V 2>&1)" != "$$($(PYTHON) -V 2>&1)" ]; then \
 	  echo "and for the class hub's Python, $(CLASS_PYTHON) ($$($(CLASS_PYTHON) -V 2>&1)): a package's newest release" \
 	    "may need a newer Python than it"; \
 	  tmp=$$(mktemp -d) && $(CLASS_PYTHON) -m venv "$$tmp/venv" && \
