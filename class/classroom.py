@@ -286,7 +286,7 @@ Description=JupyterHub for the flash-attn-q8 workbook class
 After=network-online.target
 
 [Service]
-ExecStart={sys.executable} {args.class_dir / 'workbook' / 'class' / 'classroom.py'} serve --class-dir {args.class_dir} --roster {args.roster} --ip {args.ip} --port {args.port}
+ExecStart={system_python()} {args.class_dir / 'workbook' / 'class' / 'classroom.py'} serve --class-dir {args.class_dir} --roster {args.roster} --ip {args.ip} --port {args.port}
 Restart=on-failure
 KillMode=mixed
 
