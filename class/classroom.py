@@ -28,11 +28,12 @@ Standard library only: it runs before anything is installed.
 from __future__ import annotations
 
 import argparse
-import grp
 import hashlib
 import os
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -44,7 +45,6 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 import roster  # noqa: E402
 
-CLASS_GROUP = "flash-attn-class"
 PROXY = "configurable-http-proxy@5"
 # JupyterLab's default locale (its language pack comes with the lab extra): the file make lab
 # LAB_LANG=zh uses, installed as the shared environment's overrides.json
@@ -86,6 +86,10 @@ def publish(class_dir: Path, source: Path = REPO) -> str:
     if not bare.is_dir():
         git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
     head = git("rev-parse", "HEAD", cwd=source).stdout.strip()
+    rosters = [f for f in git("ls-files", "class/*.csv", cwd=source).stdout.split() if f != "class/demo-roster.csv"]
+    if rosters:
+        sys.exit(f"class: {', '.join(rosters)} is committed: every student's copy would hold the first passwords. "
+                 f"git rm --cached {' '.join(rosters)}, commit, then publish")
     if git("status", "--porcelain", "--untracked-files=no", cwd=source).stdout.strip():
         say(f"note: {source} has uncommitted changes; students get the last commit ({head[:12]}), not them")
     git("push", "--quiet", "--force", str(bare), f"{head}:refs/heads/main", cwd=source)
@@ -124,6 +128,51 @@ def system_python() -> str:
     return sys.executable
 
 
+def shared_environment(class_dir: Path, checkout: Path, wheelhouse: Path | None) -> Path:
+    """D/env, the environment every student's server runs: a link to D/env-<hash> of what it holds
+    (the workbook's pyproject.toml and the Python it is made with). A new one is made beside the
+    old and the link moves only once it is complete, so a failed install (no network, a package
+    missing from the wheelhouse) leaves the class's environment as it was, and servers still
+    running keep theirs until they restart. Where the wheels come from is not part of the hash:
+    an environment installed from a wheelhouse serves a later `make class` without one."""
+    python = system_python()
+    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True,
+                             text=True, check=True).stdout
+    digest = hashlib.sha256((checkout / "pyproject.toml").read_bytes() + version.encode()).hexdigest()[:12]
+    link, env = class_dir / "env", class_dir / f"env-{digest}"
+    if not (env / ".complete").is_file():
+        say(f"installing the shared environment in {env}" + (f" from {wheelhouse}" if wheelhouse else ""))
+        shutil.rmtree(env, ignore_errors=True)  # a half-made one from an install that failed
+        run([python, "-m", "venv", str(env)])
+        # every student's server runs this interpreter: one under a private home (a pyenv in /root,
+        # say) would start for root and fail with "Permission denied" for every student
+        if subprocess.run(["runuser", "-u", "nobody", "--", str(env / "bin" / "python"), "-c", "pass"],
+                          capture_output=True).returncode != 0:
+            sys.exit(f"class: {env}/bin/python cannot be run by other users; make the environment with a "
+                     "Python they can read (CLASS_PYTHON=/usr/bin/python3; Debian: apt install python3-venv)")
+        pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet",
+               *(["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else [])]
+        run([*pip, "--upgrade", "pip"])
+        run([*pip, "-e", f"{checkout}[lab,class]"])
+        settings = env / "share" / "jupyter" / "lab" / "settings"
+        settings.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(CHINESE_DEFAULT, settings / "overrides.json")
+        (env / ".complete").write_text(digest + "\n")
+        read_only_for_others(env)
+    if link.is_symlink() or not link.exists():
+        tmp = class_dir / ".env-link"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(env.name)
+        os.replace(tmp, link)
+    else:  # a folder from an older install of this kit: replaced by the link
+        shutil.rmtree(link)
+        link.symlink_to(env.name)
+    others = sorted((p for p in class_dir.glob("env-*") if p != env), key=lambda p: p.stat().st_mtime)
+    for old in others[:-1]:  # all but this one and the one before it (servers may still run that)
+        shutil.rmtree(old, ignore_errors=True)
+    return link
+
+
 def install(class_dir: Path, wheelhouse: Path | None) -> None:
     need_root()
     class_dir.mkdir(parents=True, exist_ok=True)
@@ -131,26 +180,7 @@ def install(class_dir: Path, wheelhouse: Path | None) -> None:
     (class_dir / "hub").mkdir(exist_ok=True)
     os.chmod(class_dir / "hub", 0o700)
     publish(class_dir)
-    env, checkout = class_dir / "env", class_dir / "workbook"
-    pip_from = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
-    stamp = env / ".class-stamp"
-    want = hashlib.sha256((checkout / "pyproject.toml").read_bytes() + repr(pip_from).encode()).hexdigest()
-    if not stamp.is_file() or stamp.read_text() != want:
-        say(f"installing the shared environment in {env}" + (f" from {wheelhouse}" if wheelhouse else ""))
-        run([system_python(), "-m", "venv", "--clear", str(env)])
-        # every student's server runs this interpreter: one under a private home (a pyenv in /root,
-        # say) would start for root and fail with "Permission denied" for every student
-        if subprocess.run(["runuser", "-u", "nobody", "--", str(env / "bin" / "python"), "-c", "pass"],
-                          capture_output=True).returncode != 0:
-            sys.exit(f"class: {env}/bin/python cannot be run by other users; make the environment with a "
-                     "Python they can read (CLASS_PYTHON=/usr/bin/python3; Debian: apt install python3-venv)")
-        pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", *pip_from]
-        run([*pip, "--upgrade", "pip"])
-        run([*pip, "-e", f"{checkout}[lab,class]"])
-        stamp.write_text(want)
-    settings = env / "share" / "jupyter" / "lab" / "settings"
-    settings.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(CHINESE_DEFAULT, settings / "overrides.json")
+    shared_environment(class_dir, class_dir / "workbook", wheelhouse)
     proxy = class_dir / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
     if not proxy.exists():
         shipped = wheelhouse / "npm" / "node_modules" if wheelhouse else None
@@ -162,7 +192,7 @@ def install(class_dir: Path, wheelhouse: Path | None) -> None:
                          "comes from npm")
             run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(class_dir / "node"), PROXY],
                 stdout=subprocess.DEVNULL)
-    read_only_for_others(env, class_dir / "node")
+    read_only_for_others(class_dir / "node")
     prebuild(class_dir)
     say(f"installed in {class_dir}")
 
@@ -173,37 +203,89 @@ def hub_env(class_dir: Path, roster_copy: Path, args) -> dict:
     return {**os.environ, "CLASS_DIR": str(class_dir), "CLASS_ROSTER": str(roster_copy),
             "CLASS_IP": args.ip, "CLASS_PORT": str(args.port), "CLASS_USER_PREFIX": args.prefix,
             "CLASS_MEM_GB": str(args.mem_gb), "CLASS_CPUS": str(args.cpus),
-            "CLASS_CULL_TIMEOUT": str(args.cull_timeout), "CLASS_HOME_ROOT": args.home_root}
+            "CLASS_CULL_TIMEOUT": str(args.cull_timeout), "CLASS_HOME_ROOT": args.home_root,
+            "CLASS_TASKS": str(args.tasks)}
+
+
+def check_roster(path: Path, people: list, demo: bool) -> None:
+    """A class's roster holds first passwords: refused when others may read it, or when it still has
+    the demo roster's published passwords (the first visitor would take the teacher's account)."""
+    if demo:
+        return
+    mode = path.stat().st_mode
+    if mode & 0o077:
+        sys.exit(f"class: {path} can be read by other users (mode {mode & 0o777:o}); it holds first "
+                 f"passwords: chmod 600 {path}")
+    published = {p.password for p in roster.read(HERE / "demo-roster.csv")}
+    if any(p.password in published for p in people):
+        sys.exit(f"class: {path} still has passwords of class/demo-roster.csv, which are public; give "
+                 "everyone a first password of their own")
+
+
+def hub_running(class_dir: Path) -> int | None:
+    """The pid of a hub already serving from this class folder, if any."""
+    try:
+        pid = int((class_dir / "hub" / "jupyterhub.pid").read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def start_hub(class_dir: Path, roster_path: Path, args) -> subprocess.Popen:
     need_root()
     people = roster.read(roster_path)  # refuse a bad roster before anything starts
+    check_roster(roster_path, people, args.demo)
+    if (pid := hub_running(class_dir)) is not None:
+        sys.exit(f"class: a hub already serves {class_dir} (pid {pid}); stop it first (Ctrl-C where it runs, "
+                 "or systemctl stop flash-attn-class)")
+    taken = [p for p in (args.port, args.port + 1, args.port + 2) if port_taken(p)]
+    if taken:
+        sys.exit(f"class: port(s) {', '.join(map(str, taken))} are in use (the hub needs CLASS_PORT and the two "
+                 "after it); choose another CLASS_PORT")
     state = class_dir / "hub"
     copy = state / "roster.csv"
     shutil.copyfile(roster_path, copy)
     os.chmod(copy, 0o600)  # first passwords: root only
     say(f"{len(people)} people on the roster, {sum(p.is_teacher for p in people)} teacher(s)")
     config = class_dir / "workbook" / "class" / "jupyterhub_config.py"
-    # The hub's, the proxy's and the servers' lines go to a file, not to this terminal: the teacher
-    # sees the one line that matters, and a terminal (or pipe) that stops reading cannot stall the hub
+    # The hub's, the proxy's and the servers' lines go to a file only root reads, not to this
+    # terminal: the teacher sees the one line that matters, and a terminal (or pipe) that stops
+    # reading cannot stall the hub
     log = state / "jupyterhub.log"
     say(f"the hub's log: {log}")
-    with open(log, "ab") as out:
+
+    def shielded():
+        # the out-of-memory killer spares the hub and its proxy (they inherit this); each student's
+        # server sets its own back up (hub.py)
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("-900")
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
         return subprocess.Popen([str(class_dir / "env" / "bin" / "jupyterhub"), "-f", str(config)],
                                 cwd=state, env=hub_env(class_dir, copy, args), start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                                stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT,
+                                preexec_fn=shielded)
+    finally:
+        os.close(fd)
 
 
 def wait_until_ready(hub: subprocess.Popen, url: str, timeout_s: float = 120) -> bool:
     deadline = time.monotonic() + timeout_s
+    context = ssl._create_unverified_context()  # the hub's own certificate, on this machine
     while time.monotonic() < deadline and hub.poll() is None:
         try:
-            with urllib.request.urlopen(url + "hub/api", timeout=5) as r:
+            with urllib.request.urlopen(url + "hub/api", timeout=5, context=context) as r:
                 if r.status == 200:
                     return True
-        except OSError:
-            time.sleep(0.5)
+        except Exception:  # noqa: BLE001 -- not up yet, whatever the error
+            pass
+        time.sleep(0.5)
     return False
 
 
@@ -219,18 +301,22 @@ def stop_hub(hub: subprocess.Popen, timeout_s: float = 60) -> None:
 
 
 def serve(args) -> int:
-    hub = start_hub(args.class_dir, args.roster, args)
-    url = f"http://{args.ip}:{args.port}/"
     stopping = []
 
     def on_signal(signum, frame):
         stopping.append(signum)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # before the hub starts, so that no signal can leave it running alone; SIGHUP too: a closed
+    # ssh session stops the class as Ctrl-C does
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    hub = start_hub(args.class_dir, args.roster, args)
+    scheme = "https" if os.environ.get("CLASS_SSL_CERT") else "http"
+    local = f"{scheme}://127.0.0.1:{args.port}/"
+    shown = f"{scheme}://{socket.gethostname() if args.ip == '0.0.0.0' else args.ip}:{args.port}/"
     try:
-        if wait_until_ready(hub, url):
-            print(f"class ready: {url}", flush=True)
-        else:
+        if wait_until_ready(hub, local) and not stopping:
+            print(f"class ready: {shown}", flush=True)
+        elif not stopping:
             tail = (args.class_dir / "hub" / "jupyterhub.log").read_text(errors="replace").splitlines()[-20:]
             say("the hub did not answer; the end of its log:\n" + "\n".join(tail))
         while hub.poll() is None and not stopping:
@@ -246,49 +332,43 @@ def serve(args) -> int:
 
 # ----------------------------------------------------------------------------- accounts
 
-def class_accounts(prefix: str) -> list[str]:
-    try:
-        members = grp.getgrnam(CLASS_GROUP).gr_mem
-    except KeyError:
-        return []
-    return [m for m in members if m.startswith(prefix)]
-
-
 def teardown(prefix: str) -> list[str]:
-    """Remove the Unix accounts the hub made whose names start with ``prefix``, their homes and
-    every process left of them; the group goes when it is empty."""
+    """Remove the Unix accounts the hub made whose names start with ``prefix``: every process left
+    of them, their homes, their cron and at denials; the group and the control groups' folder go
+    when no account is left. (The hub's database keeps their hub accounts: a demo removes it whole.)"""
     need_root()
     if not prefix:
         sys.exit("class: teardown needs a non-empty --prefix")
+    import accounts
     import limits as limits_module
+    groups = limits_module.Limits(0, 0, 0)
     gone = []
-    for user in class_accounts(prefix):
-        limits_module.Limits(0, 0, 0).release(user)
-        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
-        for _ in range(50):
-            if subprocess.run(["pgrep", "-u", user], capture_output=True).returncode != 0:
-                break
-            time.sleep(0.1)
-        run(["userdel", "--remove", user], capture_output=True)
+    for user in accounts.class_accounts(prefix):
+        groups.release(user)
+        accounts.remove(user)
         gone.append(user)
-    try:
-        if not grp.getgrnam(CLASS_GROUP).gr_mem:
-            run(["groupdel", CLASS_GROUP], capture_output=True)
-            limits_module.Limits(0, 0, 0).remove_base()
-    except KeyError:
-        pass
+    if accounts.remove_group_if_empty():
+        groups.remove_base()
     return gone
 
 
 def systemd_unit(args) -> str:
+    """A unit that serves the class at boot with the settings given now (limits, prefix, HTTPS)."""
+    flags = (f"--class-dir {args.class_dir} --roster {args.roster} --ip {args.ip} --port {args.port} "
+             f"--prefix {args.prefix} --mem-gb {args.mem_gb:g} --cpus {args.cpus:g} --tasks {args.tasks} "
+             f"--cull-timeout {args.cull_timeout} --home-root {args.home_root}")
+    tls = "".join(f"Environment={k}={os.environ[k]}\n" for k in ("CLASS_SSL_CERT", "CLASS_SSL_KEY")
+                  if os.environ.get(k))
     return f"""[Unit]
 Description=JupyterHub for the flash-attn-q8 workbook class
 After=network-online.target
+Wants=network-online.target
 
 [Service]
-ExecStart={system_python()} {args.class_dir / 'workbook' / 'class' / 'classroom.py'} serve --class-dir {args.class_dir} --roster {args.roster} --ip {args.ip} --port {args.port}
-Restart=on-failure
+ExecStart={system_python()} {args.class_dir / 'workbook' / 'class' / 'classroom.py'} serve {flags}
+{tls}Restart=on-failure
 KillMode=mixed
+TimeoutStopSec=90
 
 [Install]
 WantedBy=multi-user.target
@@ -308,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
                          help="Unix user names are PREFIX + the roster's name")
     hubargs.add_argument("--mem-gb", type=float, default=float(os.environ.get("CLASS_MEM_GB", "2")))
     hubargs.add_argument("--cpus", type=float, default=float(os.environ.get("CLASS_CPUS", "1")))
+    hubargs.add_argument("--tasks", type=int, default=int(os.environ.get("CLASS_TASKS", "512")),
+                         help="processes per student server at most")
     hubargs.add_argument("--cull-timeout", type=int, default=int(os.environ.get("CLASS_CULL_TIMEOUT", "3600")))
     hubargs.add_argument("--home-root", default=os.environ.get("CLASS_HOME_ROOT", "/home"))
     i = sub.add_parser("install", parents=[common], help="make or update the shared environment")

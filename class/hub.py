@@ -6,14 +6,15 @@ the hub's database, and its sign-up page makes an account that cannot log in unt
 teacher) approves it at /hub/authorize. RosterAuthenticator adds the roster: its people are created
 already approved, with their first password, and must change it at the first login.
 
-Servers: each hub user NAME runs as the Unix user PREFIX + NAME (made on first start, home mode 0700,
-files created with umask 077), in the student's own control group (limits.py). The server starts
+Servers: each hub user NAME runs as the Unix user PREFIX + NAME (made on first start: no login shell,
+no cron or at, home mode 0700, files created with umask 077), in the student's own control group
+(limits.py); the kernels talk to their server over Unix sockets in that home, not over TCP. Its
+output goes to ~/.jupyterhub-server.log. The server starts
 with student_start.py, which syncs the student's copy of the workbook and makes their lesson
 copies before it becomes jupyterhub-singleuser.
 """
 from __future__ import annotations
 
-import grp
 import json
 import os
 import pwd
@@ -28,8 +29,8 @@ from nativeauthenticator.orm import UserInfo
 from traitlets import Dict, Unicode
 
 import roster
+from accounts import ensure_unix_user, unix_name
 
-CLASS_GROUP = "flash-attn-class"  # every account the hub made is in it: how teardown finds them
 
 
 class FirstLoginHandler(NativeLoginHandler):
@@ -88,32 +89,6 @@ class RosterAuthenticator(NativeAuthenticator):
                 for path, handler in super().get_handlers(app)]
 
 
-def unix_name(name: str) -> str:
-    return os.environ.get("CLASS_USER_PREFIX", "jupyter-") + name
-
-
-def ensure_unix_user(name: str, home_root: str = "/home") -> pwd.struct_passwd:
-    """The Unix account of hub user ``name``, made if missing. An existing account of that name that
-    the hub did not make (not in CLASS_GROUP) is refused: the hub never takes over someone's account."""
-    user = unix_name(name)
-    try:
-        subprocess.run(["groupadd", "--force", CLASS_GROUP], check=True, capture_output=True)
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        home = f"{home_root}/{user}"
-        made = subprocess.run(["useradd", "--create-home", "--home-dir", home, "--shell", "/bin/bash",
-                               "--user-group", "--groups", CLASS_GROUP, "--comment", f"flash-attn-q8 class {name}",
-                               user], capture_output=True, text=True)
-        if made.returncode != 0:
-            raise RuntimeError(f"useradd {user} failed: {made.stderr.strip()}")
-        entry = pwd.getpwnam(user)
-    if user not in grp.getgrnam(CLASS_GROUP).gr_mem:
-        raise RuntimeError(f"the Unix account {user} exists and was not made by the class hub; "
-                           f"choose another name in the roster or another CLASS_USER_PREFIX")
-    os.chmod(entry.pw_dir, 0o700)  # a student's home is theirs alone
-    return entry
-
-
 class ClassSpawner(LocalProcessSpawner):
     """A local server per student, as their own Unix user, inside their own limits."""
 
@@ -127,7 +102,7 @@ class ClassSpawner(LocalProcessSpawner):
 
     def user_env(self, env):
         entry = pwd.getpwnam(self.unix_user)
-        env.update(USER=self.unix_user, LOGNAME=self.unix_user, HOME=entry.pw_dir, SHELL=entry.pw_shell)
+        env.update(USER=self.unix_user, LOGNAME=self.unix_user, HOME=entry.pw_dir, SHELL="/bin/bash")
         return env
 
     def get_env(self):
@@ -144,15 +119,32 @@ class ClassSpawner(LocalProcessSpawner):
 
         def preexec():
             limits.join(group)  # as root, before the student's uid: the group cannot be left after
+            # the hub runs shielded from the out-of-memory killer (classroom.py); a student's
+            # processes are its first choice instead
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("500")
             os.umask(0o077)     # files the student creates anywhere (/tmp too) are theirs alone
             become()
         return preexec
 
     async def start(self):
-        ensure_unix_user(self.user.name, self.class_env.get("CLASS_HOME_ROOT", "/home"))
+        entry = ensure_unix_user(self.user.name, self.class_env.get("CLASS_HOME_ROOT", "/home"))
         self.limits.prepare(self.unix_user)
         self.default_url = self.lesson_urls[self.authenticator.language(self.user.name)]
-        return await super().start()
+        # The server's output goes to a file of the student's, not to the hub's log: an inherited
+        # handle on that file would let every student read and rewrite it
+        log = os.path.join(entry.pw_dir, ".jupyterhub-server.log")
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            st = os.fstat(fd)
+            if st.st_nlink != 1 or st.st_uid not in (0, entry.pw_uid):  # a planted link to another file
+                raise RuntimeError(f"{log} is not a plain file of {self.unix_user}'s; remove it and start again")
+            os.fchown(fd, entry.pw_uid, entry.pw_gid)
+            self.popen_kwargs = {**self.popen_kwargs, "stdout": fd, "stderr": subprocess.STDOUT,
+                                 "stdin": subprocess.DEVNULL}
+            return await super().start()
+        finally:
+            os.close(fd)
 
     async def stop(self, now=False):
         await super().stop(now=now)

@@ -46,6 +46,11 @@ c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = str(STATE / "jupyterhub.pid")
 c.JupyterHub.cleanup_servers = True  # the hub's stop stops every student's server
 c.JupyterHub.shutdown_on_logout = False
+# HTTPS, when the teacher has a certificate (make class CLASS_SSL_CERT=... CLASS_SSL_KEY=...):
+# otherwise passwords cross the classroom's network in the clear
+if os.environ.get("CLASS_SSL_CERT"):
+    c.JupyterHub.ssl_cert = os.environ["CLASS_SSL_CERT"]
+    c.JupyterHub.ssl_key = os.environ["CLASS_SSL_KEY"]
 
 # -- accounts
 c.JupyterHub.authenticator_class = hub.RosterAuthenticator
@@ -61,6 +66,8 @@ c.RosterAuthenticator.seconds_before_next_try = 60
 # NativeAuthenticator decides who may log in (approved accounts only), so JupyterHub's own allow
 # list would only repeat it
 c.RosterAuthenticator.allow_all = True
+# a sign-up's name becomes a Unix user name too: the roster's rule for names
+c.RosterAuthenticator.username_pattern = roster.NAME.pattern
 
 
 def first_password_changed(spawner):
@@ -93,7 +100,12 @@ class_env = {
     "LESSONKIT_PREBUILT_DIR": str(CLASS_DIR / "workbook" / ".build"),
     "MPLCONFIGDIR": "~/.cache/matplotlib",
 }
-if Path("/run/systemd/system").is_dir() and os.environ.get("CLASS_SPAWNER", "") != "local":
+# The kernels talk to their server over Unix sockets in the student's runtime folder (mode 0700),
+# not over TCP on 127.0.0.1, where any local user could subscribe to a kernel's output channel
+# (its messages are signed, not encrypted)
+c.Spawner.args = ["--KernelManager.transport=ipc"]
+spawner = os.environ.get("CLASS_SPAWNER") or ("systemd" if Path("/run/systemd/system").is_dir() else "local")
+if spawner == "systemd":
     # systemd runs: each server in its own systemd unit with MemoryMax and CPUQuota
     from systemdspawner import SystemdSpawner  # noqa: E402
 
@@ -105,7 +117,9 @@ if Path("/run/systemd/system").is_dir() and os.environ.get("CLASS_SPAWNER", "") 
     c.SystemdSpawner.isolate_tmp = True
     c.SystemdSpawner.isolate_devices = True
     c.SystemdSpawner.disable_user_sudo = True
-    c.SystemdSpawner.unit_extra_properties = {"TasksMax": str(tasks)}
+    # as ClassSpawner: files private to the student, the shared environment first on PATH, bash in
+    # terminals (the account has no login shell)
+    c.SystemdSpawner.unit_extra_properties = {"TasksMax": str(tasks), "UMask": "0077", "OOMScoreAdjust": "500"}
     c.SystemdSpawner.cmd = [str(ENV_BIN / "python"), str(HERE / "student_start.py")]
 
     def systemd_student(spawner):
@@ -116,7 +130,8 @@ if Path("/run/systemd/system").is_dir() and os.environ.get("CLASS_SPAWNER", "") 
         language = spawner.authenticator.language(spawner.user.name)
         spawner.default_url = lesson[language]
         spawner.environment = {**{k: v.replace("~/", home + "/") for k, v in class_env.items()},
-                               "CLASS_LANG": language}
+                               "CLASS_LANG": language, "SHELL": "/bin/bash",
+                               "PATH": f"{ENV_BIN}:/usr/local/bin:/usr/bin:/bin"}
 
     c.Spawner.pre_spawn_hook = systemd_student
     print("flash-attn class: SystemdSpawner (systemd runs here)", file=sys.stderr)

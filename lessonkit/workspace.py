@@ -209,6 +209,7 @@ def _replace_untouched(lesson: Path, dest: Path, was: str) -> bool:
     os.close(fd)
     try:
         shutil.copyfile(lesson, tmp)
+        shutil.copymode(dest, tmp)  # the copy's mode stays the student's, not mkstemp's 0600
         if _sha256_file(dest) != was:
             return False
         os.replace(tmp, dest)

@@ -209,6 +209,23 @@ def test_a_student_cannot_reach_another_students_files_server_or_kernels(hub):
     out = kernel.run(f"import os\ntry:\n    os.listdir({hua_home!r})\n    print('READ')\nexcept PermissionError:\n    print('refused')\n"
                      f"open('/tmp/fatest-ming-note', 'w').write('mine')\nprint(oct(os.stat('/tmp/fatest-ming-note').st_mode & 0o777))")
     assert out["text"].split() == ["refused", "0o600"], out
+    # the kernel talks to its server over Unix sockets in the student's home, holds no handle on the
+    # hub's log (nor does its server), and cannot read the hub's state or write the shared environment
+    out = kernel.run("import json, os\nfrom ipykernel.connect import get_connection_info\n"
+                     "print(json.loads(get_connection_info())['transport'])\n"
+                     "fds = [os.readlink(f'/proc/{p}/fd/{f}') for p in ('self', os.getppid()) for f in os.listdir(f'/proc/{p}/fd')]\n"
+                     "print([f for f in fds if 'jupyterhub' in f and f.endswith('.log')])\n"
+                     f"for path in ({str(CLASS_DIR / 'hub')!r}, {str(CLASS_DIR / 'hub' / 'roster.csv')!r}):\n"
+                     "    try:\n        open(path) if path.endswith('.csv') else os.listdir(path)\n        print('READ', path)\n"
+                     "    except PermissionError:\n        print('refused')\n"
+                     f"try:\n    open({str(CLASS_DIR / 'env' / 'bin' / 'mine')!r}, 'w')\n    print('WROTE')\n"
+                     "except PermissionError:\n    print('refused')\n")
+    assert out["text"].split("\n")[:5] == ["ipc", "[]", "refused", "refused", "refused"], out
+    # the account cannot log in, nor run cron or at jobs (they would run outside its limits)
+    entry = pwd.getpwnam(PREFIX + "ming")
+    assert entry.pw_shell.endswith("nologin") or entry.pw_shell == "/bin/false", entry.pw_shell
+    for deny in ("/etc/cron.deny", "/etc/at.deny"):
+        assert PREFIX + "ming" in Path(deny).read_text().split(), deny
     hua_kernel = Kernel(hua, "hua")
     out = hua_kernel.run("try:\n    print(open('/tmp/fatest-ming-note').read())\nexcept PermissionError:\n    print('refused')")
     assert out["text"].strip() == "refused", out
@@ -287,6 +304,24 @@ def test_an_update_reaches_the_others_and_keeps_an_edit(hub):
         assert "老师的更新" in json.dumps(shipped["content"], ensure_ascii=False)
 
 
+def test_the_systemd_path_sets_the_same_limits(hub):
+    """Where systemd runs, SystemdSpawner replaces ClassSpawner (these machines have no systemd, so
+    only its configuration can be checked: the class's config loaded into a SystemdSpawner)."""
+    code = ("import os\nfrom traitlets.config import PyFileConfigLoader\n"
+            f"os.environ.update(CLASS_DIR={str(CLASS_DIR)!r}, CLASS_ROSTER={str(hub['source'] / 'class' / 'demo-roster.csv')!r},"
+            f" CLASS_SPAWNER='systemd', CLASS_MEM_GB='1.5', CLASS_CPUS='0.5', CLASS_USER_PREFIX={PREFIX!r})\n"
+            f"cfg = PyFileConfigLoader('jupyterhub_config.py', path={str(hub['source'] / 'class')!r}).load_config()\n"
+            "from systemdspawner import SystemdSpawner\n"
+            "class User:\n    name, id, url, escaped_name = 'ming', 1, '/user/ming/', 'ming'\n"
+            "sp = SystemdSpawner(config=cfg, user=User())\n"
+            "print(cfg.JupyterHub.spawner_class is SystemdSpawner, sp.mem_limit, sp.cpu_limit, sp.unit_extra_properties,"
+            " sp.username_template, sp.isolate_tmp, sp.args)\n")
+    out = subprocess.run([str(CLASS_DIR / "env" / "bin" / "python"), "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == ("True 1610612736 0.5 {'TasksMax': '512', 'UMask': '0077', 'OOMScoreAdjust': '500'} "
+                                  f"{PREFIX}{{USERNAME}} True ['--KernelManager.transport=ipc']"), out.stdout
+
+
 def test_the_demo_stops_everything_and_removes_its_accounts(hub):
     demo = hub["demo"]
     os.killpg(demo.pid, signal.SIGTERM)
@@ -294,6 +329,9 @@ def test_the_demo_stops_everything_and_removes_its_accounts(hub):
     assert "demo accounts removed" in "".join(hub["lines"]), "".join(hub["lines"])
     left = [u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(PREFIX)]
     assert not left, f"accounts left behind: {left}"
+    for deny in ("/etc/cron.deny", "/etc/at.deny"):
+        if Path(deny).exists():
+            assert PREFIX not in Path(deny).read_text(), f"{deny} still names the demo's accounts"
     procs = subprocess.run(["ps", "-eo", "pid,user:32,args"], capture_output=True, text=True).stdout
     assert PREFIX not in procs and str(CLASS_DIR / "env") not in procs, procs
     with socket.socket() as s:
