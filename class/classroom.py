@@ -262,9 +262,13 @@ def start_hub(class_dir: Path, roster_path: Path, args) -> subprocess.Popen:
 
     def shielded():
         # the out-of-memory killer spares the hub and its proxy (they inherit this); each student's
-        # server sets its own back up (hub.py)
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("-900")
+        # server sets its own up (hub.py). Best effort: some machines refuse a negative value (a VM
+        # or container without CAP_SYS_RESOURCE), and the students' own higher value still counts
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("-900")
+        except OSError:
+            pass
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return subprocess.Popen([str(class_dir / "env" / "bin" / "jupyterhub"), "-f", str(config)],

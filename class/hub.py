@@ -121,8 +121,11 @@ class ClassSpawner(LocalProcessSpawner):
             limits.join(group)  # as root, before the student's uid: the group cannot be left after
             # the hub runs shielded from the out-of-memory killer (classroom.py); a student's
             # processes are its first choice instead
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("500")
+            try:
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write("500")
+            except OSError:
+                pass  # the caps of the student's group still hold
             os.umask(0o077)     # files the student creates anywhere (/tmp too) are theirs alone
             become()
         return preexec
