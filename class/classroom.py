@@ -112,7 +112,9 @@ def publish(class_dir: Path, source: Path = REPO) -> str:
 
 def prebuild(class_dir: Path) -> None:
     """The kernel, built and checked once for everyone (both builds: the lessons' and the debugger's)."""
-    checkout, python = class_dir / "workbook", class_dir / "env" / "bin" / "python"
+    # the environment's real folder (env-<hash>), as the students' kernels run it: the build's key
+    # holds the SIMDe include path, found from the interpreter's prefix
+    checkout, python = class_dir / "workbook", (class_dir / "env").resolve() / "bin" / "python"
     for extra in ([], ["--debug"]):
         run([str(python), "-m", "lessonkit", "build", *extra], cwd=checkout, stdout=subprocess.DEVNULL)
     read_only_for_others(checkout / ".build")

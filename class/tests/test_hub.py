@@ -205,9 +205,10 @@ def test_a_student_cannot_reach_another_students_files_server_or_kernels(hub):
         status, _, _ = ming.request("GET", path)
         assert status in (302, 403, 404), f"ming reached {path}: {status}"
     hua_home = pwd.getpwnam(PREFIX + "hua").pw_dir
+    note = f"/tmp/{PREFIX}ming-note-{os.getpid()}"  # a file ming leaves in the shared /tmp
     kernel = Kernel(ming, "ming")
     out = kernel.run(f"import os\ntry:\n    os.listdir({hua_home!r})\n    print('READ')\nexcept PermissionError:\n    print('refused')\n"
-                     f"open('/tmp/fatest-ming-note', 'w').write('mine')\nprint(oct(os.stat('/tmp/fatest-ming-note').st_mode & 0o777))")
+                     f"open({note!r}, 'w').write('mine')\nprint(oct(os.stat({note!r}).st_mode & 0o777))")
     assert out["text"].split() == ["refused", "0o600"], out
     # the kernel talks to its server over Unix sockets in the student's home, holds no handle on the
     # hub's log (nor does its server), and cannot read the hub's state or write the shared environment
@@ -229,9 +230,9 @@ def test_a_student_cannot_reach_another_students_files_server_or_kernels(hub):
     for deny in ("/etc/cron.deny", "/etc/at.deny"):
         assert PREFIX + "ming" in Path(deny).read_text().split(), deny
     hua_kernel = Kernel(hua, "hua")
-    out = hua_kernel.run("try:\n    print(open('/tmp/fatest-ming-note').read())\nexcept PermissionError:\n    print('refused')")
+    out = hua_kernel.run(f"try:\n    print(open({note!r}).read())\nexcept PermissionError:\n    print('refused')")
     assert out["text"].strip() == "refused", out
-    os.unlink("/tmp/fatest-ming-note")
+    os.unlink(note)
 
 
 def _others_still_work(hub, but: str) -> None:
