@@ -83,6 +83,8 @@ class Browser:
         raise AssertionError(f"{name}'s server was not ready in {timeout_s} s")
 
     def stop_server(self, name: str, timeout_s: float = 60) -> None:
+        if not self.json("GET", f"/hub/api/users/{name}").get("servers"):
+            return  # not running
         status, _, body = self.request("DELETE", f"/hub/api/users/{name}/server")
         assert status in (202, 204), f"stop of {name}'s server: {status} {body[:300]!r}"
         deadline = time.monotonic() + timeout_s
