@@ -168,13 +168,6 @@ class Limits:
                 pass
         return left
 
-    def release_all(self) -> None:
-        for base in self.bases.values():
-            if base.is_dir():
-                for group in base.iterdir():
-                    if group.is_dir():
-                        self.release(group.name)
-
     def remove_base(self) -> None:
         """Remove the (empty) folders under which the students' groups were made."""
         for base in self.bases.values():

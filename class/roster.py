@@ -9,10 +9,13 @@
   letter). Each person also gets a Unix account named PREFIX + name (``jupyter-alice`` by default,
   as The Littlest JupyterHub names them), so students' files are apart by the operating system's
   own permissions.
-- password: the first password. It is stored only as a bcrypt hash, and the hub asks for a new one
-  at the first login (a student cannot start a server before changing it).
+- password: the first password. The hub keeps only a bcrypt hash of it and asks for a new one at
+  the first login (a student cannot start a server before changing it). This file keeps the plain
+  text: classroom.py refuses it when other users can read it (chmod 600), and class/roster.csv is
+  git-ignored.
 - role: ``teacher`` (an admin of the hub: approves sign-ups, sees every server) or ``student``.
-- language: ``zh`` (the default: the Chinese lessons and a Chinese JupyterLab) or ``en``.
+- language: ``zh`` (the default: the Chinese lessons and a Chinese JupyterLab) or ``en``. Someone
+  who signs up at /hub/signup, not being on the roster, gets CLASS_DEFAULT_LANG (zh unless set).
 
 Standard library only: the class commands read the roster before any package is installed.
 """
