@@ -79,9 +79,9 @@ def read_only_for_others(*paths: Path) -> None:
 # ----------------------------------------------------------------------------- install, publish
 
 def publish(class_dir: Path, source: Path = REPO) -> str:
-    """Push the teacher's current commit to D/workbook.git (branch main) and check it out in
-    D/workbook, then build its kernel there for everyone. Students receive it when their server
-    next starts. Returns the commit."""
+    """Push the teacher's current commit to D/workbook.git (branch main), check it out in
+    D/workbook (whose class/ the hub runs) and bundle it for the students, who receive it when
+    their server next starts (prebuild then builds its kernel). Returns the commit."""
     bare, checkout = class_dir / "workbook.git", class_dir / "workbook"
     if not bare.is_dir():
         git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))

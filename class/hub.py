@@ -8,10 +8,10 @@ already approved, with their first password, and must change it at the first log
 
 Servers: each hub user NAME runs as the Unix user PREFIX + NAME (made on first start: no login shell,
 no cron or at, home mode 0700, files created with umask 077), in the student's own control group
-(limits.py); the kernels talk to their server over Unix sockets in that home, not over TCP. Its
-output goes to ~/.jupyterhub-server.log. The server starts
-with student_start.py, which syncs the student's copy of the workbook and makes their lesson
-copies before it becomes jupyterhub-singleuser.
+(limits.py); the kernels talk to their server over Unix sockets in that home, not over TCP (set in
+jupyterhub_config.py). The server's output goes to ~/.jupyterhub-server.log. It starts with
+student_start.py, which syncs the student's copy of the workbook and makes their lesson copies
+before it becomes jupyterhub-singleuser. The accounts themselves are accounts.py's.
 """
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ from traitlets import Dict, Unicode
 
 import roster
 from accounts import ensure_unix_user, unix_name
-
 
 
 class FirstLoginHandler(NativeLoginHandler):
