@@ -88,6 +88,11 @@ class RosterAuthenticator(NativeAuthenticator):
                 for path, handler in super().get_handlers(app)]
 
 
+def for_home(env: dict, home: str) -> dict:
+    """The class's environment variables for one student: ``~/`` is their home (PYTHONPATH, say)."""
+    return {k: v.replace("~/", home + "/") for k, v in env.items()}
+
+
 class ClassSpawner(LocalProcessSpawner):
     """A local server per student, as their own Unix user, inside their own limits."""
 
@@ -106,8 +111,7 @@ class ClassSpawner(LocalProcessSpawner):
 
     def get_env(self):
         env = super().get_env()
-        home = pwd.getpwnam(self.unix_user).pw_dir
-        env.update({k: v.replace("~/", home + "/") for k, v in self.class_env.items()})
+        env.update(for_home(self.class_env, pwd.getpwnam(self.unix_user).pw_dir))
         env["CLASS_LANG"] = self.authenticator.language(self.user.name)
         env["PATH"] = f"{self.class_env['CLASS_ENV_BIN']}:/usr/local/bin:/usr/bin:/bin"
         return env

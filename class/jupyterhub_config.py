@@ -129,7 +129,7 @@ if spawner == "systemd":
         home = hub.ensure_unix_user(spawner.user.name, class_env["CLASS_HOME_ROOT"]).pw_dir
         language = spawner.authenticator.language(spawner.user.name)
         spawner.default_url = lesson[language]
-        spawner.environment = {**{k: v.replace("~/", home + "/") for k, v in class_env.items()},
+        spawner.environment = {**hub.for_home(class_env, home),
                                "CLASS_LANG": language, "SHELL": "/bin/bash",
                                "PATH": f"{ENV_BIN}:/usr/local/bin:/usr/bin:/bin"}
 

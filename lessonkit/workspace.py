@@ -186,12 +186,12 @@ def make_copies() -> dict[str, list[Path]]:
     manifest = _read_manifest()
     copied, updated, changed = [], [], []
     for lesson in shipped():
-        dest = working_copy(lesson)
+        dest, now, was = working_copy(lesson), _sha256_file(lesson), manifest.get(_key(lesson))
         if _copy_new(lesson, dest):
             copied.append(dest)
-            _record({_key(lesson): _sha256_file(lesson)})
-        elif _key(lesson) in manifest and manifest[_key(lesson)] != _sha256_file(lesson):
-            if _sha256_file(dest) == manifest[_key(lesson)] and _replace_untouched(lesson, dest, manifest[_key(lesson)]):
+            _record({_key(lesson): now})
+        elif was is not None and was != now:
+            if _sha256_file(dest) == was and _replace_untouched(lesson, dest, was):
                 updated.append(dest)
             else:
                 changed.append(dest)
