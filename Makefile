@@ -33,6 +33,9 @@ WHEELHOUSE_DIR := $(or $(WHEELHOUSE),wheelhouse)
 # The extras the wheelhouse holds: everything setup may install by default, the bench's ggml-python
 # (a source package, compiled once here into a wheel) and the class hub's packages
 WHEELHOUSE_EXTRAS := lab,test,bench,class
+# What an offline pip install -e . needs beside the project's wheels: its isolated build's packages
+# (pyproject's build-system, and wheel, which older setuptools ask for) and pip, which setup upgrades
+WHEELHOUSE_TOOLS := 'setuptools>=64' 'cffi>=1.16' wheel pip
 # What test-py runs; e.g. PYTEST_ARGS=notebooks/00_start_here.ipynb for lesson 00 alone
 PYTEST_ARGS ?= tests notebooks
 STAMP  := $(VENV)/.installed-stamp
@@ -259,13 +262,13 @@ wheelhouse:
 	  "configurable-http-proxy (Debian: apt install npm)"; exit 1; }
 	@mkdir -p $(WHEELHOUSE_DIR)
 	$(PYTHON) -m pip wheel --quiet --wheel-dir $(WHEELHOUSE_DIR) '.[$(WHEELHOUSE_EXTRAS)]' \
-	  'setuptools>=64' 'cffi>=1.16' wheel pip
+	  $(WHEELHOUSE_TOOLS)
 	@if [ "$(HOST_OS)" = Linux ] && [ "$$($(CLASS_PYTHON) -V 2>&1)" != "$$($(PYTHON) -V 2>&1)" ]; then \
 	  echo "and for the class hub's Python, $(CLASS_PYTHON) ($$($(CLASS_PYTHON) -V 2>&1)): a package's newest release" \
 	    "may need a newer Python than it"; \
 	  tmp=$$(mktemp -d) && $(CLASS_PYTHON) -m venv "$$tmp/venv" && \
 	  "$$tmp/venv/bin/python" -m pip wheel --quiet --wheel-dir $(WHEELHOUSE_DIR) '.[lab,class]' \
-	    'setuptools>=64' 'cffi>=1.16' wheel pip; status=$$?; rm -rf "$$tmp"; exit $$status; \
+	    $(WHEELHOUSE_TOOLS); status=$$?; rm -rf "$$tmp"; exit $$status; \
 	fi
 	rm -f $(WHEELHOUSE_DIR)/lessonkit-*.whl
 	npm install --silent --no-audit --no-fund --prefix $(WHEELHOUSE_DIR)/npm configurable-http-proxy@5
@@ -346,7 +349,8 @@ class-demo:
 class-publish:
 	$(CLASSROOM) publish --class-dir $(CLASS_DIR)
 
-# A systemd unit that starts the hub at boot: make class-unit > /etc/systemd/system/flash-attn-class.service
+# A systemd unit that starts the hub at boot with these settings:
+#   sudo make class-unit CLASS_ROSTER=... | sudo tee /etc/systemd/system/flash-attn-class.service
 class-unit:
 	@$(CLASSROOM) systemd-unit --class-dir $(CLASS_DIR) --roster $(abspath $(CLASS_ROSTER)) --ip $(CLASS_IP) --port $(CLASS_PORT)
 

@@ -621,8 +621,8 @@ def _record_path(lib: Path) -> Path:
 
 def _prebuilt(name: str, verify: str) -> tuple[Path, dict] | None:
     """A library of this very name (the same sources, flags and compiler) that a class hub built and
-    checked once for every student, in the read-only folder ``$LESSONKIT_PREBUILT_DIR`` (set by
-    class/hub.py): a student whose native/ is as published loads it instead of building their own."""
+    checked once for every student, in the read-only folder ``$LESSONKIT_PREBUILT_DIR`` (set for each
+    student's server by class/jupyterhub_config.py): a student whose native/ is as published loads it instead of building their own."""
     folder = os.environ.get("LESSONKIT_PREBUILT_DIR", "").strip()
     if not folder:
         return None

@@ -191,7 +191,7 @@ def make_copies() -> dict[str, list[Path]]:
             copied.append(dest)
             _record({_key(lesson): now})
         elif was is not None and was != now:
-            if _sha256_file(dest) == was and _replace_untouched(lesson, dest, was):
+            if _replace_untouched(lesson, dest, was, now):
                 updated.append(dest)
             else:
                 changed.append(dest)
@@ -200,11 +200,11 @@ def make_copies() -> dict[str, list[Path]]:
     return {"copied": copied, "updated": updated, "changed": changed}
 
 
-def _replace_untouched(lesson: Path, dest: Path, was: str) -> bool:
-    """Put the new shipped ``lesson`` in place of its copy ``dest``, which is byte for byte the
-    shipped file it was made from (sha256 ``was``): the student never saved it, so nothing of
-    theirs is in it. The new file is written beside it and renamed over it, and only if the copy
-    is still unchanged just before (a student saving at that moment keeps their save)."""
+def _replace_untouched(lesson: Path, dest: Path, was: str, now: str) -> bool:
+    """Put the new shipped ``lesson`` (sha256 ``now``) in place of its copy ``dest`` if that copy is
+    byte for byte the shipped file it was made from (sha256 ``was``): the student never saved it,
+    so nothing of theirs is in it. True if replaced. The new file is written beside it and renamed
+    over it, and the copy is checked just before (a student saving at that moment keeps their save)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     try:
@@ -215,7 +215,7 @@ def _replace_untouched(lesson: Path, dest: Path, was: str) -> bool:
         os.replace(tmp, dest)
     finally:
         Path(tmp).unlink(missing_ok=True)
-    _record({_key(lesson): _sha256_file(lesson)})
+    _record({_key(lesson): now})
     return True
 
 
