@@ -4,20 +4,27 @@ The Chinese lessons (``notebooks/zh/``) start with ``lessonkit.set_language("zh"
 lessonkit's messages, exercise texts and verdicts, the set-up check and plot labels are Chinese.
 Code identifiers, C source and compiler output stay as they are in both languages.
 
-Two ways to write a text in both languages, next to each other where it is used:
+Every message goes through one gettext catalog: the English text is the msgid, written at the call
+site, and ``lessonkit/locale/zh_CN/LC_MESSAGES/lessonkit.po`` holds its Chinese (compiled to the
+``.mo`` beside it with ``make catalog``; ``tests/test_catalog.py`` holds the two to each other):
 
-    tr("tokens", "token 数")        # a text shown now: the current language's half
-    Text("tokens", "token 数")      # a text defined now and shown later (an exercise's question,
-                                     # built when its module is imported): str() picks the half
+    _("tokens")                        # a text shown now, in the current language
+    _("{n} tokens").format(n=n)        # with numbers: named fields, filled after translation
+    N_("Correct")                      # a text defined now and shown later (an exercise's question,
+                                       # built when its module is imported): str() translates it
 
 ``LESSONKIT_LANG=zh`` in the environment makes Chinese the default of a new process (the tests
 use it; a lesson says it in its first cell instead)."""
 from __future__ import annotations
 
+import gettext
 import os
-import unicodedata
+from pathlib import Path
 
 LANGUAGES = {"en": "English", "zh": "简体中文 (Simplified Chinese)"}
+LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+DOMAIN = "lessonkit"
+_GETTEXT_LANGUAGE = {"zh": "zh_CN"}
 
 
 def _checked(lang) -> str:
@@ -38,8 +45,15 @@ def _from_environment() -> str:
         return "en"
 
 
-_current = _from_environment()
+def _catalog(lang: str) -> gettext.NullTranslations:
+    """The compiled catalog of ``lang``; English is the msgids themselves."""
+    if lang == "en":
+        return gettext.NullTranslations()
+    return gettext.translation(DOMAIN, LOCALE_DIR, languages=[_GETTEXT_LANGUAGE[lang]])
 
+
+_current = _from_environment()
+_translations = _catalog(_current)
 
 # Called with the new language after each switch: lessonkit.plotstyle registers itself here (so that
 # the plots' font follows the language, and Chinese checks for a Chinese font) without this module
@@ -56,8 +70,10 @@ def set_language(lang: str) -> str:
     """Speak ``lang`` ("en" or "zh") from now on in this process; returns the language before.
     In Chinese, lessonkit.plotstyle's style also picks a Chinese font (and says once what to install
     if there is none)."""
-    global _current
-    before, _current = _current, _checked(lang)
+    global _current, _translations
+    new = _checked(lang)
+    _translations = _catalog(new)
+    before, _current = _current, new
     for listener in _listeners:
         listener(_current)
     return before
@@ -68,14 +84,61 @@ def language() -> str:
     return _current
 
 
+def _(message: str) -> str:
+    """``message`` (an English msgid of the catalog) in the current language."""
+    return _translations.gettext(message)
+
+
+class N_:
+    """A message defined now and translated each time it is shown: ``str(N_("Correct"))`` and
+    ``f"{N_('Correct')}"`` are the current language's text; ``.msgid`` is the English. Not a str, so
+    that no string operation can use the English by mistake."""
+    __slots__ = ("msgid",)
+
+    def __init__(self, msgid: str):
+        self.msgid = msgid
+
+    def __str__(self) -> str:
+        return _(self.msgid)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def format(self, *args, **kwargs) -> str:
+        return str(self).format(*args, **kwargs)
+
+    def __add__(self, other) -> str:
+        return str(self) + str(other)
+
+    def __radd__(self, other) -> str:
+        return str(other) + str(self)
+
+    def __bool__(self) -> bool:
+        return bool(self.msgid)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, N_) and other.msgid == self.msgid
+
+    def __hash__(self) -> int:
+        return hash(self.msgid)
+
+    def __repr__(self) -> str:
+        return f"N_({self.msgid!r})"
+
+
+def text(value) -> str:
+    """A plain string, an ``N_`` message or None as the current language's string ("" for None)."""
+    return "" if value is None else str(value)
+
+
 def tr(en: str, zh: str) -> str:
-    """``zh`` when the current language is Chinese, else ``en``."""
+    """``zh`` when the current language is Chinese, else ``en`` (kept only while the lessons' code
+    cells are moved to the edition build's translations)."""
     return zh if _current == "zh" else en
 
 
 class Text:
-    """A text in both languages, resolved when it is shown: ``str(Text(en, zh))`` is the current
-    language's half (``tr``), ``Text.en`` and ``Text.zh`` are the halves."""
+    """A text in both languages, resolved when shown (kept only while messages move to the catalog)."""
     __slots__ = ("en", "zh")
 
     def __init__(self, en: str, zh: str):
@@ -100,28 +163,17 @@ class Text:
         return hash((self.en, self.zh))
 
 
-def text(value) -> str:
-    """A plain string, a ``Text`` or None as the current language's string ("" for None)."""
-    return "" if value is None else str(value)
-
-
-# Tables printed in Chinese: a Chinese character takes two columns of a fixed-width font, where
-# str.ljust and f"{s:<n}" count one, so a Chinese table's columns would drift without these.
-
-def columns(s: str) -> int:
-    """The columns ``s`` takes in a fixed-width font: two for each wide (Chinese) character."""
+def columns(s: str) -> int:  # kept only until the tables move to lessonkit.table
+    import unicodedata
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in s)
 
 
 def pad(s: str, width: int, right: bool = False) -> str:
-    """``s`` padded with spaces to ``width`` columns, on the right (``f"{s:<width}"`` for ASCII),
-    or on the left with ``right=True`` (``f"{s:>width}"``)."""
     fill = " " * max(0, width - columns(s))
     return fill + s if right else s + fill
 
 
 def cut(s: str, width: int) -> str:
-    """``s`` cut to at most ``width`` columns (``s[:width]`` for ASCII)."""
     while columns(s) > width:
         s = s[:-1]
     return s
