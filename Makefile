@@ -97,7 +97,7 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
+.PHONY: catalog setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
@@ -107,6 +107,7 @@ help:
 	@echo "make update   git pull, then copy the lessons it brought into $(WORK)/ (yours stay as they are)"
 	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); LESSON=zh/04 the Chinese one;"
 	@echo "  make reset-native: the kernel copy"
+	@echo "make catalog   check lessonkit's Chinese messages (.po) and compile them (.mo); needs msgfmt (gettext)"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
 	@echo "  (make test-py PYTEST_ARGS=notebooks/00_start_here.ipynb: one lesson)"
 	@echo "make wheelhouse   with network: every wheel setup and the class hub need, into wheelhouse/"
@@ -381,6 +382,13 @@ bench: build
 # for aarch64 (no build of the local library needed); it skips with a message where tools are missing.
 bench-a76: setup
 	$(PY) -m lessonkit.cycles $(CYCLES_ARGS)
+
+# The one message catalog: msgfmt checks the .po (every entry translated, none fuzzy, the same fields
+# as its English) and compiles the .mo that Python's gettext reads; the .mo is committed, so a student
+# needs no msgfmt (tests/test_catalog.py holds the two to each other).
+CATALOG := lessonkit/locale/zh_CN/LC_MESSAGES/lessonkit
+catalog:
+	msgfmt --check --statistics -o $(CATALOG).mo $(CATALOG).po
 
 clean:
 	rm -rf .build $(WORK)/.build
