@@ -91,15 +91,16 @@ def _(message: str) -> str:
 
 class N_:
     """A message defined now and translated each time it is shown: ``str(N_("Correct"))`` and
-    ``f"{N_('Correct')}"`` are the current language's text; ``.msgid`` is the English. Not a str, so
-    that no string operation can use the English by mistake."""
-    __slots__ = ("msgid",)
+    ``f"{N_('Correct')}"`` are the current language's text; ``.msgid`` is the English. Fields given
+    now fill the text when it is shown: ``N_("{n} tokens", n=4)``. Not a str, so that no string
+    operation can use the English by mistake."""
+    __slots__ = ("msgid", "fields")
 
-    def __init__(self, msgid: str):
-        self.msgid = msgid
+    def __init__(self, msgid: str, **fields):
+        self.msgid, self.fields = msgid, fields
 
     def __str__(self) -> str:
-        return _(self.msgid)
+        return _(self.msgid).format(**self.fields) if self.fields else _(self.msgid)
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
@@ -117,7 +118,7 @@ class N_:
         return bool(self.msgid)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, N_) and other.msgid == self.msgid
+        return isinstance(other, N_) and (other.msgid, other.fields) == (self.msgid, self.fields)
 
     def __hash__(self) -> int:
         return hash(self.msgid)
