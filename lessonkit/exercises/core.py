@@ -179,15 +179,20 @@ def say(message, facts: Mapping, **values) -> str:
     return text(message).format(**values, **facts)
 
 
+def _is_choice(kind) -> bool:
+    return isinstance(kind, Mapping) and isinstance(next(iter(kind.values())), Choice)
+
+
 @dataclass(frozen=True)
 class Field:
     """How one value of an answer is read and compared with the fact of the same name.
 
     ``kind``: int, float, bool, list or tuple (whole numbers, in any order or in order), a dict of
-    Choice (multiple choice), or a dict of accepted words -> the word they mean. Numbers match within ``rtol`` of the
-    fact or ``atol``. ``wrong`` says what a wrong value means: a Text formatted with ``key``, ``got``,
-    ``want`` and the facts, a (too low, too high) pair of them, or a function of those names. ``mistakes`` are
-    known wrong values, (value or function of the facts, Text), compared with the same tolerance."""
+    Choice (multiple choice), or a dict of accepted words -> the word they mean. A number matches
+    within ``rtol`` of the fact, or ``atol``. ``wrong`` says what a wrong value means: a Text
+    formatted with ``key``, ``got``, ``want`` and the facts, a (too low, too high) pair of them, or a
+    function of those names. ``mistakes``: known wrong values (a value or a function of the facts)
+    and what each means, matched with the same tolerance."""
     kind: object = float
     wrong: object = ""
     rtol: float = 0.0
@@ -202,7 +207,7 @@ class Field:
     def read(self, answer: Mapping, key, facts: dict) -> None:
         """Wrong unless answer[key] is the fact; a multiple choice puts its explanation in facts["why"]."""
         kind, want = self.kind, facts[key]
-        if isinstance(kind, Mapping) and isinstance(next(iter(kind.values())), Choice):
+        if _is_choice(kind):
             facts["why"] = pick(answer, key, kind, want)
             return
         if isinstance(kind, Mapping):
@@ -237,20 +242,16 @@ class Exercise:
     right answer, a Text formatted with the facts, ``why`` the picked choice's explanation),
     ``template`` (the answer's shape, ``...`` where the student fills in; by default one ``...`` per
     field), ``solution`` (facts -> the answer shown; by default the facts of the template's keys),
-    ``hint``, ``explain`` (shown with the solution) and ``choices`` (shown with the question; by
-    default those of a multiple-choice field)."""
+    ``hint`` and ``explain`` (shown with the solution). A multiple-choice field's choices are shown
+    with the question."""
 
     def __init__(self, name: str, title: Text, question: Text, *, facts, hint: Text, fields=None,
-                 check: Callable | None = None, correct="{why}", template=None, solution=None, explain: Text = "",
-                 choices: dict[str, Choice] | None = None):
+                 check: Callable | None = None, correct="{why}", template=None, solution=None, explain: Text = ""):
         self.lesson, self.slug, self.marker, self.title = "", name, name, title
         self._text, self._hint, self._explain, self._facts = question, hint, explain, facts
         self.fields, self._check, self._correct, self._solution = fields or {}, check, correct, solution
         self.template = template if template is not None else dict.fromkeys(self.fields, ...)
-        if choices is None:
-            choices = next((f.kind for f in self.fields.values() if isinstance(f.kind, Mapping)
-                            and isinstance(next(iter(f.kind.values())), Choice)), {})
-        self.choices = choices
+        self.choices = next((f.kind for f in self.fields.values() if _is_choice(f.kind)), {})
 
     def __repr__(self) -> str:
         return f"<Exercise {self.marker}: {text(self.title)}>"

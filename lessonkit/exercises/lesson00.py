@@ -9,7 +9,8 @@ from .. import native
 from ..kernels.attention import attend
 from ..language import Text, tr
 from ..validate import short
-from .core import Choice, Exercise, Field, Wrong, field_of, items_of, kernel_q_codes, lesson00_data, make_cache, register
+from .core import (Choice, Exercise, Field, Wrong, field_of, items_of, kernel_q_codes, lesson00_data, make_cache,
+                   register)
 
 ARG_NAMES = ("k_cache_q8", "v_cache_q8", "kscale", "vscale", "seq_len", "kv_dim", "kv_bs", "nkv", "kh_off")
 BACKENDS = ("neon", "scalar", "numpy")
@@ -154,7 +155,8 @@ GUARD_CHOICES = {
                      "不对：按 IEEE 算术，0 * 127/0 不是 0 而是 NaN；正是这道保护让编码成为 0")),
     "c": Choice(Text("the program stops at once: dividing by zero raises the signal SIGFPE",
                      "程序立刻停下：除以零会触发信号 SIGFPE"),
-                Text("no: float division by zero does not trap by default; it returns inf (only integer division traps)",
+                Text("no: float division by zero does not trap by default; it returns inf (only integer division "
+                     "traps)",
                      "不对：浮点除以零默认不会触发异常，它返回 inf（只有整数除以零才会触发）")),
     "d": Choice(Text("qsc[0] = 0, so the block adds 0 to every score, which is harmless",
                      "qsc[0] = 0，于是这一块给每个分数加 0，没有害处"),
@@ -192,7 +194,8 @@ ex3 = Exercise(
                 "对这个全零块，内核的 qsc[0] 不是 {got!r}：从 "
                 "lk.attend(q, cache, kh, trace=True)[1].q_scales[0] 读出来（保护把 qm 设成 1）"), rtol=1e-6),
             "without_guard": Field(GUARD_CHOICES)},
-    correct=Text("qsc[0] = 1/127 = {qsc0:.6f}, codes all 0: {zeros}. {why}", "qsc[0] = 1/127 = {qsc0:.6f}，编码全为 0：{zeros}。{why}"),
+    correct=Text("qsc[0] = 1/127 = {qsc0:.6f}, codes all 0: {zeros}. {why}",
+                 "qsc[0] = 1/127 = {qsc0:.6f}，编码全为 0：{zeros}。{why}"),
     hint=Text("trace.q_scales[0]; for the second part, do the float32 arithmetic of segment 1 with qm = 0 in numpy "
               "(np.float32(127) / np.float32(0), then times 0).",
               "读 trace.q_scales[0]；第二问，在 numpy 里用 qm = 0 做一遍 segment 1 的 float32 运算"

@@ -117,9 +117,11 @@ def _per128_facts():
         codes, sc = quantize_q(q)
         err32.append(np.sqrt(np.mean((codes * np.repeat(sc, 32) - q) ** 2)))
         qm = np.abs(q).max()
-        err128.append(np.sqrt(np.mean((rounding.round_codes(q * np.float32(127 / qm), "engine") * (qm / 127) - q) ** 2)))
+        c128 = rounding.round_codes(q * np.float32(127 / qm), "engine")
+        err128.append(np.sqrt(np.mean((c128 * (qm / 127) - q) ** 2)))
     # one `s += dot32 * qsc[b]` multiply per block, against one for the whole head
-    return {"multiplies_saved_per_token": hd // qblk - 1, "qblk": qblk, "ratio": float(np.mean(err128) / np.mean(err32)),
+    return {"multiplies_saved_per_token": hd // qblk - 1, "qblk": qblk,
+            "ratio": float(np.mean(err128) / np.mean(err32)),
             "larger_q_error": "per128" if np.mean(err128) > np.mean(err32) else "per32"}
 
 

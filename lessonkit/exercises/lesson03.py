@@ -127,8 +127,8 @@ ex2 = Exercise(
                  "每个 token、每层省下 {bytes_saved_per_token} 字节，代价是每个正常头的误差变成 {quiet_error_ratio:.1f} "
                  "倍；第 {lines} 行会改为在下标 t 而不是 t * nkv 处读 scale"),
     hint=Text("scales: 2 (K, V) x 4 bytes x nkv per token; the loud head sets the max of the whole row; "
-              "the lines read K's and V's scale at index t * nkv (source.find_line('kscale[(size_t)t * nkv]', segment=2) "
-              "and its V twin in segment 3).",
+              "the lines read K's and V's scale at index t * nkv "
+              "(source.find_line('kscale[(size_t)t * nkv]', segment=2) and its V twin in segment 3).",
               "scale：每个 token 2（K、V）x 4 字节 x nkv；数值大的那个头（kv 头 3）决定整行的 max；"
               "要改的两行在下标 t * nkv 处读 K 和 V 的 scale（source.find_line('kscale[(size_t)t * nkv]', segment=2)，"
               "以及 segment 3 里对应的 V 那一行）。"))
@@ -158,8 +158,8 @@ def _kv_bs(answer, facts):
                            "bytes (unused rows of the last block x kv_dim x 2 for K and V, averaged over T = 1..32768)",
                            f"kv_bs = {bs}：平均浪费{'多于' if waste[bs] > v else '少于'} {v:.0f} 字节"
                            "（最后一块的未用行数 x kv_dim x 2（K 和 V），对 T = 1..32768 取平均）"))
-    return tr(f"average waste {', '.join(f'{bs}: {waste[bs]:.0f} B' for bs in KV_BS)}; {facts['pointer_entries_kv_bs1']} "
-              f"entries (x 8 bytes, per table) with kv_bs = 1; the output "
+    return tr(f"average waste {', '.join(f'{bs}: {waste[bs]:.0f} B' for bs in KV_BS)}; "
+              f"{facts['pointer_entries_kv_bs1']} entries (x 8 bytes, per table) with kv_bs = 1; the output "
               f"{'changes' if facts['output_changes'] else 'does not change'}",
               f"平均浪费 {', '.join(f'{bs}: {waste[bs]:.0f} B' for bs in KV_BS)}；kv_bs = 1 时 "
               f"{facts['pointer_entries_kv_bs1']} 个表项（每个表，每项 8 字节）；输出"

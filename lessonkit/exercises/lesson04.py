@@ -9,7 +9,7 @@ import numpy as np
 from .. import debug, native, source
 from ..language import Text, tr
 from ..validate import short
-from .core import MAX_ANSWER_ITEMS, Exercise, Field, Wrong, field_of, items_of, lesson04_data, register, whole
+from .core import MAX_ANSWER_ITEMS, Exercise, Field, Wrong, items_of, lesson04_data, register, whole
 
 
 def _outside_facts():
@@ -69,7 +69,8 @@ ex1 = Exercise(
 
 def _once_facts():
     cache, q, kh, scale, out, trace = lesson04_data()
-    return {"distinct_k_scales": len(np.unique(cache.k_scales(kh))), "distinct_q_scales": len(np.unique(trace.q_scales)),
+    return {"distinct_k_scales": len(np.unique(cache.k_scales(kh))),
+            "distinct_q_scales": len(np.unique(trace.q_scales)),
             "runs": trace.n_q_quantized, "q_code_calls_if_per_token": cache.seq_len * cache.head_dim,
             "hd": cache.head_dim}
 

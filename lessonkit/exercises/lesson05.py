@@ -56,9 +56,10 @@ def _extra_facts():
     n = 4096  # any length: the model's bytes grow linearly with the tokens
     single = traffic.model_bytes("single", n, head_dim=HD_EXTRA, n_kv_heads=NKV)["total"]
     extra = {k: (traffic.model_bytes(v, n, head_dim=HD_EXTRA, n_kv_heads=NKV)["total"] - single) / n
-             for k, v in (("k_twice_extra_per_token", "two_pass_recompute"), ("scores_extra_per_token", "two_pass_scores"))}
-    return {**extra, "k_row": traffic.bytes_per_token(HD_EXTRA, NKV)["k"], "one_head": traffic.bytes_per_token(HD_EXTRA, 1)["k"],
-            "hd": HD_EXTRA, "nkv": NKV, "scale_bytes": 4 * NKV}
+             for k, v in (("k_twice_extra_per_token", "two_pass_recompute"),
+                          ("scores_extra_per_token", "two_pass_scores"))}
+    return {**extra, "k_row": traffic.bytes_per_token(HD_EXTRA, NKV)["k"], "nkv": NKV, "scale_bytes": 4 * NKV,
+            "one_head": traffic.bytes_per_token(HD_EXTRA, 1)["k"]}
 
 
 ex2 = Exercise(

@@ -29,8 +29,8 @@ def _tier_a_facts(observation=None) -> dict:
 
 
 def _tier_a_field(kind, hint: Text) -> Field:
-    return Field(kind, lambda key, got, source, **_: tr(f"{key} = {got!r} is not what the {source} records show: {hint}",
-                                                        f"{key} = {got!r} 与 {source} 的记录不符：{hint}"))
+    return Field(kind, lambda key, got, source, **_: tr(
+        f"{key} = {got!r} is not what the {source} records show: {hint}", f"{key} = {got!r} 与 {source} 的记录不符：{hint}"))
 
 
 ex1 = Exercise(
@@ -143,9 +143,9 @@ ex2 = Exercise(
          "segment 边缘的空行、注释行或 TRACE_ 行（跟踪构建的钩子）算进去或不算都行。行号用整数。"),
     facts=_segments_facts, check=_segments, template={1: (..., ...), 2: (..., ...), 3: (..., ...), 4: (..., ...)},
     solution=lambda f: {n: (s[0], e[1]) for n, (s, e) in f["accepted"].items()},
-    hint=Text("part 1 ends where Q's codes and block scales are done; part 2 ends when the score s of token t is final; "
-              "part 3 is the rest of the loop body; part 4 is after the loop. A TRACE_ hook or a blank line at the edge "
-              "may be in or out.",
+    hint=Text("part 1 ends where Q's codes and block scales are done; part 2 ends when the score s of token t is "
+              "final; part 3 is the rest of the loop body; part 4 is after the loop. A TRACE_ hook or a blank line at "
+              "the edge may be in or out.",
               "segment 1 在 Q 的 int8 码和块 scale 算完处结束；segment 2 在 token t 的分数 s 定下来时结束；"
               "segment 3 是循环体的其余部分；segment 4 在循环之后。边缘的 TRACE_ 钩子或空行算不算都行。"))
 
@@ -252,8 +252,8 @@ ex4 = Exercise(
     correct=Text("{why}. Token 0 is {factor_token0:.2f}x too heavy for scores {scores}",
                  "{why}。分数为 {scores} 时，token 0 的权重重了 {factor_token0:.2f} 倍"),
     hint=Text("every score here is a new max, so without the rescale every token keeps weight exp(0) = 1; the right "
-              "weights are debug.softmax_weights(scores). If your copy does not build, debug.break_kernel('no_rescale') "
-              "makes the same edit in a temporary copy.",
+              "weights are debug.softmax_weights(scores). If your copy does not build, "
+              "debug.break_kernel('no_rescale') makes the same edit in a temporary copy.",
               "这里每个分数都是新的最大值，所以没有 rescale 时每个 token 都保持权重 exp(0) = 1；正确的权重是 "
               "debug.softmax_weights(scores)。如果你的副本构建不了，debug.break_kernel('no_rescale') "
               "会在一个临时副本里做同样的修改。"))

@@ -47,8 +47,8 @@ ex1 = Exercise(
         "各有多少个得到编码 0？"),
     facts=_zero_codes_facts,
     fields={"engine_zero_codes": Field(int, lambda got, want, **_: tr(
-                f"engine_zero_codes = {got} is too {'low' if got < want else 'high'}: with one raw max per row, a value "
-                "gets code 0 when |x| < max|row| / 254 (half a step); count those among the 127 ordinary values "
+                f"engine_zero_codes = {got} is too {'low' if got < want else 'high'}: with one raw max per row, a "
+                "value gets code 0 when |x| < max|row| / 254 (half a step); count those among the 127 ordinary values "
                 "(quantize_kv_rows)",
                 f"engine_zero_codes = {got} 偏{'小' if got < want else '大'}：每行只有一个原始最大值时，"
                 "|x| < max|row| / 254（半个步长）的值得到编码 0；在 127 个普通值里数一数这样的值（quantize_kv_rows）")),
@@ -153,8 +153,8 @@ ex3 = Exercise(
     "protect_half", Text("exercise 3: which half to keep in fp16", "练习 3：哪一半留在 fp16"),
     question=Text(
         "K has 3 outlier channels (factor 20), V is Gaussian. You may keep either K or V in fp16 "
-        "(256 bytes per row at hd = 128), not both; the other one stays in this engine's q8. Which choice gives the smaller "
-        "attention error? Measure it with precision.attend_scheme(Q, K, V, 'fp16', v_scheme='engine') and "
+        "(256 bytes per row at hd = 128), not both; the other one stays in this engine's q8. Which choice gives the "
+        "smaller attention error? Measure it with precision.attend_scheme(Q, K, V, 'fp16', v_scheme='engine') and "
         "precision.attend_scheme(Q, K, V, 'engine', v_scheme='fp16').",
         "K 有 3 个离群通道（倍数 20），V 是高斯分布。K 和 V 只能选一个留在 fp16（hd = 128 时每行 256 字节），"
         "另一个仍用本引擎的 q8。哪种选择的注意力误差更小？用 "

@@ -4,7 +4,7 @@ lessonkit.roofline, so they follow the head size and the byte count the lesson u
 from __future__ import annotations
 
 from .. import roofline
-from ..language import Text, tr
+from ..language import Text
 from .core import Choice, Exercise, Field, register
 
 # ---------------------------------------------------------------------------- ex1: the floor
@@ -26,8 +26,8 @@ def _floor_facts():
 floor = Exercise(
     "floor", Text("The memory floor of one token", "一个 token 的内存下限"),
     question=Text(f"One token of one kv head at head_dim {L09_HD}: how many bytes must the loop read at least "
-                  f"(bytes_per_token: an integer)? At a read bandwidth of {L09_GBPS:g} GB/s, how many ns per token is that "
-                  "(floor_ns: a number)?",
+                  f"(bytes_per_token: an integer)? At a read bandwidth of {L09_GBPS:g} GB/s, how many ns per token is "
+                  "that (floor_ns: a number)?",
                   f"head_dim {L09_HD} 时，一个 kv 头的一个 token：循环至少要读多少字节（bytes_per_token：一个整数）？"
                   f"在 {L09_GBPS:g} GB/s 的读带宽下，这相当于每 token 多少 ns（floor_ns：一个数）？"),
     facts=_floor_facts,
