@@ -326,6 +326,31 @@ def test_hostile_answers_get_a_verdict(ex, trace_observation, capsys):
     capsys.readouterr()
 
 
+def test_an_exercise_declared_as_data(capsys):
+    """A new exercise needs no check code: facts, one Field per value (kind, tolerance, what a wrong
+    value means, known mistakes), the message of a right answer."""
+    from lessonkit.exercises.core import Choice, Field
+    from lessonkit.language import Text
+    pick = {"a": Choice(Text("memory", "内存"), Text("right", "对")), "b": Choice(Text("compute", "算力"),
+                                                                               Text("no: it waits", "不对"))}
+    ex = E.Exercise("demo", Text("demo", "演示"), Text("q", "问"), facts={"n": 520, "ns": 26.0, "c": "a"},
+                    fields={"n": Field(int, (Text("{got} is too low", "低"), Text("{got} is too high", "高")),
+                                       mistakes=((512, Text("{got}: the scales", "scale")),)),
+                            "ns": Field(float, Text("not {got:g} but near {want:g}", "不是"), rtol=0.01),
+                            "c": Field(pick)},
+                    correct=Text("{n} bytes, {ns:g} ns: {why}", "{n}"), hint=Text("h", "提示"))
+    assert ex.template == {"n": ..., "ns": ..., "c": ...} and ex.choices is pick
+    assert ex.check({"n": 520, "ns": 26.2, "c": "(a)"}).message == "520 bytes, 26 ns: (a) right"
+    assert ex.check({"n": 512, "ns": 26, "c": "a"}).message == "512: the scales"
+    assert ex.check({"n": 600, "ns": 26, "c": "a"}).message == "600 is too high"
+    assert ex.check({"n": 500, "ns": 26, "c": "a"}).message == "500 is too low"
+    assert ex.check({"n": 520, "ns": 27, "c": "a"}).message == "not 27 but near 26"
+    assert ex.check({"n": 520, "ns": 26, "c": "b"}).message == "(b) no: it waits"
+    assert ex.check({"n": 520.0, "ns": "26", "c": ...}).status == E.NOT_ATTEMPTED
+    assert ex.answer() == {"n": 520, "ns": 26.0, "c": "a"}
+    capsys.readouterr()
+
+
 def test_partial_and_malformed_answers():
     ex = E.lesson03.ex1
     assert ex.check({"block": 2, "offset": ..., "kscale_index": 296, "k_scale_index": 301}).status == E.NOT_ATTEMPTED

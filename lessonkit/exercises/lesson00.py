@@ -103,25 +103,25 @@ def _backends(answer, facts):
         raise Wrong(tr("'exact_pairs' is a list of pairs such as [('neon', 'scalar')] (or [] if none)",
                        "'exact_pairs' 是若干对的列表，例如 [('neon', 'scalar')]（一对都没有就写 []）"))
     got = {frozenset(x if isinstance(x, str) else short(x) for x in p) for p in pairs}
-    bad = [sorted(p) for p in got if len(p) != 2 or not p <= set(BACKENDS)]
+    bad = sorted(sorted(p) for p in got if len(p) != 2 or not p <= set(BACKENDS))
     if bad:
         raise Wrong(tr(f"{bad}: each pair names two different backends of {BACKENDS}",
                        f"{bad}：每一对要写 {BACKENDS} 中两个不同的后端"))
     if got - exact:
-        raise Wrong(tr(f"{[sorted(p) for p in got - exact]} differ on this machine: compare with np.array_equal",
-                       f"{[sorted(p) for p in got - exact]} 在这台机器上并不相同：用 np.array_equal 比较"))
+        raise Wrong(tr(f"{sorted(sorted(p) for p in got - exact)} differ on this machine: compare with np.array_equal",
+                       f"{sorted(sorted(p) for p in got - exact)} 在这台机器上并不相同：用 np.array_equal 比较"))
     if exact - got:
-        raise Wrong(tr(f"{[sorted(p) for p in exact - got]} agree bit for bit on this machine too",
-                       f"{[sorted(p) for p in exact - got]} 在这台机器上也逐位一致"))
+        raise Wrong(tr(f"{sorted(sorted(p) for p in exact - got)} agree bit for bit on this machine too",
+                       f"{sorted(sorted(p) for p in exact - got)} 在这台机器上也逐位一致"))
     d = field_of(answer, "largest_difference", float)
     if not (largest / 3 <= d <= largest * 3):
         raise Wrong(tr(f"the largest |difference| between two backends is not {d:.1e}: it is within a factor 3 of "
                        "something else (print np.abs(a - b).max() for the three pairs)",
                        f"两个后端之间最大的 |差| 不是 {d:.1e}：真实值与它相差 3 倍以上"
                        "（对三对后端分别打印 np.abs(a - b).max()）"))
-    return tr(f"bit-identical pairs here: {[sorted(p) for p in exact] or 'none'}; the others differ by up to "
+    return tr(f"bit-identical pairs here: {sorted(sorted(p) for p in exact) or 'none'}; the others differ by up to "
               f"{largest:.1e}, float32 rounding (fused multiply-add, order of the sums)",
-              f"这里逐位相同的对：{[sorted(p) for p in exact] or '没有'}；其余的最多相差 "
+              f"这里逐位相同的对：{sorted(sorted(p) for p in exact) or '没有'}；其余的最多相差 "
               f"{largest:.1e}，这是 float32 的舍入（融合乘加、求和的顺序）")
 
 
