@@ -326,6 +326,38 @@ def test_hostile_answers_get_a_verdict(ex, trace_observation, capsys):
     capsys.readouterr()
 
 
+def _wrong_values(field, want):
+    """Values of a field that are not the fact: one on each side of a number (beyond its tolerance),
+    the other choices."""
+    kind = field.kind
+    if kind is bool:
+        return [not want]
+    if kind is int:
+        return [want + 1 + field.atol, want - 1 - field.atol]
+    if kind is float:
+        return [want * 1.5 + 1, want * 0.5 - 1]
+    if kind in (list, tuple):
+        return [[n + 1 for n in want], [*want, 0]]
+    return [k for k in kind if k != want] if isinstance(next(iter(kind.values())), E.core.Choice) else \
+        sorted({w for w in kind.values() if w != want})
+
+
+@pytest.mark.parametrize("ex", [pytest.param(ex, marks=[getattr(pytest.mark, ex.marker), *(
+    [pytest.mark.slow] if ex.marker in ("ex04_fold_scale", "ex06_break_rescale") else [])], id=ex.marker)
+    for ex in E.ALL if ex.fields])
+def test_every_field_says_why_a_value_is_wrong(ex, trace_observation, capsys):
+    """Each declared field, given wrong values on either side of the fact (or each other choice) in an
+    otherwise right answer: incorrect, with a message of its own (its text formats with the facts)."""
+    context = {"observation": trace_observation} if ex.marker in OWN_TESTS else {}
+    right = ex.answer(**context)
+    assert ex.check(right, **context)
+    for key, field in ex.fields.items():
+        for bad in _wrong_values(field, right[key]):
+            v = ex.check({**right, key: bad}, **context)
+            assert v.status == E.INCORRECT and v.message and "could not be read" not in v.message, (key, bad, v)
+    capsys.readouterr()
+
+
 def test_an_exercise_declared_as_data(capsys):
     """A new exercise needs no check code: facts, one Field per value (kind, tolerance, what a wrong
     value means, known mistakes), the message of a right answer."""
