@@ -136,12 +136,14 @@ CASES = [
      {"multiplies_saved_per_token": 3, "larger_q_error": "per32"}, "larger with per128"),
     (E.lesson02.ex1, {"order": "increasing", "extra_multiplies": 128 + 1, "extra_expf": 0},
      {"order": "random", "extra_multiplies": 129, "extra_expf": 0}, "random scores rescale"),
-    (E.lesson02.ex2, lambda: {"rescales": 1, "first_zero_weight_token": first_float32_exp_zero(), "output_correct": True},
+    (E.lesson02.ex2,
+     lambda: {"rescales": 1, "first_zero_weight_token": first_float32_exp_zero(), "output_correct": True},
      {"rescales": 1, "first_zero_weight_token": first_float32_exp_zero() - 1, "output_correct": True}, "too early"),
     (E.lesson02.ex3, {"invariant": invariant_loop}, {"invariant": invariant_final_max}, "relative to M_t"),
     (E.lesson03.ex1, {"block": 37 // 16, "offset": (37 % 16) * 8 * 128 + 5 * 128, "kscale_index": 37 * 8,
                       "k_scale_index": 37 * 8 + 5},
-     {"block": 2, "offset": (37 % 16) * 8 * 128, "kscale_index": 296, "k_scale_index": 301}, "offset = 5120 is too small"),
+     {"block": 2, "offset": (37 % 16) * 8 * 128, "kscale_index": 296, "k_scale_index": 301},
+     "offset = 5120 is too small"),
     (E.lesson03.ex2, right_ex03_per_head,
      lambda: {**right_ex03_per_head(), "bytes_saved_per_token": 64}, "would store 8"),  # only the bytes wrong
     (E.lesson03.ex3, {"avg_waste_bytes": {bs: (bs - 1) / 2 * 2 * 8 * 128 for bs in (16, 64, 256, 4096)},
@@ -149,7 +151,8 @@ CASES = [
      {"avg_waste_bytes": {bs: bs * 8 * 128 for bs in (16, 64, 256, 4096)},
       "pointer_entries_kv_bs1": 32768, "output_changes": False}, "kv_bs = 16"),
     (E.lesson04.ex1, right_ex04_outside, lambda: {"lines": right_ex04_outside()["lines"][:-1]}, "missing"),
-    (E.lesson04.ex2, {"distinct_k_scales": 1000, "distinct_q_scales": 128 // 32, "q_code_calls_if_per_token": 1000 * 128},
+    (E.lesson04.ex2,
+     {"distinct_k_scales": 1000, "distinct_q_scales": 128 // 32, "q_code_calls_if_per_token": 1000 * 128},
      {"distinct_k_scales": 4, "distinct_q_scales": 4, "q_code_calls_if_per_token": 128000}, "more than 4"),
     pytest.param(E.lesson04.ex3, {"multiplies_saved_per_token": 1, "scores_change_only_in_last_bits": True},
                  {"multiplies_saved_per_token": 4, "scores_change_only_in_last_bits": True}, "not 4",
@@ -284,6 +287,100 @@ def test_not_attempted_hint_and_solution(ex, capsys):
     ex.question()
     out = capsys.readouterr().out
     assert out.startswith("Hint: ") and ex.marker in out
+
+
+class Evil:
+    """An answer value of which every operation raises, its repr and its comparisons included."""
+    def _raise(self, *args, **kwargs):
+        raise RuntimeError("evil")
+
+    __eq__ = __ne__ = __lt__ = __gt__ = __float__ = __int__ = __index__ = __str__ = __repr__ = _raise
+    __len__ = __iter__ = __bool__ = __abs__ = __sub__ = __format__ = __call__ = _raise
+    __hash__ = object.__hash__
+
+
+class EvilMapping(dict):
+    def values(self):
+        raise RuntimeError("evil values")
+
+
+HOSTILE = [float("nan"), float("inf"), 10**10000, -10**30, "", "x" * 100_000, True, np.zeros(2_000_000),
+           np.array([np.nan]), Evil(), [Evil()], (Evil(), Evil()), {"a": Evil()}, range(10**9),
+           lambda *a: Evil(), lambda *a: (np.full(300, np.nan), np.full((300, 32), np.nan))]
+
+
+@pytest.mark.parametrize("ex", [pytest.param(ex, marks=[getattr(pytest.mark, ex.marker), *(
+    [pytest.mark.slow] if ex.marker in ("ex04_fold_scale", "ex06_break_rescale") else [])], id=ex.marker)
+    for ex in E.ALL])
+def test_hostile_answers_get_a_verdict(ex, trace_observation, capsys):
+    """Wrong types, NaN, huge numbers and arrays, objects whose every operation raises, in every field
+    and as the whole answer: each gets a verdict, and none is correct (Exercise.check reads the answer
+    once, at the edge)."""
+    context = {"observation": trace_observation} if ex.marker in OWN_TESTS else {}
+    answers = [*HOSTILE, EvilMapping(a=1)]
+    if isinstance(ex.template, dict):
+        answers += [{k: h for k in ex.template} for h in HOSTILE]
+    for answer in answers:
+        v = ex.check(answer, **context)
+        assert isinstance(v, E.Verdict) and v.status in (E.INCORRECT, E.NOT_ATTEMPTED), (answer, v)
+    capsys.readouterr()
+
+
+def _wrong_values(field, want):
+    """Values of a field that are not the fact: one on each side of a number (beyond its tolerance),
+    the other choices."""
+    kind = field.kind
+    if kind is bool:
+        return [not want]
+    if kind is int:
+        return [want + 1 + field.atol, want - 1 - field.atol]
+    if kind is float:
+        return [want * 1.5 + 1, want * 0.5 - 1]
+    if kind in (list, tuple):
+        return [[n + 1 for n in want], [*want, 0]]
+    return [k for k in kind if k != want] if isinstance(next(iter(kind.values())), E.core.Choice) else \
+        sorted({w for w in kind.values() if w != want})
+
+
+@pytest.mark.parametrize("ex", [pytest.param(ex, marks=[getattr(pytest.mark, ex.marker), *(
+    [pytest.mark.slow] if ex.marker in ("ex04_fold_scale", "ex06_break_rescale") else [])], id=ex.marker)
+    for ex in E.ALL if ex.fields])
+def test_every_field_says_why_a_value_is_wrong(ex, trace_observation, capsys):
+    """Each declared field, given wrong values on either side of the fact (or each other choice) in an
+    otherwise right answer: incorrect, with a message of its own (its text formats with the facts)."""
+    context = {"observation": trace_observation} if ex.marker in OWN_TESTS else {}
+    right = ex.answer(**context)
+    assert ex.check(right, **context)
+    for key, field in ex.fields.items():
+        for bad in _wrong_values(field, right[key]):
+            v = ex.check({**right, key: bad}, **context)
+            assert v.status == E.INCORRECT and v.message and "could not be read" not in v.message, (key, bad, v)
+    capsys.readouterr()
+
+
+def test_an_exercise_declared_as_data(capsys):
+    """A new exercise needs no check code: facts, one Field per value (kind, tolerance, what a wrong
+    value means, known mistakes), the message of a right answer."""
+    from lessonkit.exercises.core import Choice, Field
+    from lessonkit.language import Text
+    pick = {"a": Choice(Text("memory", "内存"), Text("right", "对")), "b": Choice(Text("compute", "算力"),
+                                                                               Text("no: it waits", "不对"))}
+    ex = E.Exercise("demo", Text("demo", "演示"), Text("q", "问"), facts={"n": 520, "ns": 26.0, "c": "a"},
+                    fields={"n": Field(int, (Text("{got} is too low", "低"), Text("{got} is too high", "高")),
+                                       mistakes=((512, Text("{got}: the scales", "scale")),)),
+                            "ns": Field(float, Text("not {got:g} but near {want:g}", "不是"), rtol=0.01),
+                            "c": Field(pick)},
+                    correct=Text("{n} bytes, {ns:g} ns: {why}", "{n}"), hint=Text("h", "提示"))
+    assert ex.template == {"n": ..., "ns": ..., "c": ...} and ex.choices is pick
+    assert ex.check({"n": 520, "ns": 26.2, "c": "(a)"}).message == "520 bytes, 26 ns: (a) right"
+    assert ex.check({"n": 512, "ns": 26, "c": "a"}).message == "512: the scales"
+    assert ex.check({"n": 600, "ns": 26, "c": "a"}).message == "600 is too high"
+    assert ex.check({"n": 500, "ns": 26, "c": "a"}).message == "500 is too low"
+    assert ex.check({"n": 520, "ns": 27, "c": "a"}).message == "not 27 but near 26"
+    assert ex.check({"n": 520, "ns": 26, "c": "b"}).message == "(b) no: it waits"
+    assert ex.check({"n": 520.0, "ns": "26", "c": ...}).status == E.NOT_ATTEMPTED
+    assert ex.answer() == {"n": 520, "ns": 26.0, "c": "a"}
+    capsys.readouterr()
 
 
 def test_partial_and_malformed_answers():

@@ -1,4 +1,5 @@
-"""Auto-checked exercises, one module per lesson (``lesson00`` ... ``lesson09``, ``lesson05b``; introduced in lesson 06).
+"""Auto-checked exercises, one module per lesson (``lesson00`` ... ``lesson09``, ``lesson05b``; introduced in
+lesson 06).
 
 In the style of Kaggle's learntools: every exercise is an object with ``question()``, ``check(answer)``,
 ``hint()`` and ``solution()``. ``check`` prints one line, "Correct: ...", "Incorrect: <the specific
@@ -17,35 +18,35 @@ left as ``...`` counts as not attempted. Each exercise has a pytest marker (``ex
 ``ex03_address``), registered from the exercises themselves (tests/conftest.py reads ``ALL``):
 ``pytest -m ex03_address tests/test_exercises.py`` runs the tests of that one.
 
-``core`` holds ``Exercise``, ``Verdict``, the registry and the helpers the checks share.
-
-An answer is read without ever building something its size asks for: at most MAX_ANSWER_ITEMS
-values in all (nested lists and dicts included, MAX_ANSWER_DEPTH levels deep), whole numbers
-below 2**63 in magnitude, and line ranges cut to the lines the file has; a larger answer is
-incorrect, with a message that says so.
+``core`` holds ``Exercise`` and ``Field`` (an exercise is declared as data), ``Verdict`` and the registry.
+An answer is read without ever building something its size asks for: at most MAX_ANSWER_ITEMS values in
+all (nested lists and dicts included, MAX_ANSWER_DEPTH levels deep), whole numbers below 2**63 in
+magnitude, and line ranges cut to the lines the file has; a larger answer is incorrect, with a message
+that says so.
 """
 from __future__ import annotations
 
 from . import core
-from . import lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08
-from . import lesson05b, lesson09
-from .core import CORRECT, INCORRECT, NOT_ATTEMPTED, REGISTRY, Exercise, Verdict
+from . import lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson05b, lesson06, lesson07, lesson08
+from . import lesson09
+from .core import CORRECT, INCORRECT, NOT_ATTEMPTED, REGISTRY, Exercise, Field, Verdict
+from .lesson01 import l01_outlier_q, l01_predict_q          # the questions name them exercises.l01_...
+from .lesson02 import invariant_reference, l02_descending
 
-#: every lesson's exercises, in lesson order (lessons without exercises yet included, empty)
+#: every lesson's exercises (a list each), in lesson order
 LESSONS = tuple(REGISTRY[n] for n in sorted(REGISTRY))
 ALL = tuple(ex for lesson in LESSONS for ex in lesson)
 
 __all__ = ["core", "lesson00", "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson05b", "lesson06",
-           "lesson07", "lesson08", "lesson09", "CORRECT", "INCORRECT", "NOT_ATTEMPTED", "Exercise", "Verdict", "LESSONS",
-           "ALL", "overview"]
+           "lesson07", "lesson08", "lesson09", "CORRECT", "INCORRECT", "NOT_ATTEMPTED", "Exercise", "Field", "Verdict",
+           "LESSONS", "ALL", "overview", "l01_predict_q", "l01_outlier_q", "l02_descending", "invariant_reference"]
 
 
-def overview() -> str:
+def overview():
     """A table of every exercise: lesson, attribute, pytest marker, title."""
     from ..language import tr
-    rows = [tr(f"{'lesson':<7} {'object':<28} {'pytest marker':<22} title",
-               f"{'课':<7} {'对象':<28} {'pytest 标记':<22} 标题")]
-    for lesson in LESSONS:
-        for i, ex in enumerate(lesson, start=1):
-            rows.append(f"{lesson.number:<7} {f'lesson{lesson.number}.ex{i}':<28} {ex.marker:<22} {ex.title}")
-    return "\n".join(rows)
+    from ..table import Table
+    rows = [(ex.lesson, f"lesson{ex.lesson}.ex{i}", ex.marker, str(ex.title))
+            for lesson in LESSONS for i, ex in enumerate(lesson, start=1)]
+    return Table(rows, header=[tr("lesson", "课"), tr("object", "对象"), tr("pytest marker", "pytest 标记"),
+                               tr("title", "标题")])

@@ -1,19 +1,26 @@
-"""The machinery of the exercises: ``Exercise`` (built with keyword arguments), ``Verdict``, the
-registry of every lesson's exercises, and the helpers the checks share (reading answers, the
-lessons' cached data). The exercises themselves are in ``lessonNN.py``, one module per lesson."""
+"""The machinery of the exercises, in the manner of Kaggle learntools' problem classes.
+
+An exercise is declared as data: its question, ``facts`` (a function computing the right answer now,
+from the code and data, with whatever its messages quote), one ``Field`` per value of the answer
+(its kind, the tolerance it is compared with, what a wrong value means, known mistakes), the message
+of a right answer, hint and explanation. Only a check that fields cannot express has a ``check``
+function of its own. ``Exercise.check`` reads the answer once, at the edge: its size, its ``...``,
+its shape, then each field by its kind; whatever an answer holds, it gets a verdict.
+"""
 from __future__ import annotations
 
 import functools
 import math
 import numbers
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from ..kernels.attention import attend
 from ..cache import KVCacheQ8
+from ..kernels.attention import attend
 from ..language import Text, text, tr
 from ..validate import short
 
@@ -21,10 +28,7 @@ MAX_ANSWER_ITEMS = 10_000   # values in one answer; the longest right answer has
 MAX_ANSWER_DEPTH = 16       # nesting of lists and dicts in one answer
 MAX_WHOLE = 2**63           # |whole number| of any answer: line numbers, counts, bytes
 
-# ============================================================================ verdicts and the base class
-
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
-# how a verdict starts its line, in the language of the moment (lessonkit.language)
 STATUS_LABELS = {CORRECT: Text("Correct", "正确"), INCORRECT: Text("Incorrect", "不对"),
                  NOT_ATTEMPTED: Text("Not attempted", "还没作答")}
 
@@ -48,11 +52,11 @@ class Verdict:
 
 
 class Wrong(Exception):
-    """Raised inside a checker: the answer is incorrect, for the reason given."""
+    """Raised while reading an answer: it is incorrect, for the reason given."""
 
 
 class Blank(Exception):
-    """Raised inside a checker: part of the answer is still ``...``."""
+    """Raised while reading an answer: part of it is still ``...``."""
 
 
 def filled(value) -> bool:
@@ -60,12 +64,9 @@ def filled(value) -> bool:
 
 
 def _has_blank(value) -> bool:
-    """Is a ``...`` left anywhere in the answer (in a dict, list or tuple, at any depth)? Raises
-    Wrong for an answer of more than MAX_ANSWER_ITEMS values or MAX_ANSWER_DEPTH levels, before
-    walking it: no answer here is that large, and walking a huge one would stall the notebook."""
-    budget = MAX_ANSWER_ITEMS
-    stack = [(value, 0)]
-    found = False
+    """Is a ``...`` left anywhere in the answer? Wrong for an answer of more than MAX_ANSWER_ITEMS
+    values or MAX_ANSWER_DEPTH levels, counted before anything is walked."""
+    budget, stack, found = MAX_ANSWER_ITEMS, [(value, 0)], False
     while stack:
         v, depth = stack.pop()
         if v is Ellipsis:
@@ -88,19 +89,27 @@ def _has_blank(value) -> bool:
     return found
 
 
-def items_of(answer: Mapping, key, most: int) -> list:
-    """answer[key] as a list of at most ``most`` values (a list, tuple, set, range or 1-D array;
-    its length is checked before anything is read from it)."""
-    v = field_of(answer, key)
-    if isinstance(v, np.ndarray):
-        v = v.ravel() if v.ndim <= 1 else v
-    if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, (list, tuple, set, frozenset, range, np.ndarray)):
-        raise Wrong(tr(f"{key!r} is a list; got {type(v).__name__} {short(v)}",
-                       f"{key!r} 应是一个 list；你给的是 {type(v).__name__} {short(v)}"))
-    if len(v) > most:
-        raise Wrong(tr(f"{key!r} holds {len(v)} values; the answer has at most {most}",
-                       f"{key!r} 有 {len(v)} 个值；答案最多 {most} 个"))
-    return list(v)
+def field_of(answer: Mapping, key, kind=None):
+    """answer[key], read as ``kind`` (int: a whole number; bool: True or False; float); Blank if it
+    is still ``...``, Wrong if it is missing or unreadable."""
+    if key not in answer:
+        raise Wrong(tr(f"your answer has no {key!r}", f"你的答案里没有 {key!r}"))
+    v = answer[key]
+    if not filled(v):
+        raise Blank(tr(f"fill in {key!r}", f"请填写 {key!r}"))
+    if kind is int:
+        return whole(v, repr(key))
+    if kind is bool:
+        if not isinstance(v, (bool, np.bool_)):
+            raise Wrong(tr(f"{key!r} = {short(v)} cannot be read (expected True or False)",
+                           f"{key!r} = {short(v)} 读不懂（应是 True 或 False）"))
+        return bool(v)
+    if kind is float:
+        try:
+            return float(v)
+        except (TypeError, ValueError, OverflowError) as e:  # float(10**400) overflows
+            raise Wrong(tr(f"{key!r} = {short(v)} cannot be read ({e})", f"{key!r} = {short(v)} 读不懂（{e}）")) from None
+    return v
 
 
 def whole(value, what: str) -> int:
@@ -115,7 +124,7 @@ def whole(value, what: str) -> int:
             f = float(value)
             if not math.isfinite(f) or f != int(f):
                 raise TypeError("expected a whole number")
-            n = int(f) if not isinstance(value, str) else int(value)
+            n = int(value) if isinstance(value, str) else int(f)
     except (TypeError, ValueError, OverflowError) as e:
         raise Wrong(tr(f"{what} = {short(value)} cannot be read ({e})",
                        f"{what} = {short(value)} 读不成整数（{e}）")) from None
@@ -125,27 +134,19 @@ def whole(value, what: str) -> int:
     return n
 
 
-def field_of(answer: Mapping, key, kind=None):
-    """answer[key], converted with ``kind``; Blank if it is still ``...``, Wrong if missing or
-    unreadable."""
-    if key not in answer:
-        raise Wrong(tr(f"your answer has no {key!r}", f"你的答案里没有 {key!r}"))
-    v = answer[key]
-    if not filled(v):
-        raise Blank(tr(f"fill in {key!r}", f"请填写 {key!r}"))
-    if kind is None:
-        return v
-    if kind is int:
-        return whole(v, repr(key))
-    try:
-        if kind is bool:
-            if not isinstance(v, (bool, np.bool_)):
-                raise TypeError("expected True or False")
-            return bool(v)
-        return kind(v)
-    except (TypeError, ValueError, OverflowError) as e:  # float(10**400) overflows
-        raise Wrong(tr(f"{key!r} = {short(v)} cannot be read ({e})",
-                       f"{key!r} = {short(v)} 读不懂（{e}）")) from None
+def items_of(answer: Mapping, key, most: int) -> list:
+    """answer[key] as a list of at most ``most`` values (a list, tuple, set, range or 1-D array;
+    its length is checked before anything is read from it)."""
+    v = field_of(answer, key)
+    if isinstance(v, np.ndarray):
+        v = v.ravel() if v.ndim <= 1 else v
+    if not isinstance(v, (list, tuple, set, frozenset, range, np.ndarray)):
+        raise Wrong(tr(f"{key!r} is a list; got {type(v).__name__} {short(v)}",
+                       f"{key!r} 应是一个 list；你给的是 {type(v).__name__} {short(v)}"))
+    if len(v) > most:
+        raise Wrong(tr(f"{key!r} holds {len(v)} values; the answer has at most {most}",
+                       f"{key!r} 有 {len(v)} 个值；答案最多 {most} 个"))
+    return list(v)
 
 
 def close(a: float, b: float, rtol: float) -> bool:
@@ -154,86 +155,164 @@ def close(a: float, b: float, rtol: float) -> bool:
 
 @dataclass(frozen=True)
 class Choice:
-    text: str | Text
-    why: str | Text   # the explanation shown when this choice is picked (right or wrong)
+    text: Text
+    why: Text   # the explanation shown when this choice is picked (right or wrong)
 
 
-def shown(template) -> str:
-    """An answer template as the student types it: ``...`` rather than ``Ellipsis``."""
-    return repr(template).replace("Ellipsis", "...")
+def pick(answer: Mapping, key: str, choices: dict[str, Choice], right: str) -> str:
+    """Read a multiple-choice field; Wrong with the picked choice's explanation unless it is ``right``,
+    else that explanation."""
+    value = field_of(answer, key)
+    got = (value if isinstance(value, str) else short(value, 20)).strip().strip("()").lower()
+    if got not in choices:
+        raise Wrong(tr(f"{key!r} must be one of {', '.join(map(repr, choices))}; got {short(value)}",
+                       f"{key!r} 只能是 {', '.join(map(repr, choices))} 之一；你给的是 {short(value)}"))
+    if got != right:
+        raise Wrong(f"({got}) {choices[got].why}")
+    return f"({got}) {choices[got].why}"
+
+
+def say(message, facts: Mapping, **values) -> str:
+    """A message of a declaration: a Text formatted with ``values`` and the facts, or a function of them."""
+    if callable(message):
+        return message(**values, **facts)
+    return text(message).format(**values, **facts)
+
+
+def _is_choice(kind) -> bool:
+    return isinstance(kind, Mapping) and isinstance(next(iter(kind.values())), Choice)
+
+
+@dataclass(frozen=True)
+class Field:
+    """How one value of an answer is read and compared with the fact of the same name.
+
+    ``kind``: int, float, bool, list or tuple (whole numbers, in any order or in order), a dict of
+    Choice (multiple choice), or a dict of accepted words -> the word they mean. A number matches
+    within ``rtol`` of the fact, or ``atol``. ``wrong`` says what a wrong value means: a Text
+    formatted with ``key``, ``got``, ``want`` and the facts, a (too low, too high) pair of them, or a
+    function of those names. ``mistakes``: known wrong values (a value or a function of the facts)
+    and what each means, matched with the same tolerance."""
+    kind: object = float
+    wrong: object = ""
+    rtol: float = 0.0
+    atol: float = 0.0
+    mistakes: tuple = ()
+
+    def same(self, got, want) -> bool:
+        if self.kind in (int, float):
+            return abs(got - want) <= max(self.atol, self.rtol * abs(want))
+        return got == want
+
+    def read(self, answer: Mapping, key, facts: dict) -> None:
+        """Wrong unless answer[key] is the fact; a multiple choice puts its explanation in facts["why"]."""
+        kind, want = self.kind, facts[key]
+        if _is_choice(kind):
+            facts["why"] = pick(answer, key, kind, want)
+            return
+        if isinstance(kind, Mapping):
+            got = kind.get(str(field_of(answer, key)).strip().lower().replace("-", "").replace(" ", ""))
+            if got is None:
+                raise Wrong(tr(f"{key!r} is one of {', '.join(map(repr, sorted(set(kind.values()))))}",
+                               f"{key!r} 只能是 {', '.join(map(repr, sorted(set(kind.values()))))} 之一"))
+        elif kind in (list, tuple):
+            got = [whole(n, tr("a whole number", "整数")) for n in items_of(answer, key, 64)]
+            got, want = (sorted(got), sorted(want)) if kind is list else (got, list(want))
+        else:
+            got = field_of(answer, key, kind)
+        if self.same(got, want):
+            return
+        for value, message in self.mistakes:
+            if self.same(got, value(**facts) if callable(value) else value):
+                raise Wrong(say(message, facts, key=key, got=got, want=want))
+        wrong = self.wrong
+        if isinstance(wrong, tuple):
+            wrong = wrong[0] if got < want else wrong[1]
+        raise Wrong(say(wrong, facts, key=key, got=got, want=want))
 
 
 class Exercise:
     """One exercise: ``question()``, ``check(answer)``, ``hint()``, ``solution()``, ``answer()``.
 
-    Built with keyword arguments: ``lesson`` ("00" ...), ``name`` (its slug: the pytest marker is
-    ``ex<lesson>_<name>``), ``title``, ``question`` (the text, shown only by ``question()``),
-    ``template`` (the answer's shape, ``...`` where the student fills in), ``check`` (the
-    function that reads an answer: returns the message of a right answer, raises Wrong or Blank),
-    ``solution`` (computes the right answer now), ``hint``, optional ``explain`` (shown with the
-    solution) and ``choices`` (multiple choice)."""
+    Declared with ``name`` (its slug: the pytest marker is ``ex<lesson>_<name>``, set by ``register``),
+    ``title``, ``question``, ``facts`` (a function of the check's keyword arguments, or a dict: the
+    right answer under the template's keys, and whatever the messages quote), ``fields`` (key ->
+    Field, read in order), ``check`` (only where fields cannot say it: a function (answer, facts)
+    returning the message of a right answer, raising Wrong or Blank), ``correct`` (the message of a
+    right answer, a Text formatted with the facts, ``why`` the picked choice's explanation),
+    ``template`` (the answer's shape, ``...`` where the student fills in; by default one ``...`` per
+    field), ``solution`` (facts -> the answer shown; by default the facts of the template's keys),
+    ``hint`` and ``explain`` (shown with the solution). A multiple-choice field's choices are shown
+    with the question."""
 
-    def __init__(self, *, lesson: str, name: str, title: str | Text, question: str | Text, template,
-                 check: Callable, solution: Callable, hint: str | Text, explain: str | Text = "",
-                 choices: dict[str, Choice] | None = None):
-        self.lesson, self.slug, self.title = lesson, name, title
-        self.marker = f"ex{lesson}_{name}"
-        self._text, self.template, self._checker, self._answer = question, template, check, solution
-        self._hint, self._explain, self.choices = hint, explain, choices or {}
+    def __init__(self, name: str, title: Text, question: Text, *, facts, hint: Text, fields=None,
+                 check: Callable | None = None, correct="{why}", template=None, solution=None, explain: Text = ""):
+        self.lesson, self.slug, self.marker, self.title = "", name, name, title
+        self._text, self._hint, self._explain, self._facts = question, hint, explain, facts
+        self.fields, self._check, self._correct, self._solution = fields or {}, check, correct, solution
+        self.template = template if template is not None else dict.fromkeys(self.fields, ...)
+        self.choices = next((f.kind for f in self.fields.values() if _is_choice(f.kind)), {})
 
     def __repr__(self) -> str:
         return f"<Exercise {self.marker}: {text(self.title)}>"
 
+    def facts(self, **context) -> dict:
+        return dict(self._facts(**context) if callable(self._facts) else self._facts)
+
     def question(self) -> None:
-        lines = [tr(f"Lesson {self.lesson}, {text(self.title)}  (pytest marker: {self.marker})",
-                    f"第 {self.lesson} 课，{text(self.title)}（pytest 标记：{self.marker}）"), text(self._text)]
-        for key, c in self.choices.items():
-            lines.append(f"  ({key}) {text(c.text)}")
+        lines = [tr(f"Lesson {self.lesson}, {self.title}  (pytest marker: {self.marker})",
+                    f"第 {self.lesson} 课，{self.title}（pytest 标记：{self.marker}）"), text(self._text)]
+        lines += [f"  ({key}) {c.text}" for key, c in self.choices.items()]
         lines.append(f"answer = {shown(self.template)}")
         print("\n".join(lines))
 
     def check(self, answer=None, **context) -> Verdict:
         """Print and return the verdict on ``answer`` (None or ... means not attempted)."""
         try:
-            _has_blank(answer)  # first of all: an answer too large to read is incorrect, unread
-            too_large = None
+            v = self._verdict(answer, context)
+        except Blank as e:
+            v = Verdict(NOT_ATTEMPTED, str(e))
         except Wrong as e:
-            too_large = e
-        if too_large is not None:
-            v = Verdict(INCORRECT, str(too_large))
-        elif not filled(answer) or (isinstance(answer, Mapping) and answer
-                                     and not any(filled(v) for v in answer.values())):
-            v = Verdict(NOT_ATTEMPTED, tr(f"give your answer as {shown(self.template)}",
-                                          f"答案的格式是 {shown(self.template)}"))
-        else:
-            try:
-                if _has_blank(answer):
-                    raise Blank(tr(f"replace every ... in {shown(self.template)} by your answer",
-                                   f"把 {shown(self.template)} 里的每个 ... 换成你的答案"))
-                if isinstance(self.template, Mapping) and not isinstance(answer, Mapping):
-                    raise Wrong(tr(f"give a dict like {shown(self.template)}; got {type(answer).__name__}",
-                                   f"答案应是像 {shown(self.template)} 这样的 dict，你给的是 {type(answer).__name__}"))
-                v = Verdict(CORRECT, self._checker(answer, **context))
-            except Blank as e:
-                v = Verdict(NOT_ATTEMPTED, str(e))
-            except Wrong as e:
-                v = Verdict(INCORRECT, str(e))
-            except (TypeError, ValueError, OverflowError, IndexError, KeyError) as e:  # an unexpected shape
-                v = Verdict(INCORRECT, tr(f"your answer could not be read: {short(str(e), 200)}",
-                                          f"读不懂你的答案：{short(str(e), 200)}"))
+            v = Verdict(INCORRECT, str(e))
         print(v)
         return v
+
+    def _verdict(self, answer, context) -> Verdict:
+        try:
+            blank = _has_blank(answer)   # first of all: an answer too large to read is incorrect, unread
+            if not filled(answer) or (isinstance(answer, Mapping) and answer
+                                      and not any(filled(v) for v in answer.values())):
+                return Verdict(NOT_ATTEMPTED, tr(f"give your answer as {shown(self.template)}",
+                                                 f"答案的格式是 {shown(self.template)}"))
+        except Wrong:
+            raise
+        except Exception as e:  # noqa: BLE001 - an answer whose objects raise is unreadable, not a crash
+            return _unreadable(e)
+        if blank:
+            raise Blank(tr(f"replace every ... in {shown(self.template)} by your answer",
+                           f"把 {shown(self.template)} 里的每个 ... 换成你的答案"))
+        if isinstance(self.template, Mapping) and not isinstance(answer, Mapping):
+            raise Wrong(tr(f"give a dict like {shown(self.template)}; got {type(answer).__name__}",
+                           f"答案应是像 {shown(self.template)} 这样的 dict，你给的是 {type(answer).__name__}"))
+        facts = self.facts(**context)   # out of the try: a failure here is lessonkit's, not the answer's
+        try:
+            for key, f in self.fields.items():
+                f.read(answer, key, facts)
+            return Verdict(CORRECT, self._check(answer, facts) if self._check else say(self._correct, facts))
+        except (Wrong, Blank):
+            raise
+        except Exception as e:  # noqa: BLE001 - as above: whatever the answer's objects raise
+            return _unreadable(e)
 
     def hint(self) -> None:
         print(tr("Hint: ", "提示：") + text(self._hint))
 
     def answer(self, **context):
-        """The right answer, computed now from the code and data. A tuple from the answer function
-        is read in the order of the template's keys (extra trailing values are ignored)."""
-        value = self._answer(**context)
-        if isinstance(value, tuple) and isinstance(self.template, Mapping):
-            value = dict(zip(self.template, value))
-        return value
+        """The right answer, computed now from the code and data."""
+        facts = self.facts(**context)
+        if self._solution:
+            return self._solution(facts)
+        return {k: facts[k] for k in self.template}
 
     def solution(self, **context) -> None:
         print(tr("Solution: ", "参考答案：") + f"answer = {self.answer(**context)!r}")
@@ -241,55 +320,35 @@ class Exercise:
             print(text(self._explain))
 
 
-class Lesson:
-    """The exercises of one lesson, in order (``lessonkit.exercises.LESSONS``)."""
-
-    def __init__(self, number: str, exercises: list[Exercise]):
-        self.number = number
-        self.exercises = list(exercises)
-
-    def __iter__(self):
-        return iter(self.exercises)
-
-    def __repr__(self) -> str:
-        return f"<Lesson {self.number}: {', '.join(e.marker for e in self.exercises)}>"
+def _unreadable(e: Exception) -> Verdict:
+    return Verdict(INCORRECT, tr(f"your answer could not be read: {short(str(e), 200)}",
+                                 f"读不懂你的答案：{short(str(e), 200)}"))
 
 
-#: lesson number -> its Lesson, filled by ``register`` as the lesson modules are imported
-REGISTRY: dict[str, Lesson] = {}
+def shown(template) -> str:
+    """An answer template as the student types it: ``...`` rather than ``Ellipsis``."""
+    return repr(template).replace("Ellipsis", "...")
 
 
-def register(module_name: str, exercises: list[Exercise]) -> Lesson:
-    """Make ``exercises`` the lesson's, in order: the module of lesson NN (``module_name``, its
-    ``__name__``) gets them as attributes ex1, ex2, ... and by name (``ex.slug``), and the registry
-    lists them (the pytest markers and ``overview()`` are read from it)."""
-    import sys
-    module = sys.modules[module_name]
-    number = module_name.rsplit("lesson", 1)[1]
+#: lesson number -> its exercises in order, filled by ``register`` as the lesson modules are imported
+REGISTRY: dict[str, list[Exercise]] = {}
+
+
+def register(module_name: str, exercises: list[Exercise]) -> list[Exercise]:
+    """Make ``exercises`` lesson NN's (``module_name`` ends in lessonNN), in order: each gets its lesson
+    and marker, and the module gets them as attributes ex1, ex2, ... and by slug."""
+    module, number = sys.modules[module_name], module_name.rsplit("lesson", 1)[1]
     for i, ex in enumerate(exercises, start=1):
-        if ex.lesson != number:
-            raise ValueError(f"{ex!r} says lesson {ex.lesson} but is registered by lesson {number}")
+        ex.lesson, ex.marker = number, f"ex{number}_{ex.slug}"
         for attr in (f"ex{i}", ex.slug):
             if getattr(module, attr, ex) is not ex:
                 raise ValueError(f"lesson {number}: the name {attr!r} of {ex!r} is taken in its module")
             setattr(module, attr, ex)
-    REGISTRY[number] = Lesson(number, exercises)
+    REGISTRY[number] = list(exercises)
     return REGISTRY[number]
 
 
-def pick(answer: Mapping, key: str, choices: dict[str, Choice], right: str) -> str:
-    """Check a multiple-choice field; return the explanation of the right choice."""
-    value = field_of(answer, key)
-    got = (value if isinstance(value, str) else short(value, 20)).strip().strip("()").lower()
-    if got not in choices:
-        raise Wrong(tr(f"{key!r} must be one of {', '.join(map(repr, choices))}; got {short(answer[key])}",
-                       f"{key!r} 只能是 {', '.join(map(repr, choices))} 之一；你给的是 {short(answer[key])}"))
-    if got != right:
-        raise Wrong(f"({got}) {text(choices[got].why)}")
-    return f"({got}) {text(choices[got].why)}"
-
-
-# ============================================================================ shared data (cached)
+# ============================================================================ the lessons' data (cached)
 
 @functools.lru_cache(maxsize=None)
 def lesson00_data():
@@ -297,8 +356,7 @@ def lesson00_data():
     rng = np.random.default_rng(0)
     K = rng.standard_normal((1000, 8, 128), dtype=np.float32)
     V = rng.standard_normal((1000, 8, 128), dtype=np.float32)
-    q = rng.standard_normal(128, dtype=np.float32)
-    return K, V, q, 3
+    return K, V, rng.standard_normal(128, dtype=np.float32), 3
 
 
 def make_cache(K, V, block_size):
@@ -314,22 +372,20 @@ def lesson04_data():
     K = rng.standard_normal((1000, 2, 128), dtype=np.float32)
     V = rng.standard_normal((1000, 2, 128), dtype=np.float32)
     q = rng.standard_normal(128, dtype=np.float32)
-    cache = make_cache(K, V, 16)
-    scale = float(np.float32(1 / np.sqrt(128)))
-    out, tr = attend(q, cache, 1, scale=scale, trace=True)
-    return cache, q, 1, scale, out, tr
+    cache, scale = make_cache(K, V, 16), float(np.float32(1 / np.sqrt(128)))
+    out, trace = attend(q, cache, 1, scale=scale, trace=True)
+    return cache, q, 1, scale, out, trace
 
 
 @functools.lru_cache(maxsize=None)
-def small_cache(n_kv_heads=1, head_dim=128, block_size=16, seq_len=8, seed=5):
-    rng = np.random.default_rng(seed)
-    return make_cache(rng.standard_normal((seq_len, n_kv_heads, head_dim), dtype=np.float32),
-                  rng.standard_normal((seq_len, n_kv_heads, head_dim), dtype=np.float32), block_size)
+def small_cache(head_dim=128):
+    rng = np.random.default_rng(5)
+    return make_cache(rng.standard_normal((8, 1, head_dim), dtype=np.float32),
+                      rng.standard_normal((8, 1, head_dim), dtype=np.float32), 16)
 
 
 def kernel_q_codes(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Segment 1's codes and scales for q, read from the compiled kernel's trace."""
-    from ..validate import float32_like, head_dim
-    q = float32_like("q", q, (None,))
-    _, tr = attend(q, small_cache(head_dim=head_dim(q.shape[0])), 0, trace=True)
-    return tr.q_codes, tr.q_scales
+    """Segment 1's codes and scales for one of the lessons' queries (float32, head_dim a multiple of
+    32), read from the compiled kernel's trace."""
+    _, trace = attend(q, small_cache(q.shape[0]), 0, trace=True)
+    return trace.q_codes, trace.q_scales

@@ -4,8 +4,8 @@ lessonkit.roofline, so they follow the head size and the byte count the lesson u
 from __future__ import annotations
 
 from .. import roofline
-from ..language import Text, tr
-from .core import Choice, Exercise, Wrong, close, field_of, pick, register
+from ..language import Text
+from .core import Choice, Exercise, Field, register
 
 # ---------------------------------------------------------------------------- ex1: the floor
 
@@ -13,48 +13,45 @@ L09_GBPS = 20.0  # the bandwidth of the question (a round figure near this machi
 L09_HD = 256     # not the lesson's 128: the lesson works 128 out, the student applies it to another size
 
 
-def _floor_answer():
+UNITS = Text("floor_ns = {got:g}: 1 GB/s is 1 byte per ns, so ns = bytes / (GB/s)",
+             "floor_ns = {got:g}：1 GB/s 就是每 ns 1 字节，所以 ns = 字节数 / (GB/s)")
+
+
+def _floor_facts():
     b = roofline.bytes_per_token(L09_HD)
-    return b, roofline.floor_ns(b, L09_GBPS)
-
-
-def _check_floor(answer):
-    b, ns = _floor_answer()
-    got_b = field_of(answer, "bytes_per_token", int)
-    if got_b == 2 * L09_HD:
-        raise Wrong(tr(f"{got_b} counts the K and V rows only; each token also has one fp32 K scale and one fp32 V scale",
-                       f"{got_b} 只算了 K 行和 V 行；每个 token 还有一个 fp32 的 K scale 和一个 fp32 的 V scale"))
-    if got_b == roofline.bytes_per_token(128):
-        raise Wrong(tr(f"{got_b} is the lesson's head_dim 128; this question has head_dim {L09_HD}",
-                       f"{got_b} 是课上 head_dim 128 的结果；这道题的 head_dim 是 {L09_HD}"))
-    if got_b == L09_HD + 4:
-        raise Wrong(tr(f"{got_b} is one row and one scale; the loop reads K and V for every token",
-                       f"{got_b} 只是一行加一个 scale；循环对每个 token 都要读 K 和 V"))
-    if got_b != b:
-        raise Wrong(tr(f"bytes_per_token = {got_b}: count the int8 K row, the int8 V row (head_dim bytes each) "
-                       "and their two fp32 scales",
-                       f"bytes_per_token = {got_b}：请数上 int8 的 K 行、int8 的 V 行（各 head_dim 字节），"
-                       "以及它们的两个 fp32 scale"))
-    got_ns = field_of(answer, "floor_ns", float)
-    if close(got_ns, b * L09_GBPS, 0.01) or close(got_ns, L09_GBPS / b, 0.01):
-        raise Wrong(tr(f"floor_ns = {got_ns:g}: 1 GB/s is 1 byte per ns, so ns = bytes / (GB/s)",
-                       f"floor_ns = {got_ns:g}：1 GB/s 就是每 ns 1 字节，所以 ns = 字节数 / (GB/s)"))
-    if not close(got_ns, ns, 0.01):
-        raise Wrong(tr(f"floor_ns = {got_ns:g} is not {b} bytes / {L09_GBPS:g} GB/s (within 1 %)",
-                       f"floor_ns = {got_ns:g} 不等于 {b} 字节 / {L09_GBPS:g} GB/s（允许 1 % 误差）"))
-    return tr(f"{b} bytes at {L09_GBPS:g} GB/s take {ns:.1f} ns: no loop on one thread goes below that per token.",
-              f"{b} 字节在 {L09_GBPS:g} GB/s 下要 {ns:.1f} ns：单线程上没有哪个循环能让每个 token 低于这个时间。")
+    return {"bytes_per_token": b, "floor_ns": roofline.floor_ns(b, L09_GBPS), "gbps": L09_GBPS, "hd": L09_HD,
+            "times": b * L09_GBPS, "over": L09_GBPS / b}
 
 
 floor = Exercise(
-    lesson="09", name="floor", title=Text("The memory floor of one token", "一个 token 的内存下限"),
+    "floor", Text("The memory floor of one token", "一个 token 的内存下限"),
     question=Text(f"One token of one kv head at head_dim {L09_HD}: how many bytes must the loop read at least "
-                  f"(bytes_per_token: an integer)? At a read bandwidth of {L09_GBPS:g} GB/s, how many ns per token is that "
-                  "(floor_ns: a number)?",
+                  f"(bytes_per_token: an integer)? At a read bandwidth of {L09_GBPS:g} GB/s, how many ns per token is "
+                  "that (floor_ns: a number)?",
                   f"head_dim {L09_HD} 时，一个 kv 头的一个 token：循环至少要读多少字节（bytes_per_token：一个整数）？"
                   f"在 {L09_GBPS:g} GB/s 的读带宽下，这相当于每 token 多少 ns（floor_ns：一个数）？"),
-    template={"bytes_per_token": ..., "floor_ns": ...},
-    check=_check_floor, solution=_floor_answer,
+    facts=_floor_facts,
+    fields={"bytes_per_token": Field(int, Text(
+                "bytes_per_token = {got}: count the int8 K row, the int8 V row (head_dim bytes each) and their two "
+                "fp32 scales",
+                "bytes_per_token = {got}：请数上 int8 的 K 行、int8 的 V 行（各 head_dim 字节），以及它们的两个 fp32 scale"),
+                mistakes=((2 * L09_HD, Text(
+                    "{got} counts the K and V rows only; each token also has one fp32 K scale and one fp32 V scale",
+                    "{got} 只算了 K 行和 V 行；每个 token 还有一个 fp32 的 K scale 和一个 fp32 的 V scale")),
+                          (roofline.bytes_per_token(128), Text(
+                    "{got} is the lesson's head_dim 128; this question has head_dim {hd}",
+                    "{got} 是课上 head_dim 128 的结果；这道题的 head_dim 是 {hd}")),
+                          (L09_HD + 4, Text(
+                    "{got} is one row and one scale; the loop reads K and V for every token",
+                    "{got} 只是一行加一个 scale；循环对每个 token 都要读 K 和 V")))),
+            "floor_ns": Field(float, Text(
+                "floor_ns = {got:g} is not {bytes_per_token} bytes / {gbps:g} GB/s (within 1 %)",
+                "floor_ns = {got:g} 不等于 {bytes_per_token} 字节 / {gbps:g} GB/s（允许 1 % 误差）"), rtol=0.01,
+                mistakes=((lambda times, **_: times, UNITS), (lambda over, **_: over, UNITS)))},
+    correct=Text("{bytes_per_token} bytes at {gbps:g} GB/s take {floor_ns:.1f} ns: no loop on one thread goes below "
+                 "that per token.",
+                 "{bytes_per_token} 字节在 {gbps:g} GB/s 下要 {floor_ns:.1f} ns：单线程上没有哪个循环能让每个 token "
+                 "低于这个时间。"),
     hint=Text("K row and V row are int8, head_dim values each; each has one float32 scale. 1 GB/s = 1 byte per ns.",
               "K 行和 V 行都是 int8，各有 head_dim 个值；每行还有一个 float32 scale。1 GB/s = 每 ns 1 字节。"),
     explain=Text(f"roofline.bytes_per_token({L09_HD}) and roofline.floor_ns(bytes, GB/s) compute it.",
@@ -69,9 +66,11 @@ L09_CYCLES, L09_GHZ = 100.0, 2.4
 L09_ONE_THREAD, L09_BOARD = 10.8, roofline.BOARD_ALLCORE_GBPS[0]
 
 
-def _cores_answer():
+def _cores_facts():
     one = roofline.demand_gbps(L09_CYCLES, L09_GHZ, 1)
-    return one, roofline.demand_gbps(L09_CYCLES, L09_GHZ, 4), "a"
+    return {"one_core_gbps": one, "four_cores_gbps": roofline.demand_gbps(L09_CYCLES, L09_GHZ, 4), "verdict": "a",
+            "per_cycle": roofline.bytes_per_token() / L09_CYCLES, "cycles": L09_CYCLES, "ghz": L09_GHZ,
+            "one_thread": L09_ONE_THREAD, "board": L09_BOARD}
 
 
 CORES_CHOICES = {
@@ -93,30 +92,8 @@ CORES_CHOICES = {
 }
 
 
-def _check_cores(answer):
-    one, four, right = _cores_answer()
-    got1 = field_of(answer, "one_core_gbps", float)
-    if close(got1, roofline.bytes_per_token() / L09_CYCLES, 0.02):
-        raise Wrong(tr(f"one_core_gbps = {got1:g} divides bytes by cycles; turn cycles into ns first "
-                       f"({L09_CYCLES:g} cycles / {L09_GHZ:g} GHz)",
-                       f"one_core_gbps = {got1:g} 是字节数除以周期数；请先把周期换成 ns"
-                       f"（{L09_CYCLES:g} 周期 / {L09_GHZ:g} GHz）"))
-    if not close(got1, one, 0.02):
-        raise Wrong(tr(f"one_core_gbps = {got1:g} is not bytes per token / ns per token (within 2 %)",
-                       f"one_core_gbps = {got1:g} 不等于每 token 字节数 / 每 token ns（允许 2 % 误差）"))
-    got4 = field_of(answer, "four_cores_gbps", float)
-    if not close(got4, four, 0.02):
-        raise Wrong(tr(f"four_cores_gbps = {got4:g}: four cores each on its own head ask 4 x one core's rate",
-                       f"four_cores_gbps = {got4:g}：四个核各算自己的头，要的带宽是一个核的 4 倍"))
-    why = pick(answer, "verdict", CORES_CHOICES, right)
-    return tr(f"{one:.1f} GB/s per core (below one thread's {L09_ONE_THREAD:g}), {four:.1f} GB/s for four "
-              f"(above all cores' {L09_BOARD:g}): {why}",
-              f"每个核 {one:.1f} GB/s（低于单线程的 {L09_ONE_THREAD:g}），四个核 {four:.1f} GB/s"
-              f"（高于全核的 {L09_BOARD:g}）：{why}")
-
-
 four_cores = Exercise(
-    lesson="09", name="four_cores", title=Text("Four cores share one memory", "四个核共用一块内存"),
+    "four_cores", Text("Four cores share one memory", "四个核共用一块内存"),
     question=Text(f"A loop takes {L09_CYCLES:g} cycles per token on one core at {L09_GHZ:g} GHz and reads "
                   f"{roofline.bytes_per_token()} bytes per token. How many GB/s does one core ask for "
                   "(one_core_gbps: a number)? Four cores, each decoding its own head (four_cores_gbps: a number)? "
@@ -127,8 +104,22 @@ four_cores = Exercise(
                   "四个核各解码自己的头呢（four_cores_gbps：一个数）？"
                   f"开发板的内存给单线程 {L09_ONE_THREAD:g} GB/s，给全部核合计 {L09_BOARD:g} GB/s。"
                   "四个核同时跑时，决定速度的是什么（verdict：一个字母）？"),
-    template={"one_core_gbps": ..., "four_cores_gbps": ..., "verdict": ...},
-    choices=CORES_CHOICES, check=_check_cores, solution=_cores_answer,
+    facts=_cores_facts,
+    fields={"one_core_gbps": Field(float, Text(
+                "one_core_gbps = {got:g} is not bytes per token / ns per token (within 2 %)",
+                "one_core_gbps = {got:g} 不等于每 token 字节数 / 每 token ns（允许 2 % 误差）"), rtol=0.02,
+                mistakes=((lambda per_cycle, **_: per_cycle, Text(
+                    "one_core_gbps = {got:g} divides bytes by cycles; turn cycles into ns first ({cycles:g} cycles / "
+                    "{ghz:g} GHz)",
+                    "one_core_gbps = {got:g} 是字节数除以周期数；请先把周期换成 ns（{cycles:g} 周期 / {ghz:g} GHz）")),)),
+            "four_cores_gbps": Field(float, Text(
+                "four_cores_gbps = {got:g}: four cores each on its own head ask 4 x one core's rate",
+                "four_cores_gbps = {got:g}：四个核各算自己的头，要的带宽是一个核的 4 倍"), rtol=0.02),
+            "verdict": Field(CORES_CHOICES)},
+    correct=Text("{one_core_gbps:.1f} GB/s per core (below one thread's {one_thread:g}), {four_cores_gbps:.1f} GB/s "
+                 "for four (above all cores' {board:g}): {why}",
+                 "每个核 {one_core_gbps:.1f} GB/s（低于单线程的 {one_thread:g}），四个核 {four_cores_gbps:.1f} GB/s"
+                 "（高于全核的 {board:g}）：{why}"),
     hint=Text("ns per token = cycles / GHz. GB/s = bytes / ns. Cores decoding different heads add up.",
               "每 token ns = 周期数 / GHz。GB/s = 字节数 / ns。解码不同头的各个核，需求要加起来。"),
     explain=Text("roofline.demand_gbps(cycles, ghz, cores) computes it.",
@@ -152,17 +143,13 @@ FLOOR_CHOICES = {
 }
 
 
-def _check_floor_choice(answer):
-    return pick(answer, "choice", FLOOR_CHOICES, "a")
-
-
 at_the_floor = Exercise(
-    lesson="09", name="at_the_floor", title=Text("When fewer instructions do not help", "指令少了却不见快"),
+    "at_the_floor", Text("When fewer instructions do not help", "指令少了却不见快"),
     question=Text("A new version runs half the instructions per token of the one before it. At 1K tokens it is "
                   "faster; at 256K tokens both take the same ns per token. Why (choice: a letter)?",
                   "一个新版本每 token 的指令数只有前一版的一半。在 1K token 时它更快；在 256K token 时两者"
                   "每 token 的 ns 一样。为什么（choice：一个字母）？"),
-    template={"choice": ...}, choices=FLOOR_CHOICES, check=_check_floor_choice, solution=lambda: ("a",),
+    facts={"choice": "a"}, fields={"choice": Field(FLOOR_CHOICES)},
     hint=Text("Compare both times with the dashed line of the plot: bytes per token / read bandwidth.",
               "把两个时间都和图里的虚线比一比：每 token 字节数 / 读带宽。"),
     explain=Text("A loop faster than memory waits for memory: only reading fewer bytes helps then.",
