@@ -391,7 +391,8 @@ def report(result: dict) -> str:
         lines.append(f"flash_attn_single_q_q8_fast: {result['skipped']['fast']}")
     if "parallel_capacity" in result:
         lines.append(f"parallel capacity (this run): the kernel on 2 threads runs {result['parallel_capacity']:.2f}x "
-                     "as many calls per second as on 1 (4K cache, C loops): what this machine offered for the split-KV rows")
+                     "as many calls per second as on 1 (4K cache, C loops): what this machine offered for the "
+                     "split-KV rows")
     lines += ["", str(rows_table(result)), ""]
     for T, row in result["rows"].items():
         if "group4" in row:

@@ -232,7 +232,8 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     box(0.2, 2.1, 1.7, 2.1, tr(f"K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B",
                                f"K 的第 t 行\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B"))
     box(2.3, 2.1, 2.3, 2.1, tr(f"segment 2\n({lines[2]})\n{nblk} int32 dots\ns += dot32 * qsc[b]\ns *= ks * scale",
-                               f"segment 2\n（{lines[2]}）\n{nblk} 次 int32 点积\ns += dot32 * qsc[b]\ns *= ks * scale"), seg=2)
+                               f"segment 2\n（{lines[2]}）\n{nblk} 次 int32 点积\ns += dot32 * qsc[b]\ns *= ks * scale"),
+        seg=2)
     box(5.0, 2.1, 2.3, 2.1, tr(f"segment 3\n({lines[3]})\nnew max: rescale\n({c.rescales} of {T} tokens)\n"
                                "1 expf per token",
                                f"segment 3\n（{lines[3]}）\n新最大值：rescale\n（{T} 个中 {c.rescales} 个）\n"

@@ -69,7 +69,8 @@ class FlashAttnQ8:
                                 f"head_dim 必须是 {QK8_0} 的倍数（ggml 的 q8_0 块）；实际是 {hd}"))
         K, V = np.ascontiguousarray(K, dtype=np.float32), np.ascontiguousarray(V, dtype=np.float32)
         if K.ndim != 2 or K.shape[1] != hd or V.shape != K.shape:
-            raise ValueError(tr(f"K and V must both have shape [seq_len, {hd}]; got {list(K.shape)} and {list(V.shape)}",
+            raise ValueError(tr(f"K and V must both have shape [seq_len, {hd}]; "
+                                f"got {list(K.shape)} and {list(V.shape)}",
                                 f"K 和 V 的形状都必须是 [seq_len, {hd}]；实际是 {list(K.shape)} 和 {list(V.shape)}"))
         T = K.shape[0]
         if T < 1:
@@ -85,7 +86,8 @@ class FlashAttnQ8:
         if not self.threads:
             raise ValueError(tr("threads must name at least one thread count", "threads 至少要给出一个线程数"))
         for n in self.threads:
-            check.at_most("n_threads", n, min(MAX_THREADS, os.cpu_count() or 1), tr("threads of this machine", "本机的线程数"))
+            check.at_most("n_threads", n, min(MAX_THREADS, os.cpu_count() or 1),
+                          tr("threads of this machine", "本机的线程数"))
         self.scale = float(1 / np.sqrt(hd) if scale is None else scale)
         if not np.isfinite(self.scale) or self.scale <= 0:
             raise ValueError(tr(f"scale must be a positive finite number; got {scale!r}",

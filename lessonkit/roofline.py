@@ -22,7 +22,7 @@ from .cache import KVCacheQ8
 from .language import tr
 from .table import Table
 from .traffic import SYS_CACHE, size_bytes
-from .variants import BY_NAME, VARIANTS, adds_text as what_it_adds
+from .variants import BY_NAME, VARIANTS, adds_text as what_it_adds  # noqa: F401  (lesson 09 calls it here)
 
 SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
 HEAD_DIM = 128
@@ -206,7 +206,8 @@ def table(res: dict) -> Table:
         rows.append([n, *(res["rows"][T][n] for T in lengths), *est])
     k = len(lengths)
     return Table(rows, header=[tr("version", "版本"), *(f"{T // 1024}K" for T in lengths), tr("A76 est.", "A76 估计"),
-                               tr("instr.", "指令数"), tr("mix per token (loads/simd/scalar)", "每 token 指令构成（加载/SIMD/标量）")],
+                               tr("instr.", "指令数"),
+                               tr("mix per token (loads/simd/scalar)", "每 token 指令构成（加载/SIMD/标量）")],
                  caption=tr(f"ns/token on {res['machine']}{rounds} (x86 runs SIMDe's build of the NEON source, not "
                             "NEON); A76 est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token",
                             f"{res['machine']} 上的 ns/token{rounds}（x86 运行的是 SIMDe 构建的 NEON 源码，不是 NEON）；"
