@@ -1,17 +1,5 @@
-"""ESTIMATED cycles per token of each kernel variant on the board's cores, from llvm-mca (no ARM board
-here, and qemu-user timings mean nothing): a model's figures, commonly off by 20-30 %, not measurements.
-
-- Cortex-A76 (the RK3588's big cores): LLVM has no A76 model (``-mcpu=cortex-a76`` silently falls back
-  to the Cortex-A57's); the Neoverse N1, the A76's server sibling with the same core, stands in
-  (docs/references.md, "llvm-mca"). Cortex-A55 (the little cores): LLVM's own in-order model.
-- One token's instructions: native/*.c compiled with lessonkit.native's aarch64 flags, linked with a
-  driver, run once under ``qemu-aarch64 -d in_asm,exec,nochain``, which logs every executed block. The
-  token loop is a periodic stretch of that trace whose repeat count grows with the sequence length:
-  tokens per period = (T2 - T1) / (repeats at T2 - repeats at T1), so a loop over tiles of 16 counts 16.
-  Two token loops (two-pass) add their cycles. The driver's scores fall token by token, so the common
-  path (no new max, no rescale) runs.
-- ``expf``: the trace follows the call into glibc's libm and back, so the block holds the path glibc
-  took, inlined; llvm-mca charges a call 100 cycles, so each ``bl``/``blr`` is given to it as ``b``/``br``.
+"""llvm-mca ESTIMATES of each kernel variant's cycles per token on the board's cores (no ARM board
+here, and qemu-user timings mean nothing): how they are made is HEADER, which ``main`` prints.
 
     estimates = estimate(cpu="neoverse-n1", dotprod=True)   # one Estimate per variant
     python -m lessonkit.cycles [--quick]                    # the table (make bench-a76)
@@ -376,10 +364,12 @@ def estimate_all(cpus=CPUS, dotprods=(True, False), variant: str | None = None,
 HEADER = f"""\
 llvm-mca ESTIMATES (a model, not a measurement; typically +-20-30 %), hd {HD}, per token.
 Cortex-A76: LLVM has no A76 model (-mcpu=cortex-a76 falls back to the Cortex-A57 model), so the
-  Neoverse N1 model stands in: the N1 is the A76's server sibling, the same microarchitecture.
-Cortex-A55: LLVM's in-order cortex-a55 model.
-The token loop is one period of the kernel's qemu-aarch64 trace (common path: no rescale);
-expf is glibc's own executed path, inlined (calls given to llvm-mca as branches).
+  Neoverse N1 model stands in: the N1 is the A76's server sibling, the same microarchitecture
+  (docs/references.md, "llvm-mca"). Cortex-A55: LLVM's in-order cortex-a55 model.
+The token loop is one period of the kernel's qemu-aarch64 trace (-d in_asm,exec,nochain) of native/
+  built with lessonkit.native's aarch64 flags; the driver's scores fall token by token, so the common
+  path runs (no new max, no rescale). expf is glibc's own executed path, inlined (llvm-mca would charge
+  a call 100 cycles: bl/blr are given to it as b/br).
 cycles/token = llvm-mca's cycles for one period / the tokens one period handles (extra tokens /
   extra periods between two traced lengths): 1 token by token, the tile (16) for the tiled variants;
   a kernel with two token loops (two-pass) adds theirs (c / t + ...).
