@@ -198,10 +198,18 @@ def fast_built() -> bool:
     return "fast" in timing.VARIANTS
 
 
-def interleaved(contenders: dict, rounds: int, stat: str = "median") -> dict[str, float]:
+def interleaved(contenders: dict, rounds: int, stat: str = "median", close=()) -> dict[str, float]:
     """The median (or ``stat="min"``: the least disturbed) of ``rounds`` samples of each contender (a
     function of no arguments returning one sample's ns), after one warm-up call each, sampled in
-    alternation with the order rotated every round."""
+    alternation with the order rotated every round; then the objects of ``close`` are closed."""
+    try:
+        return _interleaved(contenders, rounds, stat)
+    finally:
+        for c in close:
+            c.close()
+
+
+def _interleaved(contenders, rounds, stat):
     if stat not in ("median", "min"):
         raise ValueError(tr(f"stat must be 'median' or 'min'; got {stat!r}",
                             f"stat 必须是 'median' 或 'min'；实际是 {stat!r}"))
@@ -229,6 +237,12 @@ def _per_call(fn, number: int):
             fn()
         return (time.perf_counter_ns() - t0) / number
     return sample
+
+
+def kernel_contenders(names, q, cache, kv_head, number: int, cores=None) -> dict:
+    """Registry versions timed by the C loop (``timing.time_kernel``), ``number`` calls a sample."""
+    return {n: (lambda n=n: time_kernel(q, cache, kv_head, backend=n, repeats=1, number=number, cores=cores))
+            for n in names}
 
 
 def beyond_contenders(q, qs, cache, kv_head, number: int, cores=None, fast: bool = True) -> dict:
@@ -297,9 +311,7 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
         progress(f"seq_len {T}: building the cache")
         cache, kv_head, q, K, V = make_inputs(T, n_kv_heads)
         number = max(1, 65536 // T)  # calls per sample: at least 64K tokens' worth
-        contenders = {name: (lambda name=name: time_kernel(q, cache, kv_head, backend=name, repeats=1,
-                                                           number=number, cores=plan))
-                      for name in KERNELS + (("fast",) if fast_built() else ())}
+        contenders = kernel_contenders(KERNELS + (("fast",) if fast_built() else ()), q, cache, kv_head, number, plan)
         contenders["numpy_f32"] = _per_call(lambda: numpy_f32(q, K, V, scale), 1)
         contenders["numpy_int8"] = _per_call(lambda: numpy_int8(q, cache, kv_head, scale), 1)
         progress(f"seq_len {T}: llama.cpp's q8_0 flash attention (ggml): build and check")
@@ -312,14 +324,10 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
         if T in beyond_lengths:
             contenders.update(beyond_contenders(q, group_queries(), cache, kv_head, number, plan, fast_built()))
         progress(f"seq_len {T}: {len(contenders)} contenders, {repeats} interleaved rounds")
-        try:
-            # BLAS only: threadpoolctl's default would cap ggml's OpenMP threads too (its 2-thread
-            # rows then ran 10-20x slower than 1 thread here)
-            with threadpool_limits(1, user_api="blas"):
-                row = interleaved(contenders, repeats)
-        finally:
-            for fa in closing:
-                fa.close()
+        # BLAS only: threadpoolctl's default would cap ggml's OpenMP threads too (its 2-thread rows then
+        # ran 10-20x slower than 1 thread here)
+        with threadpool_limits(1, user_api="blas"):
+            row = interleaved(contenders, repeats, close=closing)
         kv_bytes = T * (2 * HEAD_DIM + 2 * 4)  # this head's K and V rows and their scales
         result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns) for name, ns in row.items()}
     return result

@@ -117,7 +117,6 @@ def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None =
     interleaved rounds; the single-thread read bandwidth (highest of the probes) and the largest CPU
     cache; at ``extra_at`` tokens lesson 08's rows, "fast" and llama.cpp's (skipped with the reason)."""
     from . import bench
-    from .timing import time_kernel
     names = path() if names is None else list(names)
     res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
                read_gbps=bench.read_bandwidth_gbps(), cache_bytes=cache_bytes(), rounds=rounds, rows={}, extra={},
@@ -125,7 +124,7 @@ def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None =
     for T in bench._lengths("lengths", list(lengths)):
         cache, kh, q = bench.make_inputs(T)[:3]
         number = max(1, 65536 // T)
-        cont = {n: (lambda n=n: time_kernel(q, cache, kh, backend=n, repeats=1, number=number)) for n in names}
+        cont = bench.kernel_contenders(names, q, cache, kh, number)
         res["rows"][T] = {n: ns / T for n, ns in bench.interleaved(cont, rounds, stat="min").items()}
         res["read_gbps"] = max(res["read_gbps"], bench.read_bandwidth_gbps())
     if extra_at:
@@ -133,16 +132,12 @@ def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None =
         cache, kh, q, K, V = bench.make_inputs(T)
         number = max(1, 65536 // T)
         cont = bench.beyond_contenders(q, bench.group_queries(), cache, kh, number)
-        cont["fast"] = lambda: time_kernel(q, cache, kh, backend="fast", repeats=1, number=number)
+        cont.update(bench.kernel_contenders(["fast"], q, cache, kh, number))
         gc, closing, _, why = bench.ggml_contenders(q, K, V, 1 / math.sqrt(HEAD_DIM), number)
         cont.update({k: gc[k] for k in ("ggml_h1_t1", "ggml_h4_t1") if k in gc})
         if why:
             res["skipped"]["ggml"] = why
-        try:
-            res["extra"] = {n: ns / T for n, ns in bench.interleaved(cont, rounds, stat="min").items()}
-        finally:
-            for fa in closing:
-                fa.close()
+        res["extra"] = {n: ns / T for n, ns in bench.interleaved(cont, rounds, stat="min", close=closing).items()}
     return res
 
 
