@@ -161,10 +161,34 @@ class FlashAttnQ8:
     __del__ = close
 
 
+def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:
+    """llama.cpp's q8_0 in numpy, as its reference quantizer ``quantize_row_q8_0_ref`` makes it: per 32
+    values ``d = max|x| / 127``, codes ``roundf(x * (1/d))``; (codes int8, scales float16 ``[..., hd/32]``)."""
+    x = np.asarray(x, np.float32)
+    hd = x.shape[-1]
+    if hd % QK8_0:
+        raise ValueError(tr(f"the last axis must be a multiple of {QK8_0}; got {hd}",
+                            f"最后一维必须是 {QK8_0} 的倍数；实际是 {hd}"))
+    blocks = x.reshape(*x.shape[:-1], hd // QK8_0, QK8_0)
+    d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    v = (blocks * inv[..., None]).astype(np.float32).astype(np.float64)
+    codes = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -128, 127).astype(np.int8)  # C roundf, exact
+    return codes.reshape(x.shape), d.astype(np.float16)
+
+
+def dequantize_q8_0(codes, d) -> np.ndarray:
+    """float32 ``code * float(d)`` per 32 values."""
+    codes = np.asarray(codes)
+    blocks = codes.reshape(*codes.shape[:-1], -1, QK8_0).astype(np.float32)
+    return (blocks * np.asarray(d).astype(np.float32)[..., None]).reshape(codes.shape)
+
+
 def expected(qs, K, V, scale: float | None = None) -> np.ndarray:
     """What ggml computes: float64 attention of q8_0-rounded ``qs [G, hd]`` over q8_0-rounded K, V."""
-    from . import precision, reference
-    Kd, Vd, Qd = (precision.dequantized(np.atleast_2d(np.asarray(x, np.float32)), "q8_0") for x in (K, V, qs))
+    from . import reference
+    Kd, Vd, Qd = (dequantize_q8_0(*quantize_q8_0(np.atleast_2d(x))) for x in (K, V, qs))
     return np.stack([reference.attention(q, Kd, Vd, scale) for q in Qd])
 
 

@@ -17,6 +17,7 @@ from . import validate as check
 from .cache import KVCacheQ8
 from .kernels.attention import attend
 from .language import tr
+from .llama_ggml import dequantize_q8_0, quantize_q8_0  # noqa: F401  (lesson 07 calls them here)
 from .quant import KVQ_INV
 from .reference import attention
 from .rounding import q_block_scaled, round_codes
@@ -87,28 +88,6 @@ def quantize_rows_engine(x) -> tuple[np.ndarray, np.ndarray]:
     safe = np.where(amax > 0, amax, np.float32(1)).astype(np.float64)
     codes = np.floor(x.astype(np.float64) * 127.0 / safe[..., None] + 0.5)
     return np.where(amax[..., None] > 0, codes, 0.0).astype(np.int8), amax.astype(np.float32)
-
-
-def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:
-    """llama.cpp's q8_0 in numpy: (codes int8 ``[..., hd]``, scales float16 ``[..., hd/32]``)."""
-    x = np.asarray(x, np.float32)
-    hd = x.shape[-1]
-    if hd % QBLOCK:
-        raise ValueError(tr(f"the last axis must be a multiple of {QBLOCK}; got {hd}",
-                            f"最后一维必须是 {QBLOCK} 的倍数；实际是 {hd}"))
-    blocks = x.reshape(*x.shape[:-1], hd // QBLOCK, QBLOCK)
-    d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
-    with np.errstate(divide="ignore"):
-        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-    codes = round_codes((blocks * inv[..., None]).astype(np.float32), "roundf")
-    return codes.reshape(x.shape), d.astype(np.float16)
-
-
-def dequantize_q8_0(codes, d) -> np.ndarray:
-    """float32 ``code * float(d)`` per 32 values."""
-    codes = np.asarray(codes)
-    blocks = codes.reshape(*codes.shape[:-1], -1, QBLOCK).astype(np.float32)
-    return (blocks * np.asarray(d).astype(np.float32)[..., None]).reshape(codes.shape)
 
 
 def dequantized(x, scheme: str = "engine", channels=()) -> np.ndarray:
