@@ -112,13 +112,7 @@ def median_ns(fn, repeats: int, cores: str | None = None) -> float:
     repeats = check.integer("repeats", repeats, minimum=1)
     check.at_most("repeats", repeats, timing.MAX_REPEATS, tr("repeats of one timing", "一次计时的重复次数"))
     with env.pinned(cores):
-        fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter_ns()
-            fn()
-            times.append(time.perf_counter_ns() - t0)
-    return float(np.median(times))
+        return _sampled({"fn": _per_call(fn, 1)}, repeats, np.median)["fn"]
 
 
 def group_queries(seed: int = 1) -> np.ndarray:
@@ -203,29 +197,29 @@ def interleaved(contenders: dict, rounds: int, stat: str = "median", close=()) -
     function of no arguments returning one sample's ns), after one warm-up call each, sampled in
     alternation with the order rotated every round; then the objects of ``close`` are closed."""
     try:
-        return _interleaved(contenders, rounds, stat)
+        if stat not in ("median", "min"):
+            raise ValueError(tr(f"stat must be 'median' or 'min'; got {stat!r}",
+                                f"stat 必须是 'median' 或 'min'；实际是 {stat!r}"))
+        rounds = check.integer("rounds", rounds, minimum=1)
+        check.at_most("rounds", rounds, MAX_BENCH_REPEATS, tr("rounds of one interleaved timing", "一次交替计时的轮数"))
+        for name, fn in contenders.items():
+            if not callable(fn):
+                raise TypeError(tr(f"contender {name!r} must be a function of no arguments",
+                                   f"参赛者 {name!r} 必须是一个不带参数的函数"))
+        return _sampled(contenders, rounds, np.min if stat == "min" else np.median)
     finally:
         for c in close:
             c.close()
 
 
-def _interleaved(contenders, rounds, stat):
-    if stat not in ("median", "min"):
-        raise ValueError(tr(f"stat must be 'median' or 'min'; got {stat!r}",
-                            f"stat 必须是 'median' 或 'min'；实际是 {stat!r}"))
-    rounds = check.integer("rounds", rounds, minimum=1)
-    check.at_most("rounds", rounds, MAX_BENCH_REPEATS, tr("rounds of one interleaved timing", "一次交替计时的轮数"))
+def _sampled(contenders: dict, rounds: int, reduce) -> dict[str, float]:
     names = list(contenders)
     for name in names:
-        if not callable(contenders[name]):
-            raise TypeError(tr(f"contender {name!r} must be a function of no arguments",
-                               f"参赛者 {name!r} 必须是一个不带参数的函数"))
-        contenders[name]()
+        contenders[name]()  # warm-up
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             samples[name].append(float(contenders[name]()))
-    reduce = np.min if stat == "min" else np.median
     return {name: float(reduce(v)) for name, v in samples.items()}
 
 
