@@ -1,30 +1,14 @@
-"""The benchmark: ``make bench`` or ``python -m lessonkit.bench [--quick] [--json PATH]``
-(introduced in lesson 05).
+"""The benchmark: ``make bench`` or ``python -m lessonkit.bench [--quick] [--json PATH]`` (lesson 05).
 
-For each sequence length, one kv head of head_dim 128 (by default a cache of one kv head, so
-that each head's rows are contiguous, as the numpy reference's arrays are; ``--n-kv-heads 8``
-gives Qwen3-8B's interleaved layout, where a head's rows are kv_dim bytes apart), it times: the NEON kernel (SIMDe's build on x86), the scalar C kernel, the two two-pass
-variants of article section 3, the fast kernel (when this build has it), a vectorized numpy
-float32 reference over fp32 K/V, a numpy version over the same int8 cache (dequantize, then the
-same math: what a student writes first), and llama.cpp's own q8_0 flash attention, measured:
-``ggml_flash_attn_ext`` through ggml-python (``pip install -e '.[bench]'``; lessonkit.llama_ggml),
-1 and 4 query heads, 1 and 2 threads, on the same float K/V quantized by ggml to its q8_0 (per 32
-values; ours is per (token, head) row): the same attention at the same shape, each in its own
-format, ggml's output checked before it is timed. It measures this machine's read bandwidth on
-1 and on 2 threads in the same run and prints the targets, met or MISS. The contenders of one
-length are timed in alternation, one sample of each per round, so that a busy moment of the
-machine hits all alike and the ratios come from the same run. Everything runs on one thread (numpy's
-BLAS is limited to one with threadpoolctl), except the split-KV and ggml rows with 2 threads.
-
-Lesson 08's rows, at 8K, 64K and 256K: GQA, four query heads of one kv head in one grouped call
-(flash_attn_group_q8_neon) against four per-head calls of the kernel (the engine's way); and
-split-KV, the tokens cut in two chunks (flash_attn_partial_q8_neon, merged in Python), run on 1 and
-on 2 threads (lessonkit.attend_split, timed from Python: chunks, threads and merge). Their ns per
-token are for all four heads (GQA) or for the one head (split).
-Timings are medians of repeats; on x86 they time SIMDe's build, not NEON. On a machine with
-several core types the whole run is pinned to one (``--cores``, default the big cores: the
-Cortex-A76 of the RK3588; ``lessonkit.env.pinned``). Lengths, kv heads and repeats are bounded
-(MAX_LENGTH, MAX_KV_HEADS, MAX_BENCH_REPEATS, and MAX_BENCH_BYTES for the inputs of one length)."""
+At each sequence length, one kv head of head_dim 128 (in a cache of one kv head by default; ``--n-kv-heads
+8`` gives Qwen3-8B's interleaved rows), it times the kernel and its variants (the NEON source, SIMDe's build
+on x86), numpy over fp32 K/V and over the int8 cache, and llama.cpp's q8_0 flash attention (ggml-python,
+lessonkit.llama_ggml; its output checked before it is timed), and from 8K lesson 08's rows: GQA (one
+grouped call for 4 query heads against 4 per-head calls) and split-KV (2 chunks on 1 and 2 threads, timed
+from Python with the merge). The contenders of a length are timed in alternation, one sample each per
+round, so a busy moment hits all alike; it measures this machine's read bandwidth in the same run and
+prints the targets, met or MISS. One thread (numpy's BLAS limited) unless a row says 2; pinned to one
+core type (``--cores``, default the big cores, ``lessonkit.env.pinned``). Figures are medians."""
 from __future__ import annotations
 
 import argparse
@@ -32,17 +16,18 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from . import env, kernels, native, reference
-from . import timing
+from . import env, kernels, native, reference, timing
 from . import validate as check
 from .cache import KVCacheQ8
 from .kernels import split
 from .language import tr
+from .table import Table
 from .timing import time_kernel
 
 FULL_LENGTHS = (1024, 8192, 65536, 262144)
@@ -52,62 +37,55 @@ KERNELS = ("neon", "scalar", "two_pass_scores", "two_pass_recompute")
 BEYOND_LENGTHS = (8192, 65536, 262144)  # lesson 08's rows, where the cache is long
 GQA_G, SPLIT_CHUNKS = 4, 2              # Qwen3-8B's group size; chunks of the split rows
 BEYOND = ("group4", "per_head4", "per_head_fast4", "split_1t", "split_2t")
+GGML_ROWS = {"ggml_h1_t1": (1, 1), "ggml_h1_t2": (1, 2), "ggml_h4_t1": (GQA_G, 1), "ggml_h4_t2": (GQA_G, 2)}
 LABELS = {"group4": "GQA: 4 query heads, 1 grouped call", "per_head4": "GQA: 4 query heads, 4 per-head calls",
           "per_head_fast4": "GQA: 4 query heads, 4 per-head calls of fast",
           "split_1t": "split-KV, 2 chunks, 1 thread", "split_2t": "split-KV, 2 chunks, 2 threads",
-          "neon": "flash_attn_single_q_q8_neon", "scalar": "scalar C kernel",
+          "neon": "flash_attn_single_q_q8_neon", "scalar": "scalar C kernel", "fast": "flash_attn_single_q_q8_fast",
           "two_pass_scores": "two-pass, stored scores", "two_pass_recompute": "two-pass, K read twice",
-          "numpy_f32": "numpy float32 reference (fp32 K/V)",
-          "numpy_int8": "numpy over the int8 cache (dequantize)"}
-GGML_ROWS = {"ggml_h1_t1": (1, 1), "ggml_h1_t2": (1, 2), "ggml_h4_t1": (GQA_G, 1), "ggml_h4_t2": (GQA_G, 2)}
-LABELS.update({"fast": "flash_attn_single_q_q8_fast",
-               **{name: f"llama.cpp q8_0 FA, {h} head{'s' * (h > 1)}, {t} thread{'s' * (t > 1)}"
-                  for name, (h, t) in GGML_ROWS.items()}})
-
-
+          "numpy_f32": "numpy float32 reference (fp32 K/V)", "numpy_int8": "numpy over the int8 cache (dequantize)",
+          **{name: f"llama.cpp q8_0 FA, {h} head{'s' * (h > 1)}, {t} thread{'s' * (t > 1)}"
+             for name, (h, t) in GGML_ROWS.items()}}
 MAX_LENGTH = 1 << 20         # tokens of one row: 4x the longest the benchmark measures
 MAX_KV_HEADS = 64
 MAX_BENCH_REPEATS = 100
 MAX_BENCH_BYTES = 4 << 30    # fp32 K and V of the head plus the q8 cache, for one length
 MAX_READ_BYTES = 1 << 30     # the read-bandwidth buffer: far beyond any last-level cache
+CHUNK = 16384                # tokens make_inputs appends at a time
 
 
 def progress(msg: str) -> None:
     print(f"  .. {msg}", file=sys.stderr, flush=True)
 
 
-def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
-    """A cache of N_KV_HEADS heads (only KV_HEAD random, the others zero: cheap to build) and the
-    fp32 K, V of that head for the numpy reference."""
-    seq_len = check.integer("seq_len", seq_len, minimum=1)
+def _check_inputs(seq_len: int, n_kv_heads: int) -> None:
     check.at_most("seq_len", seq_len, MAX_LENGTH, tr("tokens of one benchmark row", "一行基准测试的 token 数"))
-    n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
-    check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS,
-                  tr("kv heads of the benchmark's cache", "基准测试 KV 缓存的 kv 头数"))
+    check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, tr("kv heads of the benchmark's cache", "基准测试 KV 缓存的 kv 头数"))
+    # fp32 K and V of the head, the q8 cache of every head, one chunk of fp32 K and V of every head
+    nbytes = (2 * seq_len * HEAD_DIM * 4 + seq_len * (2 * n_kv_heads * HEAD_DIM + 2 * 4 * n_kv_heads)
+              + 2 * min(seq_len, CHUNK) * n_kv_heads * HEAD_DIM * 4)
     check.memory(tr(f"the inputs of seq_len {seq_len} with {n_kv_heads} kv heads",
-                    f"seq_len {seq_len}、{n_kv_heads} 个 kv 头的输入"), input_bytes(seq_len, n_kv_heads),
+                    f"seq_len {seq_len}、{n_kv_heads} 个 kv 头的输入"), nbytes,
                  MAX_BENCH_BYTES, tr("use a shorter seq_len or fewer kv heads", "请用更短的 seq_len 或更少的 kv 头"))
+
+
+def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
+    """``(cache, kv_head, q, K, V)``: a cache of ``n_kv_heads`` heads (only KV_HEAD random, the others
+    zero: cheap to build) and that head's fp32 K, V for the numpy reference."""
+    seq_len = check.integer("seq_len", seq_len, minimum=1)
+    n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
+    _check_inputs(seq_len, n_kv_heads)
     rng = np.random.default_rng(seed)
     cache = KVCacheQ8(n_kv_heads, HEAD_DIM, BLOCK_SIZE)
     kv_head = min(KV_HEAD, n_kv_heads - 1)
     K = rng.standard_normal((seq_len, HEAD_DIM), dtype=np.float32)
     V = rng.standard_normal((seq_len, HEAD_DIM), dtype=np.float32)
-    chunk = 16384
-    for t0 in range(0, seq_len, chunk):
-        k = np.zeros((min(chunk, seq_len - t0), n_kv_heads, HEAD_DIM), np.float32)
+    for t0 in range(0, seq_len, CHUNK):
+        k = np.zeros((min(CHUNK, seq_len - t0), n_kv_heads, HEAD_DIM), np.float32)
         v = np.zeros_like(k)
-        k[:, kv_head] = K[t0:t0 + chunk]
-        v[:, kv_head] = V[t0:t0 + chunk]
+        k[:, kv_head], v[:, kv_head] = K[t0:t0 + CHUNK], V[t0:t0 + CHUNK]
         cache.append(k, v)
     return cache, kv_head, rng.standard_normal(HEAD_DIM, dtype=np.float32), K, V
-
-
-def input_bytes(seq_len: int, n_kv_heads: int) -> int:
-    """What make_inputs allocates: fp32 K and V of the head, the q8 cache (codes and scales of every
-    head), and one chunk of fp32 K and V of every head."""
-    chunk = min(seq_len, 16384)
-    return (2 * seq_len * HEAD_DIM * 4 + seq_len * (2 * n_kv_heads * HEAD_DIM + 2 * 4 * n_kv_heads)
-            + 2 * chunk * n_kv_heads * HEAD_DIM * 4)
 
 
 def numpy_f32(q, K, V, scale):
@@ -116,10 +94,8 @@ def numpy_f32(q, K, V, scale):
 
 
 def numpy_int8(q, cache: KVCacheQ8, kv_head: int, scale):
-    """The first thing a student writes: gather the head's rows from the blocks, dequantize to
-    float32, then the same math as numpy_f32."""
-    cols = slice(kv_head * cache.head_dim, (kv_head + 1) * cache.head_dim)
-    T = cache.seq_len
+    """What a student writes first: gather the head's rows, dequantize to float32, then numpy_f32."""
+    cols, T = slice(kv_head * cache.head_dim, (kv_head + 1) * cache.head_dim), cache.seq_len
     K = np.concatenate([b[:, cols] for b in cache.k_blocks])[:T].astype(np.float32)
     V = np.concatenate([b[:, cols] for b in cache.v_blocks])[:T].astype(np.float32)
     K *= (cache.k_scales(kv_head) / np.float32(127))[:, None]
@@ -128,22 +104,15 @@ def numpy_int8(q, cache: KVCacheQ8, kv_head: int, scale):
 
 
 def median_ns(fn, repeats: int, cores: str | None = None) -> float:
-    """Median ns of ``repeats`` calls of ``fn()`` from Python, after one warm-up call, pinned to
-    one core type like the kernel timings (``cores``, as in ``lessonkit.env.timing_cores``), so
-    that a numpy reference and the kernel are timed on the same kind of core."""
+    """Median ns of ``repeats`` calls of ``fn()`` from Python after a warm-up, pinned like the
+    kernel timings (``cores``, as in ``lessonkit.env.timing_cores``)."""
     if not callable(fn):
         raise TypeError(tr(f"fn must be a function of no arguments; got {type(fn).__name__}",
                            f"fn 必须是一个不带参数的函数；实际是 {type(fn).__name__}"))
     repeats = check.integer("repeats", repeats, minimum=1)
     check.at_most("repeats", repeats, timing.MAX_REPEATS, tr("repeats of one timing", "一次计时的重复次数"))
     with env.pinned(cores):
-        fn()  # warm up
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter_ns()
-            fn()
-            times.append(time.perf_counter_ns() - t0)
-    return float(np.median(times))
+        return _sampled({"fn": _per_call(fn, 1)}, repeats, np.median)["fn"]
 
 
 def group_queries(seed: int = 1) -> np.ndarray:
@@ -151,119 +120,40 @@ def group_queries(seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((GQA_G, HEAD_DIM), dtype=np.float32)
 
 
-def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str | None = None) -> float:
-    """Single-thread read bandwidth in GB/s: the best of 5 sums over a buffer of ``nbytes`` (a
-    multiple of 64 between 64 bytes and MAX_READ_BYTES), by fa_read_gbps of ``lib`` (default the
-    workbook's build), pinned like the timings (``cores``)."""
+def _read_buffer(ffi, lib, nbytes, line: int):
     ffi, lib = check.library(ffi, lib, ("fa_read_gbps",))
-    nbytes = check.integer("nbytes", nbytes, minimum=64)
+    nbytes = check.integer("nbytes", nbytes, minimum=line)
     check.at_most("nbytes", nbytes, MAX_READ_BYTES, tr("bytes of the read-bandwidth buffer", "读带宽缓冲区的字节数"))
-    if nbytes % 64:
-        raise ValueError(tr(f"nbytes must be a multiple of 64 (the probe reads whole 64-byte lines); "
-                            f"got {nbytes}: use {nbytes - nbytes % 64}",
-                            f"nbytes 必须是 64 的倍数（探测按整条 64 字节的缓存行读）；"
-                            f"实际是 {nbytes}：请用 {nbytes - nbytes % 64}"))
-    buf = np.ones(nbytes, np.uint8)  # numpy aligns it for the probe's 8-byte loads
+    if nbytes % line:
+        raise ValueError(tr(f"nbytes must be a multiple of {line} (the probe reads whole 64-byte lines); "
+                            f"got {nbytes}: use {nbytes - nbytes % line}",
+                            f"nbytes 必须是 {line} 的倍数（探测按整条 64 字节的缓存行读）；"
+                            f"实际是 {nbytes}：请用 {nbytes - nbytes % line}"))
+    return ffi, lib, nbytes, np.ones(nbytes, np.uint8)  # numpy aligns it for the probe's 8-byte loads
+
+
+def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str | None = None) -> float:
+    """Single-thread read bandwidth in GB/s: the best of 5 sums (fa_read_gbps of ``lib``, default the
+    workbook's build) over ``nbytes`` (a multiple of 64, at most MAX_READ_BYTES), pinned like the timings."""
+    ffi, lib, nbytes, buf = _read_buffer(ffi, lib, nbytes, 64)
     with env.pinned(cores):
         return float(lib.fa_read_gbps(ffi.from_buffer("unsigned char[]", buf), nbytes, 5))
 
 
-def _lengths(name: str, values) -> list[int]:
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(tr(f"{name} must be a list of sequence lengths; got {type(values).__name__}",
-                           f"{name} 必须是一个序列长度的列表；实际是 {type(values).__name__}"))
-    check.at_most(f"len({name})", len(values), 64, tr("lengths of one benchmark run", "一次基准测试的长度个数"))
-    out = [check.integer(name[:-1] if name.endswith("s") else name, T, minimum=1) for T in values]
-    for T in out:
-        check.at_most(name, T, MAX_LENGTH, tr("tokens of one benchmark row", "一行基准测试的 token 数"))
-    return out
-
-
-def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None, cores: str | None = None) -> dict:
-    """Every row at every length; lesson 08's rows at ``beyond_lengths`` (default: those of
-    ``lengths`` in BEYOND_LENGTHS). Pinned to one core type for the whole run (``cores``, as in
-    ``lessonkit.env.timing_cores``)."""
-    lengths = _lengths("lengths", lengths)
-    beyond_lengths = [T for T in lengths if T in BEYOND_LENGTHS] if beyond_lengths is None else _lengths(
-        "beyond_lengths", beyond_lengths)
-    repeats = check.integer("repeats", repeats, minimum=1)
-    check.at_most("repeats", repeats, MAX_BENCH_REPEATS, "repeats of one benchmark row")
-    n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
-    check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, "kv heads of the benchmark's cache")
-    for T in lengths:  # refuse before the first row is timed, not halfway through the run
-        check.memory(f"the inputs of seq_len {T} with {n_kv_heads} kv heads", input_bytes(T, n_kv_heads),
-                     MAX_BENCH_BYTES, "use shorter lengths or fewer kv heads")
-    plan = env.timing_cores(cores)
-    with env.pinned(plan):
-        return _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores)
-
-
-def fast_built() -> bool:
-    """Whether this build's timing loop knows the fast kernel (lessonkit.timing.VARIANTS)."""
-    return "fast" in timing.VARIANTS
-
-
-def interleaved(contenders: dict, rounds: int, stat: str = "median") -> dict[str, float]:
-    """Median ns of each contender (a function of no arguments returning the ns of one sample),
-    sampled in alternation: one warm-up call each, then ``rounds`` rounds of one sample of each,
-    the order rotated every round, so that no contender always runs right after the same one and
-    a slow moment of the machine lands on all of them alike. ``stat="min"``: the minimum of the
-    rounds instead, the least disturbed sample (on a shared machine a busy moment only adds time)."""
-    if stat not in ("median", "min"):
-        raise ValueError(tr(f"stat must be 'median' or 'min'; got {stat!r}",
-                            f"stat 必须是 'median' 或 'min'；实际是 {stat!r}"))
-    rounds = check.integer("rounds", rounds, minimum=1)
-    check.at_most("rounds", rounds, MAX_BENCH_REPEATS, tr("rounds of one interleaved timing", "一次交替计时的轮数"))
-    names = list(contenders)
-    for name in names:
-        if not callable(contenders[name]):
-            raise TypeError(tr(f"contender {name!r} must be a function of no arguments",
-                               f"参赛者 {name!r} 必须是一个不带参数的函数"))
-        contenders[name]()  # warm-up
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            samples[name].append(float(contenders[name]()))
-    reduce = np.min if stat == "min" else np.median
-    return {name: float(reduce(v)) for name, v in samples.items()}
-
-
-def _per_call(fn, number: int):
-    """A sample: ns per call of ``number`` back-to-back calls of ``fn`` from Python."""
-    def sample():
-        t0 = time.perf_counter_ns()
-        for _ in range(number):
-            fn()
-        return (time.perf_counter_ns() - t0) / number
-    return sample
-
-
 def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: int = 5,
                            cores: str | None = None) -> float:
-    """Read bandwidth of 2 threads in GB/s: each sums its half of a buffer of ``nbytes`` with
-    fa_read_gbps (cffi lets go of the GIL during the call, so both run at once); both start at a
-    barrier, and a pass's figure is all the bytes over the time from the first thread's start to the
-    last one's end (each thread times itself); the best
-    of ``reps`` passes, like the single-thread figure."""
-    import threading
-    ffi, lib = check.library(ffi, lib, ("fa_read_gbps",))
-    nbytes = check.integer("nbytes", nbytes, minimum=128)
-    check.at_most("nbytes", nbytes, MAX_READ_BYTES, tr("bytes of the read-bandwidth buffer", "读带宽缓冲区的字节数"))
-    if nbytes % 128:
-        raise ValueError(tr(f"nbytes must be a multiple of 128 (two halves of whole 64-byte lines); got {nbytes}",
-                            f"nbytes 必须是 128 的倍数（两半各是整条 64 字节的缓存行）；实际是 {nbytes}：请用 "
-                            f"{nbytes - nbytes % 128}"))
+    """Read bandwidth of 2 threads in GB/s, each summing half the buffer (cffi lets go of the GIL):
+    all the bytes over the first thread's start to the last one's end (each times itself), best of
+    ``reps`` passes."""
+    ffi, lib, nbytes, buf = _read_buffer(ffi, lib, nbytes, 128)
     reps = check.integer("reps", reps, minimum=1)
     check.at_most("reps", reps, 20, tr("passes of the read-bandwidth probe", "读带宽探测的遍数"))
-    buf = np.ones(nbytes, np.uint8)
     half = nbytes // 2
     ptrs = [ffi.from_buffer("unsigned char[]", buf[i * half:(i + 1) * half]) for i in range(2)]
     start, done = threading.Barrier(3), threading.Barrier(3)
-    spans = [[None] * reps for _ in range(2)]  # (start, end) ns of each thread's pass
+    spans = [[None] * reps for _ in range(2)]
 
-    def reader(i, p):
-        # each reader times its own pass: the main thread may be scheduled late after the barrier
+    def reader(i, p):  # each times its own pass: the main thread may be scheduled late after the barrier
         for r in range(reps):
             start.wait()
             t0 = time.perf_counter_ns()
@@ -279,34 +169,120 @@ def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: in
         for r in range(reps):
             start.wait()
             done.wait()
-            first = min(spans[i][r][0] for i in range(2))
-            last = max(spans[i][r][1] for i in range(2))
-            best = max(best, nbytes / max(last - first, 1))
+            span = max(s[r][1] for s in spans) - min(s[r][0] for s in spans)
+            best = max(best, nbytes / max(span, 1))
         for t in threads:
             t.join()
     return best
 
 
+def _lengths(name: str, values) -> list[int]:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(tr(f"{name} must be a list of sequence lengths; got {type(values).__name__}",
+                           f"{name} 必须是一个序列长度的列表；实际是 {type(values).__name__}"))
+    check.at_most(f"len({name})", len(values), 64, tr("lengths of one benchmark run", "一次基准测试的长度个数"))
+    out = [check.integer(name[:-1] if name.endswith("s") else name, T, minimum=1) for T in values]
+    for T in out:
+        check.at_most(name, T, MAX_LENGTH, tr("tokens of one benchmark row", "一行基准测试的 token 数"))
+    return out
+
+
+def fast_built() -> bool:
+    """Whether this build's timing loop knows the fast kernel."""
+    return "fast" in timing.VARIANTS
+
+
+def interleaved(contenders: dict, rounds: int, stat: str = "median", close=()) -> dict[str, float]:
+    """The median (or ``stat="min"``: the least disturbed) of ``rounds`` samples of each contender (a
+    function of no arguments returning one sample's ns), after one warm-up call each, sampled in
+    alternation with the order rotated every round; then the objects of ``close`` are closed."""
+    try:
+        if stat not in ("median", "min"):
+            raise ValueError(tr(f"stat must be 'median' or 'min'; got {stat!r}",
+                                f"stat 必须是 'median' 或 'min'；实际是 {stat!r}"))
+        rounds = check.integer("rounds", rounds, minimum=1)
+        check.at_most("rounds", rounds, MAX_BENCH_REPEATS, tr("rounds of one interleaved timing", "一次交替计时的轮数"))
+        for name, fn in contenders.items():
+            if not callable(fn):
+                raise TypeError(tr(f"contender {name!r} must be a function of no arguments",
+                                   f"参赛者 {name!r} 必须是一个不带参数的函数"))
+        return _sampled(contenders, rounds, np.min if stat == "min" else np.median)
+    finally:
+        for c in close:
+            c.close()
+
+
+def _sampled(contenders: dict, rounds: int, reduce) -> dict[str, float]:
+    names = list(contenders)
+    for name in names:
+        contenders[name]()  # warm-up
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(float(contenders[name]()))
+    return {name: float(reduce(v)) for name, v in samples.items()}
+
+
+def _per_call(fn, number: int):
+    """A sample: ns per call of ``number`` back-to-back calls of ``fn`` from Python."""
+    def sample():
+        t0 = time.perf_counter_ns()
+        for _ in range(number):
+            fn()
+        return (time.perf_counter_ns() - t0) / number
+    return sample
+
+
+def kernel_contenders(names, q, cache, kv_head, number: int, cores=None) -> dict:
+    """Registry versions timed by the C loop (``timing.time_kernel``), ``number`` calls a sample."""
+    return {n: (lambda n=n: time_kernel(q, cache, kv_head, backend=n, repeats=1, number=number, cores=cores))
+            for n in names}
+
+
+def beyond_contenders(q, qs, cache, kv_head, number: int, cores=None, fast: bool = True) -> dict:
+    """Lesson 08's rows as contenders: the grouped call and 4 per-head calls (of fast too), split-KV."""
+    out = {f"{v}4": (lambda v=v: kernels.time_group(qs, cache, kv_head, variant=v, repeats=1, number=number,
+                                                    cores=cores))
+           for v in ("group", "per_head") + (("per_head_fast",) if fast else ())}
+    for n in (1, 2):
+        out[f"split_{n}t"] = _per_call(lambda n=n: split.attend_split(q, cache, kv_head, SPLIT_CHUNKS, n), number)
+    return out
+
+
 def ggml_contenders(q, K, V, scale, number: int):
-    """llama.cpp's rows (GGML_ROWS) as interleaved contenders, each graph checked against
-    lessonkit.llama_ggml.expected before anything is timed; or (None, reason) without ggml-python.
-    Returns (contenders, objects to close, max error of the checks)."""
+    """llama.cpp's rows (GGML_ROWS) as contenders, each graph checked against llama_ggml.expected
+    first: (contenders, graphs to close, max error of the checks, None), or ({}, [], None, why)."""
     from . import llama_ggml
     if llama_ggml.load()[0] is None:
-        return None, llama_ggml.load()[1], None
+        return {}, [], None, llama_ggml.load()[1]
     threads = tuple(sorted({t for _, t in GGML_ROWS.values() if t <= (os.cpu_count() or 1)}))
     graphs, err = {}, 0.0
     for heads in sorted({h for h, _ in GGML_ROWS.values()}):
         qs = q[None] if heads == 1 else group_queries()
-        fa = llama_ggml.FlashAttnQ8(qs, K, V, scale, threads)
-        graphs[heads] = fa
+        graphs[heads] = fa = llama_ggml.FlashAttnQ8(qs, K, V, scale, threads)
         want = llama_ggml.expected(qs, K, V, scale)
         for t in threads:
             fa.compute(t)
             err = max(err, llama_ggml.check_output(fa.output(), want, f"ggml, {heads} heads, {t} threads"))
     contenders = {name: _per_call(lambda fa=graphs[h], t=t: fa.compute(t), number)
                   for name, (h, t) in GGML_ROWS.items() if t in threads}
-    return contenders, list(graphs.values()), err
+    return contenders, list(graphs.values()), err, None
+
+
+def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None, cores: str | None = None) -> dict:
+    """Every row at every length, lesson 08's at ``beyond_lengths`` (default: those of ``lengths`` in
+    BEYOND_LENGTHS), pinned to one core type (``cores``, as in ``lessonkit.env.timing_cores``)."""
+    lengths = _lengths("lengths", lengths)
+    beyond_lengths = [T for T in lengths if T in BEYOND_LENGTHS] if beyond_lengths is None else _lengths(
+        "beyond_lengths", beyond_lengths)
+    repeats = check.integer("repeats", repeats, minimum=1)
+    check.at_most("repeats", repeats, MAX_BENCH_REPEATS, "repeats of one benchmark row")
+    n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
+    for T in lengths:  # refuse before the first row is timed, not halfway through the run
+        _check_inputs(T, n_kv_heads)
+    plan = env.timing_cores(cores)
+    with env.pinned(plan):
+        return _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores)
 
 
 def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
@@ -328,46 +304,31 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
     for T in lengths:
         progress(f"seq_len {T}: building the cache")
         cache, kv_head, q, K, V = make_inputs(T, n_kv_heads)
-        kv_bytes = T * (2 * HEAD_DIM + 2 * 4)  # this head's K and V rows and their scales
         number = max(1, 65536 // T)  # calls per sample: at least 64K tokens' worth
-        single = KERNELS + (("fast",) if fast_built() else ())
-        contenders = {name: (lambda name=name: time_kernel(q, cache, kv_head, backend=name, repeats=1,
-                                                           number=number, cores=plan))
-                      for name in single}
+        contenders = kernel_contenders(KERNELS + (("fast",) if fast_built() else ()), q, cache, kv_head, number, plan)
         contenders["numpy_f32"] = _per_call(lambda: numpy_f32(q, K, V, scale), 1)
         contenders["numpy_int8"] = _per_call(lambda: numpy_int8(q, cache, kv_head, scale), 1)
         progress(f"seq_len {T}: llama.cpp's q8_0 flash attention (ggml): build and check")
-        gc, closing, err = ggml_contenders(q, K, V, scale, number)
-        if gc is None:
-            result["skipped"]["ggml"] = closing
-            closing = []
+        gc, closing, err, why = ggml_contenders(q, K, V, scale, number)
+        contenders.update(gc)
+        if why:
+            result["skipped"]["ggml"] = why
         else:
-            contenders.update(gc)
             result["ggml_check_error"][T] = err
         if T in beyond_lengths:
-            qs = group_queries()
-            for variant in ("group", "per_head") + (("per_head_fast",) if fast_built() else ()):
-                contenders[f"{variant}4"] = (lambda variant=variant: kernels.time_group(
-                    qs, cache, kv_head, variant=variant, repeats=1, number=number, cores=plan))
-            for threads in (1, 2):
-                contenders[f"split_{threads}t"] = _per_call(
-                    lambda threads=threads: split.attend_split(q, cache, kv_head, SPLIT_CHUNKS, threads), number)
+            contenders.update(beyond_contenders(q, group_queries(), cache, kv_head, number, plan, fast_built()))
         progress(f"seq_len {T}: {len(contenders)} contenders, {repeats} interleaved rounds")
-        try:
-            # BLAS only: a limit on OpenMP too (threadpoolctl's default) would also cap ggml's
-            # OpenMP threads, and its 2-thread rows then ran 10-20x slower than 1 thread here
-            with threadpool_limits(1, user_api="blas"):
-                row = interleaved(contenders, repeats)
-        finally:
-            for fa in closing:
-                fa.close()
+        # BLAS only: threadpoolctl's default would cap ggml's OpenMP threads too (its 2-thread rows then
+        # ran 10-20x slower than 1 thread here)
+        with threadpool_limits(1, user_api="blas"):
+            row = interleaved(contenders, repeats, close=closing)
+        kv_bytes = T * (2 * HEAD_DIM + 2 * 4)  # this head's K and V rows and their scales
         result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns) for name, ns in row.items()}
     return result
 
 
 def ratio(rows: dict, T: int, slow: str, fast: str, times: float = 1.0):
-    """ns/token of ``slow`` (x ``times``) over ns/token of ``fast`` at length T; None if either
-    row is missing."""
+    """ns/token of ``slow`` (x ``times``) over that of ``fast`` at length T; None if either is missing."""
     r = rows.get(T, {})
     if slow not in r or fast not in r:
         return None
@@ -375,68 +336,66 @@ def ratio(rows: dict, T: int, slow: str, fast: str, times: float = 1.0):
 
 
 def targets(result: dict) -> list[tuple[str, float | None, float, str]]:
-    """(what, measured, target, status) for every target: status "met" (measured >= target),
-    "MISS", or why there is no figure ("not built", "skipped: ...", "not measured")."""
+    """(what, measured, target, status): "met" (measured >= target), "MISS", or why there is no
+    figure ("not built", "skipped: ...", "not measured ...")."""
     rows, skipped = result["rows"], result.get("skipped", {})
-    fast_why = skipped.get("fast")
-    ggml_why = skipped.get("ggml")
-
-    def status(got, want, *, need=(), T=None):
-        for why in need:
-            if why:
-                return why
-        if T is not None and T not in rows:
-            return f"not measured ({T // 1024}K not in this run)"
-        if got is None:
-            return "not measured"
-        return "met" if got >= want else "MISS"
-
+    no_fast, no_ggml = skipped.get("fast"), skipped.get("ggml")
+    fast_share = rows[262144]["fast"]["gbps"] / result["read_gbps"] if "fast" in rows.get(262144, {}) else None
     out = []
-    for what, T, got, want, need in [
-        ("8K: fast vs the article kernel (neon), x faster", 8192, ratio(rows, 8192, "neon", "fast"), 2.4,
-         (fast_why,)),
-        ("8K: fast vs llama.cpp q8_0, 1 head, 1 thread, x faster", 8192, ratio(rows, 8192, "ggml_h1_t1", "fast"),
-         3.5, (fast_why, ggml_why)),
-        ("8K: fast vs numpy float32, x faster", 8192, ratio(rows, 8192, "numpy_f32", "fast"), 4.0, (fast_why,)),
-        ("256K: fast bytes/ns as a share of 1-thread read bandwidth", 262144,
-         (rows[262144]["fast"]["gbps"] / result["read_gbps"]) if "fast" in rows.get(262144, {}) else None, 0.8,
-         (fast_why,)),
-        ("256K: GQA, 1 grouped call vs 4 calls of fast, x faster", 262144,
-         ratio(rows, 262144, "per_head_fast4", "group4"), 3.0, (fast_why,)),
-        ("8K: GQA, 1 grouped call vs 4 calls of fast, x faster", 8192,
-         ratio(rows, 8192, "per_head_fast4", "group4"), 1.5, (fast_why,)),
-        ("256K: split-KV 2 chunks, 2 threads vs 1 thread, x faster", 262144,
-         ratio(rows, 262144, "split_1t", "split_2t"), 1.6, ()),
-    ]:
-        out.append((what, got, want, status(got, want, need=need, T=T)))
+    for what, T, got, want, needs in [
+            ("8K: fast vs the article kernel (neon), x faster", 8192, ratio(rows, 8192, "neon", "fast"), 2.4,
+             (no_fast,)),
+            ("8K: fast vs llama.cpp q8_0, 1 head, 1 thread, x faster", 8192,
+             ratio(rows, 8192, "ggml_h1_t1", "fast"), 3.5, (no_fast, no_ggml)),
+            ("8K: fast vs numpy float32, x faster", 8192, ratio(rows, 8192, "numpy_f32", "fast"), 4.0, (no_fast,)),
+            ("256K: fast bytes/ns as a share of 1-thread read bandwidth", 262144, fast_share, 0.8, (no_fast,)),
+            ("256K: GQA, 1 grouped call vs 4 calls of fast, x faster", 262144,
+             ratio(rows, 262144, "per_head_fast4", "group4"), 3.0, (no_fast,)),
+            ("8K: GQA, 1 grouped call vs 4 calls of fast, x faster", 8192,
+             ratio(rows, 8192, "per_head_fast4", "group4"), 1.5, (no_fast,)),
+            ("256K: split-KV 2 chunks, 2 threads vs 1 thread, x faster", 262144,
+             ratio(rows, 262144, "split_1t", "split_2t"), 1.6, ())]:
+        why = next((w for w in needs if w), None)
+        if why is None and T not in rows:
+            why = f"not measured ({T // 1024}K not in this run)"
+        out.append((what, got, want, why or ("not measured" if got is None else "met" if got >= want else "MISS")))
     return out
 
 
+def beyond_ratios(row: dict) -> dict[str, float]:
+    """Lesson 08's two ratios at one length: per-head time / grouped time, 1 thread / 2 threads."""
+    return dict(group=row["per_head4"]["ns_per_token"] / row["group4"]["ns_per_token"],
+                split=row["split_1t"]["ns_per_token"] / row["split_2t"]["ns_per_token"])
+
+
+def rows_table(result: dict) -> Table:
+    """Every timed row: ns/token, GB/s of the head's KV, and that as a share of the read bandwidth."""
+    return Table([(T, LABELS[name], r["ns_per_token"], r["gbps"], r["gbps"] / result["read_gbps"])
+                  for T, row in result["rows"].items() for name, r in row.items()],
+                 header=["seq_len", "variant", "ns/token", "GB/s KV", "of 1-thread read BW"],
+                 formats={2: ".1f", 3: ".2f", 4: ".0%"})
+
+
 def report(result: dict) -> str:
+    if result.get("ggml"):
+        errors = ", ".join(f"{T // 1024}K {e:.1e}" for T, e in result["ggml_check_error"].items())
+        ggml = (f"{result['ggml']}, ggml_flash_attn_ext, F32 q over q8_0 K/V quantized by ggml (blocks of 32; "
+                f"ours: one scale per token and head), output checked before timing (max error {errors} of max|out|)")
+    else:
+        ggml = result["skipped"].get("ggml", "skipped")
     lines = [f"machine: {result['machine']}",
              "simd paths: " + " ".join(f"{k}={v}" for k, v in result["simd_paths"].items()),
              f"one kv head of head_dim {result['head_dim']} in a cache of {result['n_kv_heads']} kv heads, "
              f"block size {result['block_size']}; one thread unless a row says 2",
              f"read bandwidth (this run): {result['read_gbps']:.1f} GB/s on 1 thread, "
-             f"{result['read_gbps_2t']:.1f} GB/s on 2 threads",
-             "llama.cpp rows: " + (f"{result['ggml']}, ggml_flash_attn_ext, F32 q over q8_0 K/V quantized by ggml "
-                                   "(blocks of 32; ours: one scale per token and head), output checked before "
-                                   "timing (max error " + ", ".join(f"{T // 1024}K {e:.1e}" for T, e in
-                                                                   result["ggml_check_error"].items())
-                                   + " of max|out|)" if result.get("ggml") else result["skipped"].get("ggml", "skipped"))]
-    if "fast" in result.get("skipped", {}):
+             f"{result['read_gbps_2t']:.1f} GB/s on 2 threads", f"llama.cpp rows: {ggml}"]
+    if "fast" in result["skipped"]:
         lines.append(f"flash_attn_single_q_q8_fast: {result['skipped']['fast']}")
     if "parallel_capacity" in result:
         lines.append(f"parallel capacity (this run): the kernel on 2 threads runs {result['parallel_capacity']:.2f}x "
-                     "as many calls per second as on 1 (4K cache, C loops): what this machine offered for the split-KV rows")
-    lines.append("")
-    head = f"{'seq_len':>8}  {'variant':<42} {'ns/token':>9} {'GB/s KV':>8} {'of 1-thread read BW':>20}"
-    lines += [head, "-" * len(head)]
-    for T, row in result["rows"].items():
-        for name, r in row.items():
-            lines.append(f"{T:>8}  {LABELS[name]:<42} {r['ns_per_token']:>9.1f} {r['gbps']:>8.2f} "
-                         f"{r['gbps'] / result['read_gbps']:>20.0%}")
-        lines.append("")
+                     "as many calls per second as on 1 (4K cache, C loops): what this machine offered for the "
+                     "split-KV rows")
+    lines += ["", str(rows_table(result)), ""]
     for T, row in result["rows"].items():
         if "group4" in row:
             g = beyond_ratios(row)
@@ -444,10 +403,9 @@ def report(result: dict) -> str:
                          f"split-KV on 2 threads {g['split']:.2f}x faster than on 1")
     lines.append("targets (ratios of rows timed in alternation in this run):")
     for what, got, want, status in targets(result):
-        fig = f"{got:.2f}" if got is not None else "-"
-        extra = f"; 2-thread read bandwidth {result['read_gbps_2t']:.1f} GB/s" if "split-KV" in what else ""
         tag = status if status in ("met", "MISS") else "n/a "
-        lines.append(f"  {tag:<4}  {what}: {fig} (target {want:g}){extra}"
+        extra = f"; 2-thread read bandwidth {result['read_gbps_2t']:.1f} GB/s" if "split-KV" in what else ""
+        lines.append(f"  {tag:<4}  {what}: {'-' if got is None else f'{got:.2f}'} (target {want:g}){extra}"
                      + ("" if tag != "n/a " else f" [{status}]"))
     lines.append("GB/s KV counts the head's K and V rows and scales once (264 bytes per token), whatever a variant "
                  "reads; ggml's q8_0 holds 272.")
@@ -457,12 +415,6 @@ def report(result: dict) -> str:
         lines.append("x86: the 'neon' row is SIMDe's build of the NEON source, not NEON; llama.cpp's rows are its "
                      "x86 code.")
     return "\n".join(lines)
-
-
-def beyond_ratios(row: dict) -> dict[str, float]:
-    """Lesson 08's two ratios at one length: per-head time / grouped time, 1 thread / 2 threads."""
-    return dict(group=row["per_head4"]["ns_per_token"] / row["group4"]["ns_per_token"],
-                split=row["split_1t"]["ns_per_token"] / row["split_2t"]["ns_per_token"])
 
 
 def main(argv=None) -> int:

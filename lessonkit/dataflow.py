@@ -1,7 +1,6 @@
-"""The kernel's single pass, segment by segment, measured from one traced call (introduced in
-lesson 04): the compile-time branches of a SIMD helper and which one was compiled, the scores of
-segment 2 replayed in float32 from the kernel's own int32 block dots, what each segment read and
-computed (bytes, block dots, expf calls, rescales), and the data-flow figure of the whole pass."""
+"""The kernel's single pass, segment by segment, from one traced call (lesson 04): a SIMD helper's
+compile-time branches and the one compiled, segment 2's scores replayed in float32 from the
+kernel's own int32 block dots, what each segment read and computed, and the data-flow figure."""
 from __future__ import annotations
 
 import re
@@ -12,12 +11,10 @@ import numpy as np
 
 from . import plotstyle
 from . import validate as check
-from .language import columns, pad, tr
-from .language import tr as text_  # where a local `tr` (a trace) hides tr
+from .language import tr
 from .quant import KVQ_INV
 from .source import SIMD_HEADER
-
-# ----------------------------------------------------------------------------- the source
+from .table import Table
 
 
 @dataclass(frozen=True)
@@ -28,9 +25,8 @@ class Branch:
 
 
 def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER) -> list[Branch]:
-    """The ``#if / #elif / #else`` branches of the first conditional between lines first..last
-    (nested conditionals are not split). Each branch runs from its directive to the line before
-    the next directive of the same level."""
+    """The ``#if / #elif / #else`` branches of the first conditional in lines first..last (nested
+    conditionals stay inside their branch)."""
     lines = Path(path).read_text().splitlines()
     marks: list[tuple[str, int]] = []
     depth = 0
@@ -59,8 +55,7 @@ DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "
 
 
 def compiled_branch(branches: list[Branch], dot_path: str) -> int:
-    """Index of the branch of ``i8x16_dot_s32`` that this build compiled, given the library's
-    own report ``lessonkit.native.simd_paths()["dot"]``: "sdot", "widen", "avx2" or "simde"."""
+    """Index of the branch of ``i8x16_dot_s32`` this build compiled, by ``native.simd_paths()["dot"]``."""
     if dot_path not in DOT_PATH_CONDITION:
         raise ValueError(tr(f"unknown dot path {dot_path!r}",
                             f"未知的点积路径 {dot_path!r}（可选：{', '.join(DOT_PATH_CONDITION)}）"))
@@ -73,30 +68,21 @@ def compiled_branch(branches: list[Branch], dot_path: str) -> int:
 
 def marked_lines(first: int, last: int, marked: tuple[int, int], path: Path | str = SIMD_HEADER,
                  mark: str = ">>") -> str:
-    """Lines first..last with their numbers, and ``mark`` before the lines in ``marked``
-    (an inclusive (first, last) range): e.g. the branch your machine compiled."""
+    """Lines first..last, numbered, with ``mark`` before those in the inclusive range ``marked``."""
     lines = Path(path).read_text().splitlines()
-    width = len(str(last))
-    pad = " " * len(mark)
-    return "\n".join(f"{mark if marked[0] <= n <= marked[1] else pad} {n:>{width}}  {lines[n - 1]}"
+    width, blank = len(str(last)), " " * len(mark)
+    return "\n".join(f"{mark if marked[0] <= n <= marked[1] else blank} {n:>{width}}  {lines[n - 1]}"
                      for n in range(first, min(last, len(lines)) + 1))
 
 
-# ----------------------------------------------------------------------------- segment 2 in numpy
-
-
-def replay_scores(dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarray, scale: float,
-                  fused: bool = False) -> np.ndarray:
-    """Segment 2's float part in numpy float32, from the int32 block dots ``[T, nblk]``:
-    ``s += (float)dot32 * qsc[b]`` block by block, then ``s = s * ks * scale`` with
-    ``ks = kscale * (1/127)``. ``fused=True`` rounds ``s + dot32 * qsc[b]`` once, as a fused
-    multiply-add does (aarch64 GCC emits ``fmadd`` for that line); ``False`` rounds the product
-    and the sum separately."""
-    dots = np.asarray(dots, np.int32)
-    qsc = np.asarray(q_scales, np.float32)
+def replay_scores(dots, q_scales, k_scales_raw, scale: float, fused: bool = False) -> np.ndarray:
+    """Segment 2's float part in numpy float32 from the int32 block dots ``[T, nblk]``:
+    ``s += (float)dot32 * qsc[b]``, then ``s = s * ks * scale`` with ``ks = kscale * (1/127)``.
+    ``fused`` rounds ``s + dot32 * qsc[b]`` once, as the fmadd aarch64 GCC emits for that line."""
+    dots, qsc = np.asarray(dots, np.int32), np.asarray(q_scales, np.float32)
     s = np.zeros(dots.shape[0], np.float32)
     for b in range(dots.shape[1]):
-        if fused:  # the product of an int32 (< 2^24 here) and a float32 is exact in float64
+        if fused:  # an int32 (< 2^24 here) times a float32 is exact in float64
             s = (s.astype(np.float64) + dots[:, b].astype(np.float64) * np.float64(qsc[b])).astype(np.float32)
         else:
             s = s + dots[:, b].astype(np.float32) * qsc[b]
@@ -104,38 +90,28 @@ def replay_scores(dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarr
     return (s * ks * np.float32(check.scale(scale))).astype(np.float32)
 
 
-def score_magnitude(dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarray,
-                    scale: float) -> np.ndarray:
-    """``sum_b |dot32_b * qsc[b]| * ks * scale`` per token (float64): the size of the terms whose
-    float32 sum is the score, which sets how far two summation orders can drift apart."""
+def score_magnitude(dots, q_scales, k_scales_raw, scale: float) -> np.ndarray:
+    """``sum_b |dot32_b * qsc[b]| * ks * scale`` per token: the size of the terms of a score, which
+    sets how far two summation orders can drift apart."""
     terms = np.abs(np.asarray(dots, np.float64) * np.asarray(q_scales, np.float64))
     return terms.sum(axis=1) * np.asarray(k_scales_raw, np.float64) / 127.0 * check.scale(scale)
 
 
-def score_steps(t: int, dots: np.ndarray, q_scales: np.ndarray, k_scales_raw: np.ndarray,
-                scale: float, kernel_s: float) -> str:
-    """A text table of token t's score, step by step as segment 2 computes it (unfused float32)."""
-    scale = check.scale(scale)
-    qsc = np.asarray(q_scales, np.float32)
-    row = np.asarray(dots, np.int32)[t]
-    out = [tr(f"{'block b':>7}  {'dot32 (int32)':>13}  {'qsc[b]':>12}  {'dot32*qsc[b]':>13}  {'running s':>12}",
-              f"{'块 b':>6}  {'dot32 (int32)':>13}  {'qsc[b]':>12}  {'dot32*qsc[b]':>13}  {'累加中的 s':>8}")]
-    s = np.float32(0)
-    for b, d in enumerate(row):
+def score_steps(t: int, dots, q_scales, k_scales_raw, scale: float, kernel_s: float) -> Table:
+    """Token t's score step by step as segment 2 computes it (unfused float32), and the kernel's."""
+    scale, qsc = check.scale(scale), np.asarray(q_scales, np.float32)
+    rows, s = [], np.float32(0)
+    for b, d in enumerate(np.asarray(dots, np.int32)[t]):
         term = np.float32(d) * qsc[b]
         s = np.float32(s + term)
-        out.append(f"{b:>7}  {int(d):>13}  {qsc[b]:>12.6f}  {term:>13.6f}  {s:>12.6f}")
+        rows.append([b, int(d), qsc[b], term, s])
     ks = np.float32(np.float32(k_scales_raw[t]) * KVQ_INV)
     s_ks = np.float32(s * ks)
-    s_final = np.float32(s_ks * np.float32(scale))
-    out.append(f"  x ks = kscale[t*nkv]/127 = {float(k_scales_raw[t]):.6f}/127 = {ks:.6f}   ->  s = {s_ks:.6f}")
-    out.append(f"  x scale = {np.float32(scale):.6f}                                  ->  s = {s_final:.6f}")
-    out.append(tr(f"  the kernel's trace.s[{t}]                               =  {np.float32(kernel_s):.6f}",
-                  f"  内核记录的 trace.s[{t}]                                 =  {np.float32(kernel_s):.6f}"))
-    return "\n".join(out)
-
-
-# ----------------------------------------------------------------------------- counts of one call
+    rows += [["x ks", "", f"kscale[t*nkv]/127 = {float(k_scales_raw[t]):.6f}/127", ks, s_ks],
+             ["x scale", "", "", np.float32(scale), np.float32(s_ks * np.float32(scale))],
+             [tr(f"the kernel's trace.s[{t}]", f"内核记录的 trace.s[{t}]"), "", "", "", np.float32(kernel_s)]]
+    return Table(rows, header=[tr("block b", "块 b"), "dot32 (int32)", "qsc[b]", "dot32*qsc[b]",
+                               tr("running s", "累加中的 s")], formats={2: ".6f", 3: ".6f", 4: ".6f"})
 
 
 @dataclass
@@ -154,8 +130,8 @@ class PassCounts:
     v_scale_bytes: int
     block_dots: int          # int32 block dots (each = 2 calls of i8x16_dot_s32)
     expf_calls: int          # expf(M - s) on a new max, expf(s - M) otherwise: one per token
-    rescales: int            # tokens that raised M (S and VKQ multiplied by ms)
-    rescale_multiplies: int  # multiplies in rescales: rescales x (head_dim VKQ elements + 1 for S *= ms)
+    rescales: int            # tokens that raised M
+    rescale_multiplies: int  # rescales x (head_dim VKQ elements + 1 for S *= ms)
     v_fmas: int              # VKQ += V * w: head_dim per token
     divisions: int           # 1 / S, once
     out_multiplies: int      # attn_out[i] = VKQ[i] * (1/S): head_dim, once
@@ -166,117 +142,98 @@ class PassCounts:
 
 
 def pass_counts(trace, cache) -> PassCounts:
-    """Count one call of the traced kernel over ``cache`` (``trace`` from
-    ``lk.attend(..., trace=True)``): bytes from the distinct row addresses it recorded, dots from
-    its dot array, expf calls and rescales from its rescale factors."""
+    """Count one traced call over ``cache``: bytes from the distinct row addresses it recorded, dots
+    from its dot array, expf calls and rescales from its rescale flags."""
     T, hd = trace.seq_len, cache.head_dim
-    nblk = hd // 32
-    k_rows = int(np.unique(trace.k_rows).size)
-    v_rows = int(np.unique(trace.v_rows).size)
-    rescales = int(trace.n_rescales)
-    expf_new_max = rescales                  # ms = expf(M - s)
-    expf_otherwise = int((~trace.rescaled).sum())  # vsf = expf(s - M)
-    return PassCounts(
-        seq_len=T, head_dim=hd, n_blocks_q=nblk, n_q_quantized=int(trace.n_q_quantized),
-        q_bytes=4 * hd * int(trace.n_q_quantized),
-        k_rows_read=k_rows, v_rows_read=v_rows, k_bytes=k_rows * hd, v_bytes=v_rows * hd,
-        k_scale_bytes=4 * T, v_scale_bytes=4 * T,
-        block_dots=int(trace.dots.size), expf_calls=expf_new_max + expf_otherwise,
-        rescales=rescales, rescale_multiplies=rescales * (hd + 1), v_fmas=v_rows * hd,
-        divisions=1, out_multiplies=hd)
+    k_rows, v_rows = int(np.unique(trace.k_rows).size), int(np.unique(trace.v_rows).size)
+    rescales, nq = int(trace.n_rescales), int(trace.n_q_quantized)
+    return PassCounts(seq_len=T, head_dim=hd, n_blocks_q=hd // 32, n_q_quantized=nq, q_bytes=4 * hd * nq,
+                      k_rows_read=k_rows, v_rows_read=v_rows, k_bytes=k_rows * hd, v_bytes=v_rows * hd,
+                      k_scale_bytes=4 * T, v_scale_bytes=4 * T, block_dots=int(trace.dots.size),
+                      expf_calls=rescales + int((~trace.rescaled).sum()), rescales=rescales,
+                      rescale_multiplies=rescales * (hd + 1), v_fmas=v_rows * hd, divisions=1, out_multiplies=hd)
 
 
 def kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB"
 
 
-def cost_table(c: PassCounts, segments: dict) -> str:
-    """A text table: per segment of the kernel, what it read and computed in this call."""
+def cost_table(c: PassCounts, segments: dict) -> Table:
+    """Per segment of the kernel, what it read and computed in this call."""
     s1, s2, s3, s4 = (segments[i] for i in (1, 2, 3, 4))
+    once, per_token = tr("once", "一次"), tr("per token", "每 token")
     rows = [
-        (tr(f"1 Q -> int8 (lines {s1.begin}-{s1.end})", f"1 Q -> int8（第 {s1.begin}-{s1.end} 行）"),
-         tr("once", "一次"),
+        (tr(f"1 Q -> int8 (lines {s1.begin}-{s1.end})", f"1 Q -> int8（第 {s1.begin}-{s1.end} 行）"), once,
          tr(f"reads Q: {c.q_bytes} B fp32; {c.n_blocks_q} max-abs scales, {c.head_dim} codes; "
             f"ran {c.n_q_quantized} time(s)",
             f"读 Q：{c.q_bytes} B fp32；{c.n_blocks_q} 个 max-abs scale，{c.head_dim} 个码值；"
             f"运行了 {c.n_q_quantized} 次")),
-        (tr(f"2 score (lines {s2.begin}-{s2.end})", f"2 打分（第 {s2.begin}-{s2.end} 行）"),
-         tr("per token", "每 token"),
+        (tr(f"2 score (lines {s2.begin}-{s2.end})", f"2 打分（第 {s2.begin}-{s2.end} 行）"), per_token,
          tr(f"reads K: {c.k_rows_read} rows x {c.head_dim} B = {kib(c.k_bytes)} + scales {kib(c.k_scale_bytes)}; "
             f"{c.block_dots} int32 block dots ({2 * c.block_dots} i8x16_dot_s32)",
             f"读 K：{c.k_rows_read} 行 x {c.head_dim} B = {kib(c.k_bytes)} + scale {kib(c.k_scale_bytes)}；"
             f"{c.block_dots} 次 int32 块点积（{2 * c.block_dots} 次 i8x16_dot_s32）")),
-        (tr(f"3 online softmax (lines {s3.begin}-{s3.end})", f"3 在线 softmax（第 {s3.begin}-{s3.end} 行）"),
-         tr("per token", "每 token"),
+        (tr(f"3 online softmax (lines {s3.begin}-{s3.end})", f"3 在线 softmax（第 {s3.begin}-{s3.end} 行）"), per_token,
          tr(f"reads V: {c.v_rows_read} rows x {c.head_dim} B = {kib(c.v_bytes)} + scales {kib(c.v_scale_bytes)}; "
             f"{c.expf_calls} expf; {c.rescales} rescales ({c.rescale_multiplies} multiplies); {c.v_fmas} FMAs",
             f"读 V：{c.v_rows_read} 行 x {c.head_dim} B = {kib(c.v_bytes)} + scale {kib(c.v_scale_bytes)}；"
             f"{c.expf_calls} 次 expf；{c.rescales} 次 rescale（{c.rescale_multiplies} 次乘法）；{c.v_fmas} 次 FMA")),
-        (tr(f"4 normalize (lines {s4.begin}-{s4.end})", f"4 归一（第 {s4.begin}-{s4.end} 行）"),
-         tr("once", "一次"),
+        (tr(f"4 normalize (lines {s4.begin}-{s4.end})", f"4 归一（第 {s4.begin}-{s4.end} 行）"), once,
          tr(f"{c.divisions} division (1/S), {c.out_multiplies} multiplies",
-            f"{c.divisions} 次除法（1/S），{c.out_multiplies} 次乘法")),
-    ]
-    w0 = max(columns(r[0]) for r in rows)
-    head = pad(tr("segment", "segment"), w0) + "  " + pad(tr("runs", "运行"), 9) + "  " + tr(
-        "what it read and computed in this call", "这次调用读了什么、算了什么")
-    return "\n".join([head, "-" * columns(head)] + [f"{pad(a, w0)}  {pad(b, 9)}  {d}" for a, b, d in rows])
+            f"{c.divisions} 次除法（1/S），{c.out_multiplies} 次乘法"))]
+    return Table(rows, header=[tr("segment", "segment"), tr("runs", "运行"),
+                               tr("what it read and computed in this call", "这次调用读了什么、算了什么")])
 
-
-# ----------------------------------------------------------------------------- the figure
 
 SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
 
 
 def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = None,
                   final_S: float | None = None):
-    """Boxes and arrows of the single pass, annotated with this call's shapes and counts. Every
-    segment's box names its segment and source lines (so the colours need no legend). Drawn in
-    data units of one inch on the style's 10-inch column width (``figsize=(10, 7)``), so the text
-    fits its boxes at 12 pt. Returns the matplotlib Axes."""
+    """Boxes and arrows of the single pass with this call's shapes and counts; each segment's box
+    names its segment and lines (no legend needed). Drawn in inches on the style's 10-inch width,
+    so the text fits its boxes at 12 pt. Returns the Axes."""
     import matplotlib.pyplot as plt
-    plotstyle.use()
     from matplotlib.patches import FancyBboxPatch
-
+    plotstyle.use()
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 7))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 7)
     ax.axis("off")
-    hd, T, nblk = c.head_dim, c.seq_len, c.n_blocks_q
+    hd, T, nblk, pt = c.head_dim, c.seq_len, c.n_blocks_q, plotstyle.MIN_PT
     lines = {n: tr(f"lines {segments[n].begin}-{segments[n].end}", f"第 {segments[n].begin}-{segments[n].end} 行")
              for n in (1, 2, 3, 4)}
 
     def box(x, y, w, h, text, seg=None):
-        color = SEGMENT_COLORS.get(seg, "#f2f2f2")
-        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=color, ec="0.3", lw=1.2))
-        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=plotstyle.MIN_PT)
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=SEGMENT_COLORS.get(seg, "#f2f2f2"),
+                                    ec="0.3", lw=1.2))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=pt)
 
     def arrow(x0, y0, x1, y1, text=None):
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="-|>", lw=1.6, color="0.2"))
         if text:
-            ax.text((x0 + x1) / 2, y0 + 0.12, text, fontsize=plotstyle.MIN_PT, color="0.15", ha="center",
-                    va="bottom")
+            ax.text((x0 + x1) / 2, y0 + 0.12, text, fontsize=pt, color="0.15", ha="center", va="bottom")
 
     # segment 1, once
     box(0.1, 6.0, 1.7, 0.8, f"q  fp32 [{hd}]\n{c.q_bytes} B")
     box(2.3, 5.85, 4.5, 1.1, tr(f"segment 1 ({lines[1]}), once\nQ -> int8 codes [{hd}]\n+ {nblk} block scales qsc",
-                                f"segment 1（{lines[1]}），一次\nQ -> int8 码值 [{hd}]\n+ {nblk} 个块 scale qsc"),
-        seg=1)
+                                f"segment 1（{lines[1]}），一次\nQ -> int8 码值 [{hd}]\n+ {nblk} 个块 scale qsc"), seg=1)
     arrow(1.85, 6.4, 2.25, 6.4)
     arrow(3.4, 5.8, 3.4, 4.3)
     ax.text(3.55, 5.35, tr("int8 Q codes + qsc,\nkept for the whole loop", "int8 Q 码值 + qsc，\n整个循环里一直保留"),
-            ha="left", va="center",
-            fontsize=plotstyle.MIN_PT, color="0.15")
+            ha="left", va="center", fontsize=pt, color="0.15")
     # the token loop: segments 2 and 3, once per token
-    ax.add_patch(FancyBboxPatch((0.05, 1.75), 9.9, 3.1, boxstyle="round,pad=0.05", fc="none",
-                                ec="0.35", lw=1.4, ls="--"))
+    ax.add_patch(FancyBboxPatch((0.05, 1.75), 9.9, 3.1, boxstyle="round,pad=0.05", fc="none", ec="0.35", lw=1.4,
+                                ls="--"))
     ax.text(9.85, 4.55, tr(f"for t = 0 ... {T - 1}: each K and V row read once",
-                           f"for t = 0 ... {T - 1}：每行 K 和 V 只读一次"), fontsize=plotstyle.MIN_PT,
-            weight="bold", ha="right", va="center")
-    box(0.2, 2.1, 1.7, 2.1, tr(f"K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B", f"K 的第 t 行\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B"))
+                           f"for t = 0 ... {T - 1}：每行 K 和 V 只读一次"), fontsize=pt, weight="bold", ha="right",
+            va="center")
+    box(0.2, 2.1, 1.7, 2.1, tr(f"K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B",
+                               f"K 的第 t 行\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B"))
     box(2.3, 2.1, 2.3, 2.1, tr(f"segment 2\n({lines[2]})\n{nblk} int32 dots\ns += dot32 * qsc[b]\ns *= ks * scale",
-                               f"segment 2\n（{lines[2]}）\n{nblk} 次 int32 点积\ns += dot32 * qsc[b]\ns *= ks * scale"), seg=2)
+                               f"segment 2\n（{lines[2]}）\n{nblk} 次 int32 点积\ns += dot32 * qsc[b]\ns *= ks * scale"),
+        seg=2)
     box(5.0, 2.1, 2.3, 2.1, tr(f"segment 3\n({lines[3]})\nnew max: rescale\n({c.rescales} of {T} tokens)\n"
                                "1 expf per token",
                                f"segment 3\n（{lines[3]}）\n新最大值：rescale\n（{T} 个中 {c.rescales} 个）\n"
@@ -295,7 +252,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
                           f"          {c.block_dots} 次 int32 块点积\n"
                           f"读 V：{T} x {hd} B = {kib(c.v_bytes)} + {kib(c.v_scale_bytes)} scale\n"
                           f"          {c.expf_calls} 次 expf，{c.rescales} 次 rescale"),
-            fontsize=plotstyle.MIN_PT, color="0.1", va="center")
+            fontsize=pt, color="0.1", va="center")
     sval = "" if final_S is None else f" (S = {final_S:.4g})"
     box(6.3, 0.1, 3.55, 1.35, tr(f"segment 4 ({lines[4]}), once\nx 1/S{sval}: {c.divisions} division\n"
                                  f"+ {c.out_multiplies} multiplies\n-> attn_out fp32 [{hd}]",
@@ -310,8 +267,6 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     return ax
 
 
-# ----------------------------------------------------------------------------- the check on awkward shapes
-
 # (n_kv_heads, head_dim, kv_bs, seq_len, kv_head, zero_q_block): lesson 04's call (a part-filled last
 # block, kh_off != 0), one token, the largest head (HD_MAX = 256) with blocks of 7, a Q block of zeros
 WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False),
@@ -319,22 +274,21 @@ WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7,
 
 
 def check_walkthrough(seed: int = 0):
-    """Lesson 04's check on awkward shapes: every segment of the compiled kernel's traced call
-    against numpy, for each of ``WALK_CASES``. Exact where the arithmetic is integer or a maximum
-    (Q codes, block dots, M, which tokens rescale, traced == untraced, out == VKQ * (1/S) bit for
-    bit); to float32 rounding elsewhere: scores within 1e-6 of the size of their terms (a few float32
-    roundings, 6e-8 each), S and VKQ within 1e-5 relative after every token (a thousand accumulated
-    roundings). Plus the guard of segment 4: scores below -1e9 give zeros, not NaN."""
+    """Lesson 04's check on ``WALK_CASES``: each segment of the compiled kernel's traced call against
+    numpy. Exact where the arithmetic is integer or a maximum (Q codes, block dots, M, the rescaled
+    tokens, traced == untraced, out == VKQ * (1/S)); to float32 rounding elsewhere: scores within 1e-6
+    of the size of their terms, S and VKQ within 1e-5 after every token (a thousand roundings). Plus
+    segment 4's guard: scores below -1e9 give zeros, not NaN."""
+    from . import quant
     from .cache import KVCacheQ8
-    from .kernels.attention import attend
     from .checks import Checks
-    from .quant import quantize_q
+    from .kernels.attention import attend
     from .softmax import online
     from .synthetic import cache_with_scores
     rng = np.random.default_rng(seed)
     out = Checks()
     for nkv, hd, kv_bs, T, kh, zero_block in WALK_CASES:
-        case = f"hd={hd} kv_bs={kv_bs} T={T} kh={kh}" + (text_(" zero Q block", " Q 有全零块") if zero_block else "")
+        case = f"hd={hd} kv_bs={kv_bs} T={T} kh={kh}" + (tr(" zero Q block", " Q 有全零块") if zero_block else "")
         K = rng.standard_normal((T, nkv, hd), dtype=np.float32)
         V = rng.standard_normal((T, nkv, hd), dtype=np.float32)
         q = rng.standard_normal(hd, dtype=np.float32)
@@ -343,43 +297,40 @@ def check_walkthrough(seed: int = 0):
         cache = KVCacheQ8(nkv, hd, kv_bs)
         cache.append(K, V)
         scale = float(np.float32(1 / np.sqrt(hd)))
-        res, tr = attend(q, cache, kh, scale=scale, trace=True)
-        same = res.tobytes() == attend(q, cache, kh, scale=scale).tobytes()
-        codes, qsc = quantize_q(q)
-        seg1 = np.array_equal(tr.q_codes, codes) and np.array_equal(tr.q_scales, qsc) and tr.n_q_quantized == 1
+        res, trc = attend(q, cache, kh, scale=scale, trace=True)
+        codes, qsc = quant.quantize_q(q)
         kc = cache.k_codes(kh).astype(np.int32).reshape(T, -1, 32)
-        dots = np.array_equal(tr.dots, np.einsum("tbi,bi->tb", kc, codes.astype(np.int32).reshape(-1, 32)))
         k_raw = cache.k_scales(kh)
-        m_t = score_magnitude(tr.dots, tr.q_scales, k_raw, scale)
-        s_ok = all((np.abs(replay_scores(tr.dots, tr.q_scales, k_raw, scale, fused=f).astype(np.float64) - tr.s)
-                    <= 1e-6 * m_t).all() for f in (False, True))
-        rep = online(tr.s, cache.dequantized(kh)[1], dtype=np.float32)
-        m_ok = np.array_equal(tr.M, rep.M) and np.array_equal(tr.rescaled, rep.rescaled)
-        vkq_size = np.abs(tr.vkq).max(axis=1)
-        acc_ok = bool((np.abs(rep.S - tr.S) <= 1e-5 * tr.S).all()
-                      and (np.abs(rep.acc - tr.vkq).max(axis=1) <= 1e-5 * vkq_size).all())
-        seg4 = np.array_equal(tr.vkq[-1] * (np.float32(1) / tr.S[-1]), res)
-        c = pass_counts(tr, cache)
-        once = c.k_rows_read == c.v_rows_read == T and c.expf_calls == T
-        for name, ok in ((text_("traced == untraced, bit for bit", "带跟踪 == 不带跟踪，逐位相同"), same),
-                         (text_("segment 1: Q codes and scales exact", "segment 1：Q 的码值和 scale 完全一致"), seg1),
-                         (text_("segment 2: int32 block dots exact", "segment 2：int32 块点积完全一致"), dots),
-                         (text_("segment 2: scores within 1e-6 of their terms", "segment 2：分数误差在其各项大小的 1e-6 以内"), s_ok),
-                         (text_("segment 3: M and the rescaled tokens exact", "segment 3：M 和发生 rescale 的 token 完全一致"), m_ok),
-                         (text_("segment 3: S and VKQ within 1e-5 after every token",
-                             "segment 3：每个 token 之后 S 和 VKQ 的误差在 1e-5 以内"), acc_ok),
-                         (text_("segment 4: out == VKQ * (1/S), bit for bit", "segment 4：out == VKQ * (1/S)，逐位相同"), seg4),
-                         (text_("each K and V row read once, one expf per token", "每行 K 和 V 只读一次，每 token 一次 expf"),
-                          once)):
-            out.add(f"{name} ({case})", ok, text_("differs from the numpy replay", "与 numpy 重放不一致"))
+        m_t = score_magnitude(trc.dots, trc.q_scales, k_raw, scale)
+        rep = online(trc.s, cache.dequantized(kh)[1], dtype=np.float32)
+        c = pass_counts(trc, cache)
+        for name, ok in (
+                (tr("traced == untraced, bit for bit", "带跟踪 == 不带跟踪，逐位相同"),
+                 res.tobytes() == attend(q, cache, kh, scale=scale).tobytes()),
+                (tr("segment 1: Q codes and scales exact", "segment 1：Q 的码值和 scale 完全一致"),
+                 np.array_equal(trc.q_codes, codes) and np.array_equal(trc.q_scales, qsc) and trc.n_q_quantized == 1),
+                (tr("segment 2: int32 block dots exact", "segment 2：int32 块点积完全一致"),
+                 np.array_equal(trc.dots, np.einsum("tbi,bi->tb", kc, codes.astype(np.int32).reshape(-1, 32)))),
+                (tr("segment 2: scores within 1e-6 of their terms", "segment 2：分数误差在其各项大小的 1e-6 以内"),
+                 all((np.abs(replay_scores(trc.dots, trc.q_scales, k_raw, scale, fused=f).astype(np.float64) - trc.s)
+                      <= 1e-6 * m_t).all() for f in (False, True))),
+                (tr("segment 3: M and the rescaled tokens exact", "segment 3：M 和发生 rescale 的 token 完全一致"),
+                 np.array_equal(trc.M, rep.M) and np.array_equal(trc.rescaled, rep.rescaled)),
+                (tr("segment 3: S and VKQ within 1e-5 after every token",
+                    "segment 3：每个 token 之后 S 和 VKQ 的误差在 1e-5 以内"),
+                 bool((np.abs(rep.S - trc.S) <= 1e-5 * trc.S).all()
+                      and (np.abs(rep.acc - trc.vkq).max(axis=1) <= 1e-5 * np.abs(trc.vkq).max(axis=1)).all())),
+                (tr("segment 4: out == VKQ * (1/S), bit for bit", "segment 4：out == VKQ * (1/S)，逐位相同"),
+                 np.array_equal(trc.vkq[-1] * (np.float32(1) / trc.S[-1]), res)),
+                (tr("each K and V row read once, one expf per token", "每行 K 和 V 只读一次，每 token 一次 expf"),
+                 c.k_rows_read == c.v_rows_read == T and c.expf_calls == T)):
+            out.add(f"{name} ({case})", ok, tr("differs from the numpy replay", "与 numpy 重放不一致"))
     low_cache, low_q, low_scale = cache_with_scores(np.array([-2e9, -3e9], np.float32), head_dim=32)
     low_out = attend(low_q, low_cache, 0, scale=low_scale)
-    out.add(text_("segment 4 guard: scores below -1e9 give zeros, not NaN", "segment 4 的保护：分数低于 -1e9 时输出 0，不是 NaN"),
+    out.add(tr("segment 4 guard: scores below -1e9 give zeros, not NaN", "segment 4 的保护：分数低于 -1e9 时输出 0，不是 NaN"),
             (low_out == 0).all(), f"out {low_out[:4]}")
     return out
 
-
-# ----------------------------------------------------------------------------- one line's aarch64 code
 
 @dataclass(frozen=True)
 class LineCode:
@@ -396,10 +347,9 @@ class LineCode:
 
 def aarch64_line_code(text: str, segment: int | None = None, function: str = "flash_attn_single_q_q8_neon",
                       dotprod: bool = True) -> LineCode | None:
-    """Cross-compile the kernel file for aarch64 with lessonkit's ARM flags plus ``-g -S`` and
-    count the instructions GCC's line table (``.loc``) attributes to the kernel line containing
-    ``text``, inside ``function``. ``None`` when the cross-compiler is not installed (the lesson
-    then says so instead of showing a claim it cannot check)."""
+    """The instructions GCC's line table (``.loc``) gives the kernel line containing ``text``, inside
+    ``function``, cross-compiled for aarch64 with lessonkit's ARM flags plus ``-g -S``; None without
+    the cross-compiler (the lesson then says so instead of a claim it cannot check)."""
     import shutil
     import subprocess
     import tempfile

@@ -1,37 +1,26 @@
-"""The q8 KV cache's layout, read and drawn (introduced in lesson 03).
-
-The kernel finds token ``t`` of kv head ``kh`` with the article's arithmetic (8-3's layout, used in
-article 9-2 section 2): block ``t / kv_bs`` of the pointer table, row ``t % kv_bs`` of that block
-(``kv_dim = nkv * hd`` int8 values per row), ``kh_off = kh * hd`` values into the row; its scale is
-``kscale[t * nkv]`` where the caller passed ``kscale = k_scale + kh``.
-
-    where = locate(t, kh, kv_bs, n_kv_heads, head_dim)   # block, row, byte offset, scale index
-    codes, scale = read_token(cache, t, kh)              # through the raw pointer table (cffi)
-    blocks, offsets = kernel_reads(trace.k_rows, cache)  # what the compiled kernel read
-    fig = draw_cache(cache, highlight=(t, kh))           # pointer table, blocks, scales
-    cache, rows = grow_layer(8, 128, 64, [1024, 8192])   # bytes of a real cache as it grows
-    line = kernel_line("kscale[(size_t)t * nkv]", segment=2)
-"""
+"""The q8 KV cache's layout, read and drawn (lesson 03). The kernel finds token ``t`` of kv head
+``kh`` in block ``t / kv_bs`` of the pointer table, row ``t % kv_bs`` (``kv_dim = nkv * hd`` int8
+values a row), ``kh_off = kh * hd`` values in; its scale is ``kscale[t * nkv]``, where the caller
+passed ``kscale = k_scale + kh`` (article 8-3's layout, used in article 9-2 section 2)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import native
-from . import plotstyle
+from . import native, plotstyle
 from . import validate as check
 from .cache import KVCacheQ8
 from .checks import Checks
 from .language import tr
 
 MAX_GROW_BYTES = 4 << 30  # what grow_layer may allocate: the cache at its last checkpoint and one fp32 chunk
+MAX_DRAWN_ROWS = 48
 
-# ----------------------------------------------------------------------------- the arithmetic
 
 @dataclass(frozen=True)
 class Where:
-    """Where the kernel finds token t of kv head kh (all counts in int8 values = bytes)."""
+    """Where the kernel finds token t of kv head kh (counts in int8 values = bytes)."""
     t: int
     kv_head: int
     block: int              # t / kv_bs: which entry of the pointer table
@@ -43,22 +32,19 @@ class Where:
 
 
 def locate(t: int, kv_head: int, kv_bs: int, n_kv_heads: int, head_dim: int) -> Where:
-    """The article's arithmetic for token ``t``, kv head ``kv_head`` (lesson 03, section 1)."""
+    """The article's arithmetic for token ``t``, kv head ``kv_head``."""
     t = check.integer("t", t, minimum=0)
     kv_bs = check.integer("kv_bs", kv_bs, minimum=1)
     nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)
     hd = check.integer("head_dim", head_dim, minimum=1)
     kh = check.integer("kv_head", kv_head, minimum=0, below=nkv)
-    kv_dim = nkv * hd
-    block, row = t // kv_bs, t % kv_bs
-    return Where(t, kh, block, row, kh * hd, row * kv_dim + kh * hd, t * nkv, t * nkv + kh)
+    block, row = divmod(t, kv_bs)
+    return Where(t, kh, block, row, kh * hd, row * nkv * hd + kh * hd, t * nkv, t * nkv + kh)
 
 
 def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=None):
-    """Token ``t`` of kv head ``kv_head`` read back through the raw pointer table, the way the
-    kernel reads it: ``(codes int8 [head_dim], raw scale float)``. The row comes from
-    ``ffi.cast("int8_t *", pointer_table[t / kv_bs]) + (t % kv_bs) * kv_dim + kh_off``, the scale
-    from the very pointer the kernel is handed (``k_scale + kh``) at index ``t * nkv``."""
+    """Token ``t`` of ``kv_head`` read through the raw pointer table as the kernel reads it:
+    ``(codes int8 [head_dim], raw scale)``, the scale from the pointer the kernel is handed."""
     check.kv_cache(cache)
     if which not in ("k", "v"):
         raise ValueError(tr(f"which must be 'k' or 'v'; got {check.short(which)}",
@@ -72,41 +58,28 @@ def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=Non
             raise TypeError(tr(f"ffi must be the cffi.FFI of lessonkit.native.load(); got {type(ffi).__name__}",
                                f"ffi 应是 lessonkit.native.load() 返回的 cffi.FFI；收到的是 {type(ffi).__name__}"))
     w = locate(t, kv_head, cache.block_size, cache.n_kv_heads, cache.head_dim)
-    base = int(cache.pointer_table(which)[w.block])
-    row = ffi.cast("int8_t *", base) + w.offset
+    row = ffi.cast("int8_t *", int(cache.pointer_table(which)[w.block])) + w.offset
     codes = np.frombuffer(ffi.unpack(ffi.cast("char *", row), cache.head_dim), np.int8).copy()
-    args = cache.kernel_args(w.kv_head, ffi)
-    scales = args[2] if which == "k" else args[3]   # kscale = k_scale + kh (vscale likewise)
+    scales = cache.kernel_args(w.kv_head, ffi)[2 if which == "k" else 3]  # kscale = k_scale + kh
     return codes, float(scales[w.scale_index])
 
 
 def kernel_reads(addresses, cache: KVCacheQ8, which: str = "k"):
-    """Turn absolute row addresses (``trace.k_rows`` / ``trace.v_rows``) into ``(block, offset)``:
-    the pointer-table entry whose block holds the address (-1 if none does) and the byte offset from
-    that block's start (-1 if none). Relative numbers are the same on every run; addresses are not."""
-    table = cache.pointer_table(which).astype(np.int64)
+    """Row addresses (``trace.k_rows`` / ``v_rows``) as ``(block, byte offset in it)``, -1 outside
+    every block: the same on every run, unlike the addresses."""
     size = cache.block_size * cache.kv_dim
     a = np.asarray(addresses, np.uint64).astype(np.int64)
-    blocks = np.full(a.shape, -1, np.int64)
-    offsets = np.full(a.shape, -1, np.int64)
-    for b, base in enumerate(table):
+    blocks, offsets = np.full(a.shape, -1, np.int64), np.full(a.shape, -1, np.int64)
+    for b, base in enumerate(cache.pointer_table(which).astype(np.int64)):
         inside = (a >= base) & (a < base + size)
-        blocks[inside] = b
-        offsets[inside] = a[inside] - base
+        blocks[inside], offsets[inside] = b, a[inside] - base
     return blocks, offsets
 
 
-# ----------------------------------------------------------------------------- bytes
-
-def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chunk: int = 1024,
-               seed: int = 0):
-    """Grow one layer's real ``KVCacheQ8`` token by token up to each of ``checkpoints`` (increasing
-    sequence lengths) and record its byte counts there. K and V are random normal (the byte counts do
-    not depend on the values); one chunk of ``chunk`` tokens is drawn once and appended repeatedly.
-
-    Returns ``(cache, rows)``: the cache at the last checkpoint and one dict per checkpoint with
-    ``seq_len, n_blocks, nbytes`` (codes + scales of the tokens held), ``block_bytes`` (whole int8
-    blocks of K and V), ``allocated_nbytes`` (blocks + the scale arrays' capacity)."""
+def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chunk: int = 1024, seed: int = 0):
+    """Grow one layer's real ``KVCacheQ8`` with random K, V (one chunk appended again and again) up to
+    each of the increasing ``checkpoints``: ``(cache, rows)``, one dict per checkpoint with
+    ``seq_len, n_blocks, nbytes`` (codes + scales held), ``block_bytes``, ``allocated_nbytes``."""
     if isinstance(checkpoints, (str, bytes)) or not hasattr(checkpoints, "__len__"):
         raise TypeError(tr(f"checkpoints must be a list of sequence lengths; got {type(checkpoints).__name__}",
                            f"checkpoints 应是一组序列长度（list）；收到的是 {type(checkpoints).__name__}"))
@@ -116,20 +89,18 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
         raise ValueError(tr("checkpoints must be a non-empty increasing list of sequence lengths",
                             "checkpoints 应是非空、严格递增的一组序列长度"))
     chunk = check.integer("chunk", chunk, minimum=1)
-    # the sizes first: KVCacheQ8 allocates block_size x n_kv_heads scales as soon as it is made
-    nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)
+    nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)  # before KVCacheQ8 allocates its scales
     hd = check.head_dim(head_dim)
     bs = check.integer("block_size", block_size, minimum=1)
-    rows = -(-points[-1] // bs) * bs  # whole blocks
     check.memory(tr(f"a layer of {points[-1]} tokens ({nkv} kv heads x {hd}, blocks of {bs})",
                     f"一层 {points[-1]} 个 token（{nkv} 个 kv 头 x {hd}，每块 {bs} 个 token）"),
-                 rows * (2 * nkv * hd + 2 * 4 * nkv) + 2 * chunk * nkv * hd * 4, MAX_GROW_BYTES,
+                 -(-points[-1] // bs) * bs * (2 * nkv * hd + 2 * 4 * nkv) + 2 * chunk * nkv * hd * 4, MAX_GROW_BYTES,
                  tr("use a shorter last checkpoint, fewer kv heads or a smaller chunk",
                     "请把最后一个 checkpoint 改短，或减少 kv 头，或用更小的 chunk"))
     cache = KVCacheQ8(nkv, hd, bs)
     rng = np.random.default_rng(seed)
-    K = rng.standard_normal((chunk, n_kv_heads, head_dim), dtype=np.float32)
-    V = rng.standard_normal((chunk, n_kv_heads, head_dim), dtype=np.float32)
+    K = rng.standard_normal((chunk, nkv, hd), dtype=np.float32)
+    V = rng.standard_normal((chunk, nkv, hd), dtype=np.float32)
     rows = []
     for target in points:
         while cache.seq_len < target:
@@ -141,74 +112,61 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
     return cache, rows
 
 
-# ----------------------------------------------------------------------------- the picture
-
-MAX_DRAWN_ROWS = 48
-
-
 def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10, 7.6)):
-    """Draw a small cache from its own data: the pointer table (entries labelled by block, never by
-    address), the blocks as rows of tokens with the kv heads side by side (colour = int8 code;
-    allocated but unused rows grey), the scale array ``[token][kv head]`` (its values written in
-    its cells) and the same scales as they lie in memory, numbered by their index, with the
-    stride nkv the kernel walks. ``highlight=(t, kh)`` frames token t of kv head kh everywhere.
-    The default size is the plot style's column width (10 inches), so no text shrinks below 12 pt.
-    Returns the matplotlib figure."""
+    """A small cache drawn from its own data: the pointer table (by block, never by address), the
+    blocks as rows of tokens with the kv heads side by side (colour = code; unused rows grey), the
+    scales ``[token][kv head]`` with their values, and the same scales in memory by index with the
+    kernel's stride nkv; token t of kv head kh (``highlight``) framed everywhere. Returns the figure."""
     import matplotlib.pyplot as plt
-    plotstyle.use()
     from matplotlib.patches import ConnectionPatch, Rectangle
-
+    plotstyle.use()
     if which not in ("k", "v"):
         raise ValueError(tr(f"which must be 'k' or 'v'; got {which!r}", f"which 只能是 'k' 或 'v'；收到的是 {which!r}"))
     if cache.seq_len == 0:
         raise ValueError(tr("the cache is empty: append at least one token before drawing it",
                             "缓存是空的：先 append 至少一个 token 再画"))
-    bs, nkv, hd, T = cache.block_size, cache.n_kv_heads, cache.head_dim, cache.seq_len
-    kv_dim, nb = cache.kv_dim, cache.n_blocks
+    bs, nkv, hd, T, kv_dim, nb = (cache.block_size, cache.n_kv_heads, cache.head_dim, cache.seq_len, cache.kv_dim,
+                                  cache.n_blocks)
     if nb * bs > MAX_DRAWN_ROWS:
         raise ValueError(tr(f"draw_cache draws small caches: at most {MAX_DRAWN_ROWS} allocated rows; "
                             f"this one has {nb * bs}",
                             f"draw_cache 只画小缓存：最多 {MAX_DRAWN_ROWS} 个已分配的行；这个缓存有 {nb * bs} 行"))
-    t_hi, kh_hi = highlight
-    w = locate(check.integer("t", t_hi, minimum=0, below=T), kh_hi, bs, nkv, hd)
-    side = "k" if which == "k" else "v"
-    name, sname = f"{side}_cache_q8", f"{side}scale"
+    w = locate(check.integer("t", highlight[0], minimum=0, below=T), highlight[1], bs, nkv, hd)
+    name, sname = f"{which}_cache_q8", f"{which}scale"
     blocks = cache.k_blocks if which == "k" else cache.v_blocks
-    scales = np.stack([(cache.k_scales if which == "k" else cache.v_scales)(kh) for kh in range(nkv)], 1)  # [T, nkv]
-    red = "#d62728"
-    pt = plotstyle.MIN_PT
+    scales = np.stack([(cache.k_scales if which == "k" else cache.v_scales)(kh) for kh in range(nkv)], 1)
+    red, pink, pt = "#d62728", "#fde0dd", plotstyle.MIN_PT
+
+    def hot(hit):  # text colour and weight of a highlighted label
+        return dict(color=red if hit else "black", fontweight="bold" if hit else "normal")
 
     fig = plt.figure(figsize=figsize)
-    gs = fig.add_gridspec(2, 3, width_ratios=[1.15, 5.0, 2.3], height_ratios=[6.0, 1.0], wspace=0.12,
-                          hspace=0.42)
+    gs = fig.add_gridspec(2, 3, width_ratios=[1.15, 5.0, 2.3], height_ratios=[6.0, 1.0], wspace=0.12, hspace=0.42)
     ax_p, ax_b, ax_s = (fig.add_subplot(gs[0, i]) for i in range(3))
     ax_f = fig.add_subplot(gs[1, :])
     gap = 0.8
     top = lambda b: b * (bs + gap)  # noqa: E731  y of block b's first row
     height = top(nb) - gap
 
-    # --- the blocks: rows of tokens, kv heads side by side
-    im = None
+    # the blocks: rows of tokens, kv heads side by side
     for b, blk in enumerate(blocks):
         im = ax_b.imshow(blk, cmap="coolwarm", vmin=-127, vmax=127, aspect="auto", interpolation="nearest",
                          extent=(0, kv_dim, top(b) + bs, top(b)))
         for r in range(bs):
-            t = b * bs + r
-            y = top(b) + r + 0.5
+            t, y = b * bs + r, top(b) + r + 0.5
             if t >= T:
-                ax_b.add_patch(Rectangle((0, top(b) + r), kv_dim, 1, facecolor="0.85", edgecolor="0.6",
-                                         hatch="//", lw=0.5))
-                ax_b.text(kv_dim / 2, y, tr("allocated, unused", "已分配，未使用"), ha="center", va="center", fontsize=pt,
-                          color="0.3", bbox=dict(fc="0.85", ec="none", pad=0.5), zorder=3)
-            ax_b.text(kv_dim * 1.02, y, f"t={t}" if t < T else "-", ha="left",
-                      va="center", fontsize=pt, color=red if t == w.t else "black",
-                      fontweight="bold" if t == w.t else "normal")
+                ax_b.add_patch(Rectangle((0, top(b) + r), kv_dim, 1, facecolor="0.85", edgecolor="0.6", hatch="//",
+                                         lw=0.5))
+                ax_b.text(kv_dim / 2, y, tr("allocated, unused", "已分配，未使用"), ha="center", va="center",
+                          fontsize=pt, color="0.3", bbox=dict(fc="0.85", ec="none", pad=0.5), zorder=3)
+            ax_b.text(kv_dim * 1.02, y, f"t={t}" if t < T else "-", ha="left", va="center", fontsize=pt,
+                      **hot(t == w.t))
         ax_b.add_patch(Rectangle((0, top(b)), kv_dim, bs, fill=False, edgecolor="black", lw=1.5))
-    for kh in range(1, nkv):
-        ax_b.axvline(kh * hd, color="black", lw=2)
     for kh in range(nkv):
-        ax_b.text((kh + 0.5) * hd, -0.35, tr(f"head {kh}", f"头 {kh}"), ha="center", va="bottom",
-                  fontsize=pt, color=red if kh == w.kv_head else "black")
+        if kh:
+            ax_b.axvline(kh * hd, color="black", lw=2)
+        ax_b.text((kh + 0.5) * hd, -0.35, tr(f"head {kh}", f"头 {kh}"), ha="center", va="bottom", fontsize=pt,
+                  color=red if kh == w.kv_head else "black")
     ax_b.add_patch(Rectangle((w.kh_off, top(w.block) + w.row), hd, 1, fill=False, edgecolor=red, lw=3.5))
     ax_b.set_xlim(0, kv_dim * 1.17)
     ax_b.set_ylim(height + 0.2, -1.6)
@@ -217,8 +175,6 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     ax_b.set_xlabel(tr(f"byte offset in a row (kv_dim = {nkv} x {hd} = {kv_dim} bytes)",
                        f"行内的字节偏移（kv_dim = {nkv} x {hd} = {kv_dim} 字节）"), fontsize=pt)
     ax_b.set_yticks([])
-    for s in ("left", "right", "top"):
-        ax_b.spines[s].set_visible(False)
     cax = ax_p.inset_axes((0.62, 0.0, 0.1, 0.24))
     cb = fig.colorbar(im, cax=cax, orientation="vertical")
     cax.yaxis.set_ticks_position("left")
@@ -226,51 +182,47 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     cb.set_label(tr("int8 code", "int8 码"), fontsize=pt)
     cb.set_ticks([-127, 0, 127])
 
-    # --- the pointer table: one entry per block, labelled, arrows to the blocks
-    ph = 1.0
-    y0 = max(0.0, height / 2 - nb * ph / 2)
+    # the pointer table: one labelled entry per block, arrows to the blocks
+    y0 = max(0.0, height / 2 - nb / 2)
     for b in range(nb):
-        y = y0 + b * ph
-        hit = b == w.block
-        ax_p.add_patch(Rectangle((0.05, y), 0.9, ph, facecolor="#fde0dd" if hit else "white",
+        y, hit = y0 + b, b == w.block
+        ax_p.add_patch(Rectangle((0.05, y), 0.9, 1.0, facecolor=pink if hit else "white",
                                  edgecolor=red if hit else "black", lw=2.5 if hit else 1.2))
-        ax_p.text(0.5, y + ph / 2, f"[{b}]", ha="center", va="center", fontsize=pt)
-        fig.add_artist(ConnectionPatch((0.95, y + ph / 2), (0, top(b)), "data", "data", axesA=ax_p, axesB=ax_b,
+        ax_p.text(0.5, y + 0.5, f"[{b}]", ha="center", va="center", fontsize=pt)
+        fig.add_artist(ConnectionPatch((0.95, y + 0.5), (0, top(b)), "data", "data", axesA=ax_p, axesB=ax_b,
                                        arrowstyle="-|>", mutation_scale=14, lw=2 if hit else 1,
                                        color=red if hit else "0.3"))
-    ax_p.text(0.5, y0 - 0.3, tr(f"{name}\n(one pointer\nper block)", f"{name}\n（每块\n一个指针）"), ha="center", va="bottom", fontsize=pt)
+    ax_p.text(0.5, y0 - 0.3, tr(f"{name}\n(one pointer\nper block)", f"{name}\n（每块\n一个指针）"), ha="center",
+              va="bottom", fontsize=pt)
     ax_p.set_xlim(0, 1)
     ax_p.set_ylim(height + 0.2, -1.6)
     ax_p.axis("off")
 
-    # --- the scale array [token][kv head]: the kernel walks one column with stride nkv
-    # plain cells: the values are written in them, a colour scale would repeat them without a key;
-    # pink marks the kernel's column (kv head kh), as in the memory strip below
+    # the scales [token][kv head], values written in plain cells; pink: the kernel's column (kv head kh)
     for t in range(T):
         for kh in range(nkv):
-            hit = (t, kh) == (w.t, w.kv_head)
-            ax_s.add_patch(Rectangle((kh, t), 1, 1, facecolor="#fde0dd" if kh == w.kv_head else "white",
+            ax_s.add_patch(Rectangle((kh, t), 1, 1, facecolor=pink if kh == w.kv_head else "white",
                                      edgecolor="0.4", lw=0.8))
-            ax_s.text(kh + 0.5, t + 0.5, f"{scales[t, kh]:.2f}", ha="center", va="center",
-                      fontsize=pt, color=red if hit else "black", fontweight="bold" if hit else "normal")
+            ax_s.text(kh + 0.5, t + 0.5, f"{scales[t, kh]:.2f}", ha="center", va="center", fontsize=pt,
+                      **hot((t, kh) == (w.t, w.kv_head)))
     ax_s.add_patch(Rectangle((w.kv_head, w.t), 1, 1, fill=False, edgecolor=red, lw=3.5))
     ax_s.set_xlim(0, nkv)
     ax_s.set_ylim(T, 0)
     ax_s.set_xticks(np.arange(nkv) + 0.5, [f"{kh}" for kh in range(nkv)], fontsize=pt)
     ax_s.set_yticks(np.arange(T) + 0.5, [f"t={t}" for t in range(T)], fontsize=pt)
     ax_s.tick_params(axis="y", labelright=True, labelleft=False, right=True, left=False)
-    ax_s.grid(False)
     ax_s.set_xlabel(tr("kv head", "kv 头"), fontsize=pt)
-    ax_s.set_title(tr(f"{side}_scale: raw max|x|", f"{side}_scale：原始 max|x|"), fontsize=pt)
-    # --- the same scale array as it lies in memory: the kernel hops nkv floats per token
+    ax_s.set_title(tr(f"{which}_scale: raw max|x|", f"{which}_scale：原始 max|x|"), fontsize=pt)
+
+    # the same scales in memory: the kernel hops nkv floats per token
     n = T * nkv
     for i in range(n):
         t, kh = divmod(i, nkv)
-        mine = kh == w.kv_head
-        ax_f.add_patch(Rectangle((i, 0), 1, 1, facecolor="#fde0dd" if mine else "white", edgecolor="0.4", lw=0.8))
+        ax_f.add_patch(Rectangle((i, 0), 1, 1, facecolor=pink if kh == w.kv_head else "white", edgecolor="0.4",
+                                 lw=0.8))
         ax_f.text(i + 0.5, 0.5, f"{i}", ha="center", va="center", fontsize=pt,
                   color=red if i == w.flat_scale_index else "black")
-        if mine and t + 1 < T:
+        if kh == w.kv_head and t + 1 < T:
             ax_f.annotate("", xy=(i + nkv + 0.5, 1.0), xytext=(i + 0.5, 1.0),
                           arrowprops=dict(arrowstyle="-|>", color=red, lw=1.2, connectionstyle="arc3,rad=-0.45"))
         if t != (i + 1) // nkv or i + 1 == n:
@@ -279,16 +231,17 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     ax_f.set_xlim(-0.5, n + 0.5)
     ax_f.set_ylim(-0.1, 2.1)
     ax_f.set_yticks([])
-    ax_f.grid(False)
     ax_f.set_xticks(np.arange(0, n, nkv) + nkv / 2, [f"t={t}" for t in range(T)], fontsize=pt)
     ax_f.tick_params(axis="x", length=0)
-    for s in ("left", "right", "top"):
-        ax_f.spines[s].set_visible(False)
-    ax_f.set_title(tr(f"{side}_scale in memory, by index; red arcs: the kernel's steps of nkv = {nkv} "
-                      f"from {sname} = {side}_scale + {w.kv_head}",
-                      f"{side}_scale 在内存中的排布（按下标）；红色弧线：内核从 {sname} = {side}_scale + {w.kv_head} "
+    for ax in (ax_b, ax_f):
+        for s in ("left", "right", "top"):
+            ax.spines[s].set_visible(False)
+    for ax in (ax_s, ax_f):
+        ax.grid(False)
+    ax_f.set_title(tr(f"{which}_scale in memory, by index; red arcs: the kernel's steps of nkv = {nkv} "
+                      f"from {sname} = {which}_scale + {w.kv_head}",
+                      f"{which}_scale 在内存中的排布（按下标）；红色弧线：内核从 {sname} = {which}_scale + {w.kv_head} "
                       f"出发，每步跨 nkv = {nkv}"), fontsize=pt, pad=12)
-
     fig.suptitle(tr(f"{T} tokens, {nkv} kv heads x {hd}, kv_bs {bs}: token {w.t} of kv head {w.kv_head} in red\n",
                     f"{T} 个 token，{nkv} 个 kv 头 x {hd}，kv_bs {bs}：红框是 kv 头 {w.kv_head} 的 token {w.t}\n")
                  + f"{name}[{w.t} / {bs} = {w.block}] + ({w.t} % {bs} = {w.row}) * {kv_dim} + {w.kh_off}"
@@ -297,21 +250,16 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     return fig
 
 
-# ----------------------------------------------------------------------------- the check on awkward shapes
-
-
 # (n_kv_heads, head_dim, kv_bs, seq_len): a half-filled last block, one token per block, one block
 # larger than the context, the largest head the kernel's buffers take (HD_MAX = 256), one kv head
 LAYOUT_CASES = ((3, 32, 4, 10), (2, 64, 1, 5), (4, 128, 64, 7), (2, 256, 5, 13), (1, 32, 3, 1))
 
 
 def check_layout(ffi=None, seed: int = 0) -> Checks:
-    """Lesson 03's check on awkward shapes (``LAYOUT_CASES``), through the compiled kernel's trace:
-    for every case, K and V rows read where ``locate`` says, for every head and token; the codes and
-    raw scales read back through the pointer table equal the C quantizer run on the float rows; the
-    kernel's scores are ``dots * qsc * (raw max / 127) * scale`` (rtol 1e-6: float32 rounding of a
-    four-term sum; a scale off by 127 misses by 100x); plus an all-zero row (scale 0, codes 0, score
-    exactly 0, finite output) and the half-step bound of the dequantization error."""
+    """Lesson 03's check on ``LAYOUT_CASES`` through the compiled kernel's trace: rows read where
+    ``locate`` says; codes and raw scales read back through the pointer table equal the C quantizer's;
+    scores ``dots * qsc * (raw max / 127) * scale`` (rtol 1e-6; a scale off by 127 misses by 100x);
+    an all-zero row; the half-step bound of the dequantization error."""
     from .kernels.attention import attend
     from .quant import quantize_kv_rows
     ffi = ffi if ffi is not None else native.load()[0]
@@ -325,13 +273,12 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
         cache.append(K, V)
         q = rng.standard_normal(hd, dtype=np.float32)
         tt = np.arange(T)
-        addr_ok, read_ok, score_ok = True, True, True
+        addr_ok = read_ok = score_ok = True
         for kh in range(nkv):
             _, trc = attend(q, cache, kh, trace=True)
-            want = (tt % kv_bs) * cache.kv_dim + kh * hd
             for rows, which in ((trc.k_rows, "k"), (trc.v_rows, "v")):
                 b, o = kernel_reads(rows, cache, which)
-                addr_ok &= bool((b == tt // kv_bs).all() and (o == want).all())
+                addr_ok &= bool((b == tt // kv_bs).all() and (o == (tt % kv_bs) * cache.kv_dim + kh * hd).all())
             for which, X in (("k", K), ("v", V)):
                 codes, scales = quantize_kv_rows(np.ascontiguousarray(X[:, kh]))
                 for t in range(T):
@@ -366,6 +313,5 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
     ec.append(X, X)
     err = np.abs(ec.dequantized(0)[0] - X[:, 0]) / (ec.k_scales(0)[:, None] / 127)
     out.add(tr("|error| <= half a step (+1e-5 for float32 rounding)", "|误差| <= 半步（另加 1e-5 留给 float32 舍入）"),
-            err.max() <= 0.5 + 1e-5,
-            f"max |error| / step = {err.max():.6f}")
+            err.max() <= 0.5 + 1e-5, f"max |error| / step = {err.max():.6f}")
     return out

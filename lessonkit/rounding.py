@@ -1,42 +1,27 @@
-"""Segment 1 taken apart: Q's per-32 quantization under other rounding rules, and attention
-recomputed in numpy with substituted Q codes (introduced in lesson 01).
-
-Only the engine's rule (``"engine"``: ``(int)(v + (v >= 0 ? 0.5 : -0.5))``) runs in the compiled
-kernel. The other rules exist here so that a lesson can measure what a different choice would
-have cost; ``attend_with_q_codes`` recomputes the kernel's math in numpy around any Q codes."""
+"""Segment 1 taken apart (lesson 01): Q's per-32 quantization under other rounding rules, and the
+kernel's math recomputed in numpy around substituted Q codes. Only "engine" runs in the kernel."""
 from __future__ import annotations
 
 import numpy as np
 
 from . import validate as check
 from .cache import KVCacheQ8
-from .reference import attention, scores_from_q_codes, softmax_weighted_v
-from .quant import KVQ_INV
 from .language import tr
-from .validate import QBLOCK, float32_array, head_dim
+from .quant import KVQ_INV
+from .reference import attention, scores_from_q_codes, softmax_weighted_v
+from .validate import QBLOCK
 
-#: the rounding rules lesson 01 compares, by name
 RULES = ("engine", "roundf", "ties_even", "trunc")
-
-RULE_LABELS = {
-    "engine": "engine: (int)(v + (v>=0 ? 0.5 : -0.5))",
-    "roundf": "C roundf (ties away, exact)",
-    "ties_even": "ties to even (vcvtnq_s32_f32)",
-    "trunc": "truncation (int)v",
-}
 
 
 def q_block_scaled(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The values segment 1 rounds, before rounding: ``v = q * (127 / qm)`` per 32-block in float32,
-    with the kernel's guard (``qm < 1e-6 -> qm = 1``). q is float32 ``[hd]`` or a batch ``[n, hd]``.
-    Returns (v float32, same shape as q; scales float32 ``[hd/32]`` or ``[n, hd/32]``), the scales
-    being qm / 127 as the kernel stores them."""
+    """The float32 values segment 1 rounds, ``q * (127 / qm)`` per 32-block (``qm < 1e-6 -> 1``), for
+    ``q [hd]`` or ``[n, hd]``, and the block scales ``qm / 127`` as the kernel stores them."""
     if not isinstance(q, np.ndarray) or q.ndim not in (1, 2):
         raise ValueError(tr("q must be a float32 numpy array of shape [hd] or [n, hd]",
                             "q 必须是形状为 [hd] 或 [n, hd] 的 float32 numpy 数组"))
-    q = float32_array("q", q, (None,) * q.ndim)
-    hd = head_dim(q.shape[-1])
-    blocks = q.reshape(*q.shape[:-1], hd // QBLOCK, QBLOCK)
+    q = check.float32_array("q", q, (None,) * q.ndim)
+    blocks = q.reshape(*q.shape[:-1], check.head_dim(q.shape[-1]) // QBLOCK, QBLOCK)
     qm = np.abs(blocks).max(axis=-1)
     qm = np.where(qm < np.float32(1e-6), np.float32(1.0), qm).astype(np.float32)
     v = (blocks * (np.float32(127.0) / qm)[..., None]).astype(np.float32)
@@ -44,23 +29,14 @@ def q_block_scaled(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def round_codes(v: np.ndarray, rule: str) -> np.ndarray:
-    """Round float32 values ``v`` to int8 codes with ``rule`` (one of RULES), then clamp to
-    [-128, 127].
-
-    - "engine": ``(int)(v + (v >= 0 ? 0.5f : -0.5f))``, the addition done in float32 (so
-      0.49999997f + 0.5f rounds to 1.0f and the code is 1);
-    - "roundf": C's roundf, halfway cases away from zero, computed exactly (0.49999997f -> 0);
-    - "ties_even": round to nearest, halfway cases to the even integer (NEON's vcvtnq_s32_f32,
-      numpy's rint);
-    - "trunc": toward zero, the plain C cast ``(int)v``.
-    """
+    """float32 ``v`` rounded to int8 codes by ``rule``, clamped to [-128, 127]: "engine"
+    ``(int)(v + (v >= 0 ? 0.5f : -0.5f))`` with a float32 addition (0.49999997f -> 1), "roundf"
+    exact ties away from zero (0.49999997f -> 0), "ties_even" (vcvtnq_s32_f32), "trunc" ``(int)v``."""
     v = np.asarray(v, np.float32)
     if rule == "engine":
-        half = np.where(v >= 0, np.float32(0.5), np.float32(-0.5)).astype(np.float32)
-        r = np.trunc((v + half).astype(np.float32))
+        r = np.trunc((v + np.where(v >= 0, np.float32(0.5), np.float32(-0.5))).astype(np.float32))
     elif rule == "roundf":
-        a = np.abs(v.astype(np.float64))
-        r = np.sign(v) * np.floor(a + 0.5)  # exact: a float32 plus 0.5 is exact in float64 here
+        r = np.sign(v) * np.floor(np.abs(v.astype(np.float64)) + 0.5)  # exact in float64
     elif rule == "ties_even":
         r = np.rint(v)
     elif rule == "trunc":
@@ -72,23 +48,18 @@ def round_codes(v: np.ndarray, rule: str) -> np.ndarray:
 
 
 def quantize_q_rule(q: np.ndarray, rule: str = "engine") -> tuple[np.ndarray, np.ndarray]:
-    """Segment 1 with another rounding rule: (codes int8 [hd], scales float32 [hd/32]).
-    With rule "engine" this is exactly ``lessonkit.quant.quantize_q``."""
+    """Segment 1 with ``rule``: (codes int8, scales float32); "engine" is ``quant.quantize_q``."""
     v, scales = q_block_scaled(q)
     return round_codes(v, rule), scales
 
 
-def attend_with_q_codes(codes: np.ndarray, q_scales: np.ndarray, cache: KVCacheQ8, kv_head: int,
-                        scale: float) -> np.ndarray:
-    """The kernel's output recomputed in numpy around substituted Q codes, with the cache's own
-    int8 K/V codes and scales (float64 [hd]). With the engine's codes it reproduces the kernel
-    to float32 rounding."""
+def attend_with_q_codes(codes, q_scales, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
+    """The kernel's output in numpy float64 around substituted Q codes and the cache's int8 K/V."""
     return softmax_weighted_v(scores_from_q_codes(codes, q_scales, cache, kv_head, scale), cache, kv_head)
 
 
 def attend_float_q(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
-    """Attention with Q left unquantized (float64) against the cache's int8 K and V: the baseline
-    that isolates what Q's quantization adds. float64 [hd]."""
+    """Unquantized q (float64) against the cache's int8 K and V: Q's quantization left out."""
     K, _ = cache.dequantized(kv_head)
     s = (K.astype(np.float64) @ np.asarray(q, np.float64)) * check.scale(scale, cache.head_dim)
     return softmax_weighted_v(s, cache, kv_head)
@@ -96,42 +67,29 @@ def attend_float_q(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) 
 
 def outlier_q(head_dim: int, rng: np.random.Generator, channels=(5, 6, 70), factor: float = 20.0,
               sigma: float = 1.0) -> np.ndarray:
-    """A query that looks like a real model's: Gaussian channels of std ``sigma``, plus a few
-    outlier channels ``factor`` times larger (float32 [head_dim])."""
+    """A query like a real model's: N(0, sigma) channels, and ``channels`` at +-factor * sigma."""
     q = rng.standard_normal(head_dim).astype(np.float32) * np.float32(sigma)
     idx = np.asarray(channels)
     q[idx] = np.where(q[idx] < 0, np.float32(-factor * sigma), np.float32(factor * sigma))
     return q
 
 
-def dot_error_sigma(q: np.ndarray, K: np.ndarray, q_scales: np.ndarray, k_scales: np.ndarray) -> np.ndarray:
-    """Predicted standard deviation of (quantized dot - exact dot) for q against each row of K,
-    if every rounding error is uniform in half a step either side (variance step^2 / 12):
-    var = (k_step^2 / 12) * sum_i q_i^2 + sum_b (q_step_b^2 / 12) * sum_{i in b} k_i^2,
-    with q_step_b = q_scales[b] and k_step = k_scales / 127 (raw max scales). float64 [n]."""
-    q = np.asarray(q, np.float64)
-    K = np.asarray(K, np.float64)
-    qs = np.asarray(q_scales, np.float64)
+def dot_error_sigma(q, K, q_scales, k_scales) -> np.ndarray:
+    """Predicted std of (quantized - exact) q.k per row of K if each rounding error is uniform over a
+    step (variance step^2 / 12): ``(k_step^2/12) sum q_i^2 + sum_b (qsc_b^2/12) sum_{i in b} k_i^2``."""
+    q, K, qs = (np.asarray(a, np.float64) for a in (q, K, q_scales))
     kstep = np.asarray(k_scales, np.float64) / 127.0
-    nblk = qs.shape[0]
-    k_energy = (K.reshape(K.shape[0], nblk, -1) ** 2).sum(axis=2)   # [n, nblk]
-    var = kstep ** 2 / 12.0 * (q ** 2).sum() + (k_energy * qs ** 2 / 12.0).sum(axis=1)
-    return np.sqrt(var)
+    k_energy = (K.reshape(K.shape[0], qs.shape[0], -1) ** 2).sum(axis=2)
+    return np.sqrt(kstep ** 2 / 12.0 * (q ** 2).sum() + (k_energy * qs ** 2 / 12.0).sum(axis=1))
 
 
-def rule_errors(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float, K: np.ndarray,
-                V: np.ndarray) -> dict[str, dict[str, float]]:
-    """For each rule in RULES: quantize q with it, recompute the kernel's output in numpy with those
-    codes and the cache's int8 K/V, and measure it. Returns ``{rule: {...}}`` with
-    ``q_rms``, ``q_max``: |code - v| in units of the block's step (RMS and max over q's values);
-    ``q_bias``: mean of (code - v) * sign(v), negative = toward zero;
-    ``out_vs_float_q``: RMS of (output - output with unquantized q), same int8 K/V: Q's share;
-    ``out_vs_exact``: RMS of (output - float64 attention on the unquantized K, V).
-    K, V: the float32 ``[seq_len, hd]`` rows of this kv head before quantization."""
+def rule_errors(q, cache: KVCacheQ8, kv_head: int, scale: float, K, V) -> dict[str, dict[str, float]]:
+    """Per rule: |code - v| in steps (``q_rms``, ``q_max``), ``q_bias`` (mean (code - v) sign(v), < 0
+    toward zero), and the output's RMS error against unquantized q (``out_vs_float_q``) and against
+    float64 attention on the unquantized K, V rows (``out_vs_exact``)."""
     v, scales = q_block_scaled(q)
     scale = check.scale(scale, cache.head_dim)
-    base = attend_float_q(q, cache, kv_head, scale)
-    exact = attention(q, K, V, scale)
+    base, exact = attend_float_q(q, cache, kv_head, scale), attention(q, K, V, scale)
     result = {}
     for rule in RULES:
         codes = round_codes(v, rule)

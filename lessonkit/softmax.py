@@ -1,7 +1,8 @@
-"""Softmax-weighted sums written out in numpy, to set beside the kernel's trace (introduced in
-lesson 02, used in lesson 04): the three-pass textbook version and the online one-pass update."""
+"""Softmax-weighted sums in numpy, to set beside the kernel's trace (lessons 02 and 04): the
+three-pass textbook version and the kernel's online one-pass update."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,28 +15,24 @@ M_START = -1e9  # the kernel's start value of M (llama.cpp starts at -INFINITY)
 
 
 def three_pass(s, V) -> np.ndarray:
-    """The textbook decode attention over given scores, in float64: pass 1 finds max(s), pass 2
-    sums exp(s - max), pass 3 weights the rows of V. s ``[n]``, V ``[n, hd]``."""
-    s = np.asarray(s, np.float64)
-    V = np.asarray(V, np.float64)
-    m = s.max()                     # pass 1
-    w = np.exp(s - m)               # pass 2
-    return (w @ V) / w.sum()        # pass 3
+    """Textbook decode attention over scores ``s [n]`` in float64: max, sum of exp, weighted V."""
+    s, V = np.asarray(s, np.float64), np.asarray(V, np.float64)
+    w = np.exp(s - s.max())
+    return (w @ V) / w.sum()
 
 
 @dataclass
 class OnlineRun:
-    M: np.ndarray         # [n] running max after each score
-    S: np.ndarray         # [n] running sum of exp(s - M) after each score
-    rescaled: np.ndarray  # [n] bool: did this score raise M?
-    acc: np.ndarray | None  # [n, hd] running sum of exp(s - M) * V, or None without V
-    out: np.ndarray | None  # [hd] acc / S at the end (0 where S == 0), or None without V
+    M: np.ndarray           # [n] running max after each score
+    S: np.ndarray           # [n] running sum of exp(s - M)
+    rescaled: np.ndarray    # [n] bool: did this score raise M?
+    acc: np.ndarray | None  # [n, hd] running sum of exp(s - M) * V (None without V)
+    out: np.ndarray | None  # [hd] acc / S at the end (0 where S == 0)
 
 
 def online(s, V=None, m_start: float = M_START, dtype=np.float64) -> OnlineRun:
-    """The kernel's online softmax, one score at a time, in ``dtype`` (float64 to replay exactly
-    in higher precision, float32 to mimic the kernel's arithmetic): on a new max, S and acc are
-    multiplied by exp(M_old - s) and the new score weighs 1; otherwise it weighs exp(s - M)."""
+    """The kernel's online softmax, one score at a time in ``dtype``: a new max multiplies S and acc
+    by exp(M_old - s) and weighs 1; any other score weighs exp(s - M)."""
     if isinstance(s, np.ma.MaskedArray) or isinstance(V, np.ma.MaskedArray):
         raise TypeError(tr("online() takes plain arrays: pass s.filled(value) (and V.filled(value))",
                            "online() 只收普通数组：请传入 s.filled(value)（以及 V.filled(value)）"))
@@ -52,13 +49,9 @@ def online(s, V=None, m_start: float = M_START, dtype=np.float64) -> OnlineRun:
     with np.errstate(over="ignore", under="ignore"):
         for t in range(n):
             if s[t] > M:
-                ms = np.exp(M - s[t])
-                M = s[t]
+                ms, M, w, flags[t] = np.exp(M - s[t]), s[t], dtype(1), True
                 S = S * ms
-                if acc is not None:
-                    acc = acc * ms
-                w = dtype(1)
-                flags[t] = True
+                acc = None if acc is None else acc * ms
             else:
                 w = np.exp(s[t] - M)
             S = S + w
@@ -73,37 +66,30 @@ def online(s, V=None, m_start: float = M_START, dtype=np.float64) -> OnlineRun:
 def harmonic(n: int) -> float:
     """H_n = 1 + 1/2 + ... + 1/n: the expected number of new maxima among n scores in random order."""
     n = check.integer("n", n, minimum=1)
-    if n > 1 << 24:  # no array of n values: H_n = ln n + gamma + 1/(2n) - 1/(12n^2), exact to float64 here
+    if n > 1 << 24:  # the asymptotic series, exact to float64 here
         return float(np.log(n) + np.euler_gamma + 1 / (2 * n) - 1 / (12 * n * n))
     return float(np.sum(1.0 / np.arange(1, n + 1)))
 
 
 def _inline_expf_floor(header=None) -> float:
-    """The argument below which q8_simd.h's inline expf returns 0, read from its
-    ``if (!(x >= <floor>f)) return 0.0f;`` line (so it follows an edit of the header)."""
-    import re
+    """The floor below which q8_simd.h's inline expf returns 0, read from the header."""
     from .source import SIMD_HEADER
-    text = (header or SIMD_HEADER).read_text()
-    m = re.search(r"if \(!\(x >= (-?[0-9.]+)f\)\) return 0\.0f;", text)
+    m = re.search(r"if \(!\(x >= (-?[0-9.]+)f\)\) return 0\.0f;", (header or SIMD_HEADER).read_text())
     if m is None:
         raise ValueError("q8_simd.h has no 'if (!(x >= ...f)) return 0.0f;' line in its inline expf")
     return float(m.group(1))
 
 
 def kernel_exp_name() -> str:
-    """Which exp the compiled kernel's build calls: "inline" (x86 with FMA and SSE4.1: q8_simd.h's
-    own expf) or "libm" (ARM, and x86 builds without those), read from ``fa_simd_paths()``."""
+    """The exp this build's kernel calls, from ``fa_simd_paths()``: "inline" (q8_simd.h's) or "libm"."""
     from . import native
     ffi, lib = native.load()
-    paths = ffi.string(lib.fa_simd_paths()).decode()
-    return "inline" if "exp=inline" in paths else "libm"
+    return "inline" if "exp=inline" in ffi.string(lib.fa_simd_paths()).decode() else "libm"
 
 
 def kernel_exp(x) -> np.ndarray:
-    """float32 exp(x) for x <= 0 as far as the kernel's build decides where a weight becomes exactly
-    0: the inline expf of q8_simd.h returns 0 below its floor (-87: the result would be under
-    FLT_MIN); libm's expf underflows to 0 only below about -103.97 (under half the smallest
-    subnormal), as numpy's float32 exp does. Above the floor both are within 2 ulp of each other."""
+    """float32 exp(x), x <= 0, zero where this build's exp gives exactly 0: below the inline expf's
+    floor (-87), or where libm's underflows (about -103.97, as numpy's float32 exp)."""
     x = np.asarray(x, np.float32)
     with np.errstate(under="ignore"):
         e = np.exp(x)

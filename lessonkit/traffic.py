@@ -1,15 +1,12 @@
-"""Memory traffic of the single pass and its two-pass alternatives (introduced in lesson 05):
-an analytic byte model, and valgrind's cache simulation of the kernel call alone.
+"""Memory traffic of the single pass and its two-pass alternatives (lesson 05): an analytic byte
+model, and valgrind's cache simulation of the kernel call alone.
 
-The model counts the bytes each variant's loads and stores touch, pass by pass, for one kv head.
 The simulation runs native/tools/fa_driver.c under ``valgrind --tool=callgrind --cache-sim=yes``
-with explicit cache sizes (a preset) and counts only the kernel call: the driver switches
-collection on and off around it with callgrind's client requests (``CALLGRIND_TOGGLE_COLLECT``
-from ``<valgrind/callgrind.h>``), and valgrind runs with ``--collect-atstart=no``. It reports
-reads, writes, first-level and last-level misses. Last-level misses times the line size is the
-traffic to DRAM. valgrind simulates two levels, a first-level data cache and a last level.
-(Where valgrind's headers are missing, the driver is built without the requests and the call is
-collected with ``--toggle-collect=<function>`` instead; see ``measure_method``.)"""
+with explicit cache sizes (a preset). Only the kernel call is counted: the driver switches
+collection on and off around it (``CALLGRIND_TOGGLE_COLLECT`` of ``<valgrind/callgrind.h>``, with
+``--collect-atstart=no``), or, built without that header, valgrind collects the measured function
+by name (``--toggle-collect``; see ``measure_method``). valgrind simulates a first-level data cache
+and one last level: last-level misses times the line size is the traffic to DRAM."""
 from __future__ import annotations
 
 import platform
@@ -24,11 +21,11 @@ from . import native
 from .language import Text, tr
 
 VARIANTS = ("single", "scalar", "two_pass_scores", "two_pass_recompute")
-# lesson 08: G query heads of one kv head (GQA), in one grouped call ("group4") or in G calls of the
-# single-pass kernel, one per query head ("per_head4"); G from 1 to 8
+# lesson 08: G query heads of one kv head, one grouped call ("group4") or G single-pass calls ("per_head4")
 GQA_VARIANTS = tuple(f"{kind}{g}" for kind in ("group", "per_head") for g in range(1, 9))
 SOFTMAXES = ("softmax_naive", "softmax_safe", "softmax_online")
 DRIVER_SOURCE = native.NATIVE_DIR / "tools" / "fa_driver.c"
+SYS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 @dataclass(frozen=True)
@@ -43,17 +40,14 @@ class CacheLevel:
 
 @dataclass(frozen=True)
 class Preset:
-    name: str | Text  # shown to the student: str() is the current language's name
+    name: str | Text  # str() is the name in the current language
     d1: CacheLevel
-    ll: CacheLevel  # the last level valgrind simulates
+    ll: CacheLevel    # the last level valgrind simulates
 
 
-# Caches of the sizes of a Cortex-A76 in the RK3588 (simulated; valgrind is not an A76): L1d 64 KB
-# (Arm's Cortex-A76 TRM), L2 512 KB private to each core, and an L3 of 3 MB that the RK3588's four
-# A76 cores (and its four A55) share (Rockchip's RK3588 datasheet). valgrind models one last level:
-# "a76" takes the whole L3 (one core alone on the chip), "a76-l2" one core's L2 (the part no other
-# core competes for). (3 MB is simulated 12-way so that the number of sets is a power of two, as
-# valgrind requires.) The keys stay short; the names say "A76-sized", never "A76".
+# Simulated caches of a Cortex-A76's sizes in the RK3588 (valgrind is not an A76): L1d 64 KB (Arm's
+# Cortex-A76 TRM), and as the one last level either the 3 MB L3 the chip's cores share ("a76") or one
+# core's 512 KB L2 ("a76-l2") (Rockchip's RK3588 datasheet); 3 MB 12-way so that the sets are a power of 2.
 PRESETS = {
     "a76": Preset(Text("A76-sized caches (simulated): L1d 64 KiB, last level 3 MiB (the RK3588's shared L3)",
                        "A76 大小的缓存（模拟）：L1d 64 KiB，最后一级 3 MiB（RK3588 共享的 L3）"),
@@ -64,22 +58,24 @@ PRESETS = {
 }
 
 
+def size_bytes(text: str) -> int:
+    """A sysfs cache size ("48K", "3M" or "512") in bytes."""
+    text = text.strip().upper()
+    return int(text.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+
+
 def host_preset() -> Preset:
     """This machine's L1d and last-level cache, read from /sys (Linux)."""
     levels = {}
-    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+    for d in sorted(SYS_CACHE.glob("index*")):
         try:
-            kind = (d / "type").read_text().strip()
-            level = int((d / "level").read_text())
-            size = (d / "size").read_text().strip()
-            ways = int((d / "ways_of_associativity").read_text())
-            line = int((d / "coherency_line_size").read_text())
+            if (d / "type").read_text().strip() == "Instruction":
+                continue
+            levels[int((d / "level").read_text())] = CacheLevel(
+                size_bytes((d / "size").read_text()), int((d / "ways_of_associativity").read_text()),
+                int((d / "coherency_line_size").read_text()))
         except (OSError, ValueError):
             continue
-        if kind == "Instruction":
-            continue
-        size_b = int(size[:-1]) * {"K": 1 << 10, "M": 1 << 20}[size[-1]] if size[-1] in "KM" else int(size)
-        levels[level] = CacheLevel(size_b, ways, line)
     if 1 not in levels or len(levels) < 2:
         raise RuntimeError(tr("could not read this machine's caches from /sys; use the 'a76' preset",
                               "无法从 /sys 读出这台机器的缓存；请改用 'a76' 预设"))
@@ -98,39 +94,26 @@ def preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-# ----------------------------------------------------------------------------- the model
-
 def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
                 line: int = 64) -> dict[str, int]:
-    """Bytes each part of a variant touches, for one kv head, when nothing is reused from cache.
-
-    K and V rows are ``head_dim`` int8 each. The fp32 scales are read one per token, ``nkv``
-    apart, so every token's scale read brings a cache line shared by ``line / (4 nkv)`` tokens:
-    ``4 * nkv`` bytes per token, at most one line. The score array (two_pass_scores) is
-    4 bytes per token, written in pass 1, read and written in pass 2, read in pass 3.
-
-    Lesson 08's GQA variants: ``group<G>`` reads the kv head's K, V and scales once for its G query
-    heads (the single pass's bytes); ``per_head<G>`` makes G single-pass calls, G times the bytes."""
+    """Bytes each part of ``variant`` touches for one kv head, nothing reused from cache: int8 K and V
+    rows; one fp32 scale per token, ``nkv`` apart, so a scale read costs ``4 nkv`` bytes of its line
+    (at most the line); two_pass_scores' score array, 4 bytes a token, written in pass 1, read and
+    written in pass 2, read in pass 3. ``group<G>`` reads the single pass's bytes once for G query
+    heads, ``per_head<G>`` G times."""
     if variant in GQA_VARIANTS:
-        G = int(variant[-1])  # one digit, 1 to 8
         one = model_bytes("single", seq_len, head_dim, n_kv_heads, line)
-        return one if variant.startswith("group") else {k: G * b for k, b in one.items()}
+        return one if variant.startswith("group") else {k: int(variant[-1]) * b for k, b in one.items()}
     if variant not in VARIANTS:
         raise ValueError(tr(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}",
                             f"variant 只能是 {', '.join(VARIANTS)} 之一；收到的是 {variant!r}"))
-    T = seq_len
-    scale_bytes = min(4 * n_kv_heads, line) * T  # per pass over K's or V's scales
-    k_reads = 2 if variant == "two_pass_recompute" else 1
-    parts = dict(k=k_reads * T * head_dim, v=T * head_dim, scales=(k_reads + 1) * scale_bytes,
-                 scores_written=0, scores_read=0)
-    if variant == "two_pass_scores":
-        parts["scores_written"] = 2 * 4 * T
-        parts["scores_read"] = 2 * 4 * T
+    T, k_reads = seq_len, 2 if variant == "two_pass_recompute" else 1
+    score = 2 * 4 * T if variant == "two_pass_scores" else 0
+    parts = dict(k=k_reads * T * head_dim, v=T * head_dim, scales=(k_reads + 1) * min(4 * n_kv_heads, line) * T,
+                 scores_written=score, scores_read=score)
     parts["total"] = sum(parts.values())
-    # the same bytes by what they are, for stacked bars (not added to the total again)
-    parts["k_first"] = T * head_dim
-    parts["k_second"] = (k_reads - 1) * T * head_dim
-    parts["score_array"] = parts["scores_written"] + parts["scores_read"]
+    # the same bytes by what they are, for stacked bars (PARTS; not added to the total again)
+    parts.update(k_first=T * head_dim, k_second=(k_reads - 1) * T * head_dim, score_array=2 * score)
     return parts
 
 
@@ -138,21 +121,17 @@ PARTS = ("k_first", "k_second", "v", "scales", "score_array")  # model_bytes' pa
 
 
 def bytes_per_token(head_dim: int = 128, n_kv_heads: int = 1, line: int = 64) -> dict[str, int]:
-    """Bytes of cache lines one token of one kv head occupies: K row + its scale's share of a line,
-    and K + V. With ``n_kv_heads`` heads interleaved per token (the engine's layout), a token's
-    scales of all heads sit side by side, so one head's scale read brings ``4 * n_kv_heads`` bytes
-    (at most a line): 264 bytes for K + V at head_dim 128 and one head, 320 at eight heads."""
+    """Bytes of cache lines one token of one kv head occupies, K alone and K + V (its scale's share
+    of a line: ``4 * n_kv_heads`` bytes, at most the line): 264 for K + V at hd 128, 320 at 8 heads."""
     scale = min(4 * n_kv_heads, line)
     return dict(k=head_dim + scale, kv=2 * (head_dim + scale))
 
 
 def fit_limits(preset_name: str, head_dim: int = 128, n_kv_heads: int = 1) -> dict[str, float]:
-    """The sequence lengths up to which one kv head's K + V, and its K alone, fit in the preset's
-    last level (bytes of lines per token from ``bytes_per_token``): the bounds of the regions
-    "K+V fit", "K fits", "neither"."""
-    size = preset(preset_name).ll.size
-    per = bytes_per_token(head_dim, n_kv_heads, preset(preset_name).ll.line)
-    return dict(kv_fits=size / per["kv"], k_fits=size / per["k"])
+    """The seq_len up to which one kv head's K + V, and its K alone, fit in the preset's last level."""
+    ll = preset(preset_name).ll
+    per = bytes_per_token(head_dim, n_kv_heads, ll.line)
+    return dict(kv_fits=ll.size / per["kv"], k_fits=ll.size / per["k"])
 
 
 def softmax_accesses_per_element(variant: str) -> dict[str, int]:
@@ -160,8 +139,6 @@ def softmax_accesses_per_element(variant: str) -> dict[str, int]:
     return {"softmax_naive": dict(loads=2, stores=1), "softmax_safe": dict(loads=3, stores=1),
             "softmax_online": dict(loads=2, stores=1)}[variant]
 
-
-# ----------------------------------------------------------------------------- the simulation
 
 @dataclass
 class Simulated:
@@ -174,17 +151,10 @@ class Simulated:
     d1_misses: int   # first-level data misses (reads + writes)
     ll_misses: int   # last-level data misses (reads + writes)
     line: int
-    n_kv_heads: int = 1  # kv heads interleaved per token in the simulated cache (the one measured: the last)
+    n_kv_heads: int = 1  # kv heads interleaved per token in the simulated cache (the last one is measured)
 
-    @property
-    def dram_bytes(self) -> int:
-        """Traffic between the last level and memory: one line per last-level miss."""
-        return self.ll_misses * self.line
-
-    @property
-    def l1_bytes(self) -> int:
-        """Traffic into the first-level data cache: one line per first-level miss."""
-        return self.d1_misses * self.line
+    dram_bytes = property(lambda self: self.ll_misses * self.line, doc="one line per last-level miss")
+    l1_bytes = property(lambda self: self.d1_misses * self.line, doc="one line per first-level miss")
 
     def as_dict(self) -> dict:
         return {**asdict(self), "dram_bytes": self.dram_bytes, "l1_bytes": self.l1_bytes}
@@ -195,12 +165,9 @@ def valgrind_available() -> bool:
 
 
 def driver() -> Path:
-    """The driver program, compiled for valgrind: -O2 -g, and only instructions valgrind 3.19
-    decodes. x86: AVX2 at most (no AVX-512, which -march=native would emit on some CPUs).
-    arm64: ``-march=armv8-a``, the NEON path without ``sdot``, even where the CPU has the dot
-    product (the RK3588's Cortex-A76 does): valgrind 3.19 stops at ``sdot`` with "unrecognised
-    instruction". The kernel loads and stores the same bytes on every path, so the simulated
-    traffic is the same; only instruction counts differ."""
+    """The driver, -O2 -g, with only instructions valgrind 3.19 decodes: AVX2 at most on x86, and
+    ``-march=armv8-a`` on arm64 (valgrind stops at ``sdot``). Every path loads and stores the same
+    bytes, so the simulated traffic is the same; only instruction counts differ."""
     if native.is_arm64():
         arch = [native.AARCH64_MARCH[False]]
     else:
@@ -214,11 +181,8 @@ _methods: dict[Path, str] = {}
 
 
 def measure_method(program: Path | None = None) -> str:
-    """How the driver marks the measured call: ``"client-requests"`` (built with
-    ``<valgrind/callgrind.h>``: collection switched on and off around the kernel call, valgrind run
-    with ``--collect-atstart=no``) or ``"toggle-collect"`` (no header: the measured function is
-    collected with ``--toggle-collect``; right on x86, while on arm64 callgrind can miss the
-    function's return and count the code after the call too). The driver itself says which."""
+    """How the driver marks the measured call, as it says itself: "client-requests" or
+    "toggle-collect" (no header; on arm64 callgrind can then miss the function's return)."""
     program = Path(program or driver())
     if program not in _methods:
         proc = subprocess.run([str(program), "method"], capture_output=True, text=True, timeout=60)
@@ -245,10 +209,9 @@ def _host_has(flag: str) -> bool:
 
 def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
              block_size: int = 64, preset_name: str = "a76", warm: bool = False) -> Simulated:
-    """Run one call of ``variant`` (a kernel of VARIANTS, a softmax of SOFTMAXES over ``seq_len``
-    floats, or lesson 08's ``group<G>`` / ``per_head<G>``: G query heads in one grouped call or in
-    G single-pass calls, all measured) under valgrind's cache simulation and return its counts. Cold (the
-    default): nothing of the data is in the simulated caches; warm: after one call of the same."""
+    """One call of ``variant`` (a kernel of VARIANTS, a softmax of SOFTMAXES over ``seq_len`` floats,
+    or ``group<G>`` / ``per_head<G>``) under valgrind's cache simulation: cold (nothing of the data in
+    the simulated caches) or ``warm`` (after one call of the same)."""
     if variant not in VARIANTS + SOFTMAXES + GQA_VARIANTS:
         raise ValueError(tr(f"variant must be one of {', '.join(VARIANTS + SOFTMAXES)}, group1..group8 or "
                             f"per_head1..per_head8; got {variant!r}",

@@ -73,6 +73,13 @@ def test_tiny_run_reports_beyond_rows_and_ratios():
     assert bench.run([600], repeats=1)["rows"][600].keys().isdisjoint(bench.BEYOND)  # not below 8K by default
 
 
+def _ggml(qs, K, V, scale):
+    """One ggml flash attention, [G, head_dim] ([head_dim] for one query)."""
+    with llama_ggml.FlashAttnQ8(qs, K, V, scale) as fa:
+        fa.compute()
+        return fa.output()[0] if np.ndim(qs) == 1 else fa.output()
+
+
 @needs_ggml
 def test_ggml_rows_compute_attention_and_the_check_can_fail():
     """llama.cpp's graph computes attention over ggml's q8_0 of the same K/V: within the stated
@@ -88,12 +95,12 @@ def test_ggml_rows_compute_attention_and_the_check_can_fail():
                 assert llama_ggml.check_output(fa.output(), want) <= llama_ggml.CHECK_RTOL
         # against the float reference (no rounding of q, K, V) it is only close: q8_0's own error
         float_ref = np.stack([lk.reference.attention(x, K, V, scale) for x in qs])
-        assert np.abs(llama_ggml.attend(qs, K, V, scale) - float_ref).max() < 0.05 * np.abs(float_ref).max()
-    wrong_scale = llama_ggml.attend(q, K, V, 2 * scale)
+        assert np.abs(_ggml(qs, K, V, scale) - float_ref).max() < 0.05 * np.abs(float_ref).max()
+    wrong_scale = _ggml(q, K, V, 2 * scale)
     with pytest.raises(AssertionError, match="above"):
         llama_ggml.check_output(wrong_scale[None], llama_ggml.expected(q, K, V, scale))
     qs = bench.group_queries()
-    got = llama_ggml.attend(qs, K, V, scale)
+    got = _ggml(qs, K, V, scale)
     with pytest.raises(AssertionError, match="above"):
         llama_ggml.check_output(got[::-1], llama_ggml.expected(qs, K, V, scale))  # heads swapped
 

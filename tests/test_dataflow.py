@@ -92,7 +92,8 @@ def test_replay_scores_follow_the_kernel():
                for f in (False, True))
     assert best > 0.9
     table = df.score_steps(7, tr.dots, tr.q_scales, cache.k_scales(1), scale, tr.s[7])
-    assert len(table.splitlines()) == 1 + 4 + 3 and f"{tr.s[7]:.6f}" in table.splitlines()[-1]
+    assert len(table.rows) == 4 + 3 and table.cells()[-1][-1] == f"{tr.s[7]:.6f}"
+    assert table.cells()[3][-1] == f"{table.rows[3][-1]:.6f}"  # the running s after the 4 blocks
 
 
 def test_pass_counts_independent_of_the_trace_fields():
@@ -120,7 +121,7 @@ def test_cost_table_and_figure_show_the_counts():
     out, tr = lk.attend(q, cache, 0, trace=True)
     c = df.pass_counts(tr, cache)
     segs = kernel_segments()
-    table = df.cost_table(c, segs)
+    table = str(df.cost_table(c, segs))
     assert f"lines {segs[3].begin}-{segs[3].end}" in table and "12.5 KiB" in table  # 100 x 128 B
     ax = df.draw_dataflow(c, segs, kv_head=0, final_S=float(tr.S[-1]))
     texts = " ".join(t.get_text() for t in ax.texts)

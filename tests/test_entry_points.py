@@ -289,7 +289,6 @@ def scale_calls(case):
         "run_stream": lambda s: streaming.run_stream(q, K, V, "neon", chunk=20, interval_s=0.0, scale=s).out,
         "scores_numpy": lambda s: lk.reference.scores_numpy(q, cache, 0, s),
         "precision split": lambda s: precision.split_error(q, cache, 0, K, V, s).kernel,
-        "precision kl": lambda s: precision.attention_kl(q, cache, 0, K, s),
         "rounding float q": lambda s: rounding.attend_float_q(q, cache, 0, s),
     }
 

@@ -38,30 +38,26 @@ def test_rel_error_vector_batch_and_channels():
     assert batch.shape == (2,) and batch[0] == pytest.approx(0.2) and batch[1] == 0.0
 
 
-def test_kl_divergence_known_values():
-    p = np.array([0.5, 0.5])
-    q = np.array([0.25, 0.75])
-    want = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
-    assert P.kl_divergence(p, q) == pytest.approx(want, rel=1e-12)
-    assert P.kl_divergence(p, p) == 0.0
-    assert P.kl_divergence([1.0, 0.0], [0.5, 0.5]) == pytest.approx(math.log(2))  # p_t = 0 counts 0
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        a, b = rng.dirichlet(np.ones(50)), rng.dirichlet(np.ones(50))
-        assert P.kl_divergence(a, b) > 0
-    with pytest.raises(ValueError):
-        P.kl_divergence([1.0], [0.5, 0.5])
+def _kl(p, q) -> float:
+    """KL(p || q) written out over probability vectors (terms with p_t = 0 count 0)."""
+    m = p > 0
+    with np.errstate(divide="ignore"):
+        return float(np.sum(p[m] * (np.log(p[m]) - np.log(q[m]))))
 
 
 def test_kl_from_scores_matches_and_survives_underflow():
+    assert P.kl_from_scores(np.log([0.5, 0.5]), np.log([0.25, 0.75])) == pytest.approx(
+        0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75), rel=1e-12)
+    with pytest.raises(ValueError):
+        P.kl_from_scores([1.0], [0.5, 0.5])
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal(30), rng.standard_normal(30)
-    assert P.kl_from_scores(a, b) == pytest.approx(P.kl_divergence(lk.reference.softmax(a), lk.reference.softmax(b)), rel=1e-10)
+    assert P.kl_from_scores(a, b) == pytest.approx(_kl(lk.reference.softmax(a), lk.reference.softmax(b)), rel=1e-10)
     assert P.kl_from_scores(a, a) == 0.0
     # two tokens; the approximate scores put token 1 1000 behind: its weight underflows to 0
     s_p, s_q = np.array([0.0, 0.0]), np.array([0.0, -1000.0])
     assert lk.reference.softmax(s_q)[1] == 0.0
-    assert P.kl_divergence(lk.reference.softmax(s_p), lk.reference.softmax(s_q)) == math.inf
+    assert _kl(lk.reference.softmax(s_p), lk.reference.softmax(s_q)) == math.inf
     # exact: 0.5 log(0.5 / 1) + 0.5 log(0.5 / e^-1000) = 500 - ln 2
     assert P.kl_from_scores(s_p, s_q) == pytest.approx(500.0 - math.log(2), rel=1e-9)
     np.testing.assert_allclose(P.log_softmax([1.0, 2.0]), np.log(lk.reference.softmax([1.0, 2.0])), rtol=1e-12)
@@ -134,18 +130,6 @@ def test_split_error_parts_and_baselines():
     rel = sp.rel()
     assert set(rel) == {"total", "q_part", "kv_part"}
     assert all(0 < rel[k].min() and rel[k].max() < 0.1 for k in rel)
-
-
-def test_attention_kl_small_and_from_the_kernel_scores():
-    cache, q, K, V = make_case(seed=5, seq_len=200, n_kv_heads=1, head_dim=64, block_size=16)
-    scale = 1 / 8
-    kl = P.attention_kl(q, cache, 0, K[:, 0])
-    s_kernel = lk.reference.scores_numpy(q, cache, 0, scale)  # the kernel's scores, in numpy
-    exact = lk.reference.softmax(scale * (K[:, 0].astype(np.float64) @ q.astype(np.float64)))
-    assert kl == pytest.approx(P.kl_divergence(exact, lk.reference.softmax(s_kernel)), rel=1e-3, abs=1e-9)
-    assert kl == pytest.approx(P.kl_from_scores(scale * (K[:, 0].astype(np.float64) @ q.astype(np.float64)),
-                                                s_kernel), rel=1e-3, abs=1e-9)
-    assert 0 < kl < 1e-2
 
 
 # ----------------------------------------------------------------------- quantizers in numpy

@@ -69,8 +69,9 @@ def test_chinese_texts_of_the_registry_and_the_table():
     try:
         assert roofline.what_it_adds("magic") == variants.ADDS_ZH["magic"]
         res = {"machine": "m", "rounds": 3, "rows": {1024: {"neon": 1.0}}, "a76": {}}
-        head = roofline.table(res).splitlines()[2]
-        assert head.startswith("版本") and head.index("1K") == 14 + 8 - 2 - len("版本")  # two columns a character
+        t = roofline.table(res)
+        assert t.header[:2] == ["版本", "1K"] and "估计" in t.caption and t.cells()[0][:2] == ["neon", "1.0"]
+        assert "<th>版本</th>" in t._repr_html_()
     finally:
         lk.set_language(before)
     assert roofline.what_it_adds("magic") == variants.BY_NAME["magic"].adds
