@@ -6,11 +6,11 @@ by ``tests/transcripts.py``."""
 from .by_hand import engine_debug_recipe, session_commands, session_step, show_step
 from .debugger import (DEBUGGERS, KERNEL, TOKEN_TEXT, breakpoints, debugger_path, observe_generation,
                        records_from_trace, same_records)
-from .kernel_copy import (BREAKS, UNMARKED_NAME, Edit, break_kernel, call_kernel, check_kernel, copy_native,
+from .kernel_copy import (BREAKS, UNMARKED_NAME, Edit, break_kernel, call_kernel, copy_native,
                           edit_line, kernel_weights, softmax_weights, trace_with, unmarked_kernel, unmarked_segments)
 
 __all__ = ["BREAKS", "DEBUGGERS", "KERNEL", "TOKEN_TEXT", "UNMARKED_NAME", "Edit", "break_kernel", "breakpoints",
-           "call_kernel", "check_kernel", "copy_native", "debugger_path", "edit_line", "engine_debug_recipe",
+           "call_kernel", "copy_native", "debugger_path", "edit_line", "engine_debug_recipe",
            "kernel_weights", "observe_generation", "records_from_trace", "same_records",
            "session_commands", "session_step", "show_step", "softmax_weights", "trace_with", "unmarked_kernel",
            "unmarked_segments"]

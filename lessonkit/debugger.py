@@ -1,13 +1,7 @@
-"""Tier A of article 9-2, section 4, run by a debugger in batch mode (introduced in lesson 06): a
-breakpoint in the kernel of the debug build, one generation of ``lessonkit.toy``, and three
-observations: ``seq_len`` at entry, a token loop that runs exactly ``seq_len`` times, an ``M`` that
-never decreases.
-
-    obs = observe_generation(16)                  # gdb; debugger="lldb" on macOS
-    obs.records[0]                                # one CallRecord per kernel call
-    obs.summary()                                 # the three observations, from the records
-
-Without the debugger the same records come from the traced build (``obs.source == "trace"``)."""
+"""Tier A of article 9-2, section 4 (lesson 06), by gdb or lldb in batch mode: breakpoints in the debug
+build's kernel during one toy generation show ``seq_len`` at entry, a token loop that runs ``seq_len``
+times and an ``M`` that never decreases. ``observe_generation(16).summary()``; without a debugger the
+same records come from the traced build."""
 from __future__ import annotations
 
 import os
@@ -47,16 +41,14 @@ class Breakpoints:
 
 
 def breakpoints(path: Path | str = source.KERNEL_FILE) -> Breakpoints:
-    """The breakpoint lines, found in the kernel source by their text inside their segments. Not the
-    ``TRACE_TOKEN(`` line: that macro is empty outside the traced build, so the line has machine
-    code only in the traced copy of the kernel."""
+    """The breakpoint lines, found by their text. Not the ``TRACE_TOKEN(`` line: that macro is empty
+    outside the traced build, so the line has code only in the traced copy of the kernel."""
     return Breakpoints(Path(path).name, source.find_line(TOKEN_TEXT, segment=3, path=path),
                        source.find_line(LEAVE_TEXT, segment=4, path=path))
 
 
 def gdb_commands(bp: Breakpoints | None = None) -> str:
-    """The gdb command file of the batch run, without its final ``run``: three breakpoints, each
-    printing one parseable line and continuing."""
+    """The batch run's gdb commands (no ``run``): each breakpoint prints one line and continues."""
     bp = bp or breakpoints()
     stops = ((bp.function, 'enter seq_len=%d kh_off=%d hd=%d\\n", seq_len, kh_off, hd'),
              (f"{bp.file}:{bp.token_line}", 'token t=%d s=%.9g M=%.9g S=%.9g\\n", t, s, M, S'),
@@ -73,7 +65,7 @@ LLDB_STOPS = {"enter": ("seq_len", "kh_off", "hd"), "token": ("t", "s", "M", "S"
 
 
 def lldb_commands(bp: Breakpoints | None = None) -> str:
-    """The lldb command file of the batch run: the same three breakpoints, auto-continuing."""
+    """The same three breakpoints in lldb, auto-continuing."""
     bp = bp or breakpoints()
     where = {"enter": f"-n {bp.function}", "token": f"-f {bp.file} -l {bp.token_line}",
              "leave": f"-f {bp.file} -l {bp.leave_line}"}
@@ -111,11 +103,7 @@ def debugger_path(debugger: str = "gdb") -> str | None:
 
 
 def checked_timeout(timeout) -> float:
-    value = check.finite_float("timeout", timeout, maximum=MAX_TIMEOUT_S)
-    if value <= 0:
-        raise ValueError(tr(f"timeout must be above 0 seconds; got {value:g}",
-                            f"timeout 必须大于 0 秒；你给的是 {value:g}"))
-    return value
+    return check.finite_float("timeout", timeout, minimum=0.01, maximum=MAX_TIMEOUT_S)
 
 
 @dataclass
@@ -137,8 +125,7 @@ class CallRecord:
         return len(self.t)
 
     @property
-    def loop_runs_seq_len(self) -> bool:
-        """Exactly seq_len iterations, for t = 0, 1, ..., seq_len - 1 in order."""
+    def loop_runs_seq_len(self) -> bool:   # t = 0, 1, ..., seq_len - 1, in order
         return self.t == list(range(self.seq_len))
 
     @property
@@ -147,8 +134,8 @@ class CallRecord:
 
 
 def parse_gdb_output(text: str) -> list[CallRecord]:
-    """The lines ``gdb_commands`` prints -> one CallRecord per kernel entry. Other lines are ignored;
-    the marker may follow other text on its line. ValueError on a stop outside a call."""
+    """What ``gdb_commands`` prints -> one CallRecord per call (other lines ignored); ValueError on a
+    stop outside a call."""
     records: list[CallRecord] = []
     pat = re.compile(re.escape(MARK) + r"(enter|token|leave) (.*)")
     for n, line in enumerate(text.splitlines(), start=1):
@@ -177,29 +164,15 @@ def parse_gdb_output(text: str) -> list[CallRecord]:
 
 
 def parse_lldb_output(text: str) -> list[CallRecord]:
-    """lldb's echo of the ``frame variable`` commands and the values it printed (``(float) M = 1.25``)
-    -> the lines gdb would print -> CallRecords, through ``parse_gdb_output``."""
-    by_names = {names: kind for kind, names in LLDB_STOPS.items()}
-    cmd = re.compile(r"\(lldb\)\s+frame variable ((?:\w+ ?)+)\s*$")
-    val = re.compile(r"^\([^()]*\) (\w+) = (\S+)")
-    out, kind, want, got = [], None, (), {}
-
-    def flush():
-        if kind is not None:
-            out.append(f"{MARK}{kind} " + " ".join(f"{n}={got.get(n, '?')}" for n in want))
-
-    for line in text.splitlines():
-        m, v = cmd.search(line), val.match(line.strip())
-        if m:
-            flush()
-            want = tuple(m.group(1).split())
-            kind, got = by_names.get(want), {}
-        elif kind is not None and v and v.group(1) in want:
-            got[v.group(1)] = v.group(2)
-        elif kind is not None and line.startswith("(lldb)"):
-            flush()
-            kind = None
-    flush()
+    """lldb's ``frame variable`` echoes and values (``(float) M = 1.25``) -> gdb's lines -> CallRecords."""
+    kinds, out = {names: kind for kind, names in LLDB_STOPS.items()}, []
+    for chunk in text.split("(lldb)")[1:]:
+        head, *rest = chunk.splitlines() or [""]
+        m = re.fullmatch(r"\s+frame variable ((?:\w+ ?)+)\s*", head)
+        want = tuple(m.group(1).split()) if m else ()
+        if want in kinds:
+            got = dict(re.findall(r"^\([^()]*\) (\w+) = (\S+)", "\n".join(l.strip() for l in rest), re.M))
+            out.append(f"{MARK}{kinds[want]} " + " ".join(f"{n}={got.get(n, '?')}" for n in want))
     return parse_gdb_output("\n".join(out))
 
 
@@ -248,9 +221,8 @@ def checked_tokens(n_tokens) -> int:
 
 
 def records_from_trace(n_tokens: int, config: ToyConfig | None = None) -> tuple[list[CallRecord], list[int]]:
-    """The records without a debugger: the toy generation on the traced build. The iterations are the
-    tokens whose V row the kernel recorded (``v_rows`` starts at 0; segment 3 writes an address).
-    Only V row addresses, s, M and S are traced, for at most MAX_OBSERVED_TOKENS tokens."""
+    """The records without a debugger, from the traced build: the iterations are the tokens whose V row
+    address the kernel recorded. Only V rows, s, M and S are traced, for at most MAX_OBSERVED_TOKENS."""
     return _records_from_trace(checked_tokens(n_tokens), checked_config(config))
 
 
@@ -266,8 +238,7 @@ def _records_from_trace(n_tokens: int, config: ToyConfig) -> tuple[list[CallReco
 
 
 def child_env() -> dict:
-    """The environment of a child Python that imports this workbook's lessonkit, without thread pools
-    (fewer threads for the debugger to follow)."""
+    """A child Python's: this workbook's lessonkit, no thread pools (fewer threads to follow)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(native.REPO_DIR), env.get("PYTHONPATH")]))
     env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -275,8 +246,8 @@ def child_env() -> dict:
 
 
 def run_bounded(argv: list[str], timeout: float, merge: bool = False, **kw) -> subprocess.CompletedProcess:
-    """Run a command in its own process group; on timeout kill the whole group (the debugger and the
-    program it debugs) and raise subprocess.TimeoutExpired. ``merge``: stderr into stdout, in order."""
+    """Run argv in its own process group; on timeout kill the group (the debugger and its program) and
+    raise subprocess.TimeoutExpired. ``merge``: stderr into stdout, in order."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                             text=True, start_new_session=True, **kw)
     try:
@@ -292,7 +263,6 @@ def run_bounded(argv: list[str], timeout: float, merge: bool = False, **kw) -> s
 
 
 def _run_batch(exe: str, debugger: str, n_tokens: int, config: ToyConfig, timeout: float) -> tuple[str, str, str]:
-    """The batch run: (the debugger's stdout, stderr, the command file)."""
     native.build(debug=True)   # built here, so that the child finds it ready
     conf = "" if config == ToyConfig() else f"config=toy.{config!r}, "
     child = [sys.executable, "-c", f"from lessonkit import toy; toy.generate({n_tokens}, {conf}debug=True)"]
@@ -313,13 +283,10 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
                        timeout: float = 120.0, debugger: str = "gdb",
                        use_debugger: bool | None = None) -> Observation:
     """Run ``lessonkit.toy.generate(n_tokens, debug=True)`` in a child Python under ``debugger`` ("gdb"
-    or "lldb", batch mode, breakpoints pending until cffi loads the -O0 -g library) and return one
-    CallRecord per kernel call. Both debuggers set the same breakpoints (``breakpoints()``).
-
-    ``use_debugger`` (older name ``use_gdb``; give at most one): None uses the debugger where it is
-    installed and works, else the traced build, with ``message`` saying why; True requires the
-    debugger (RuntimeError saying what to install); False always uses the trace. At most
-    MAX_OBSERVED_TOKENS tokens; the run is killed after ``timeout`` seconds (at most MAX_TIMEOUT_S)."""
+    or "lldb") and return one CallRecord per kernel call. ``use_debugger`` (older name ``use_gdb``):
+    None uses the debugger where it works, else the traced build, ``message`` saying why; True
+    requires it (RuntimeError saying what to install); False always uses the trace. The run is
+    killed after ``timeout`` seconds."""
     debugger = checked_debugger(debugger)
     n_tokens, timeout, config = checked_tokens(n_tokens), checked_timeout(timeout), checked_config(config)
     if use_gdb is not None and use_debugger is not None:
@@ -366,10 +333,9 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
 
 
 def same_records(observation: Observation, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
-    """Do a debugger's records match the traced build's for the same generation: the same calls,
-    seq_len, kv head and token order, and M after every token within ``rtol``? The debugged build is
-    -O0, the traced one -O3 (with FMA contraction), so M may differ in its last bits: 1e-5 relative
-    is about 100 float32 steps, far below any real change of M (lesson 06)."""
+    """Do a debugger's records match the traced build's: the same calls, seq_len, kv heads and token
+    order, and M within ``rtol``? The debugged build is -O0, the traced one -O3 with FMA contraction,
+    so M may differ in its last bits: 1e-5 relative is about 100 float32 steps."""
     if not isinstance(observation, Observation):
         raise TypeError(tr(f"observation must be what observe_generation returns; got {type(observation).__name__}",
                            f"observation 应是 observe_generation 的返回值；你给的是 {type(observation).__name__}"))

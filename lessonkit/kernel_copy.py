@@ -1,18 +1,11 @@
 """Editing a copy of the kernel: "break it, rebuild, see" (article 9-2, section 3; lessons 04 and 06).
-
-The student edits ``my-work/native/`` (``lessonkit.workspace.student_native()``); a lesson or an
-exercise edits a temporary copy (``copy_native``, ``edit_line``). Either is built, checked in a child
-process and only then loaded by ``lessonkit.native.load(src_dir=copy)``: an edit that does not
-compile raises BuildError, one that crashes, hangs or computes wrong results KernelCheckError, and
-the student's process keeps its state and the library it had. The workbook's native/ is never edited.
-
-    b = break_kernel("no_rescale")                  # BREAKS: lesson 06's two edits, built and loaded
-    kernel_weights(b.ffi, b.lib, [0.0, 3.0, 1.0])   # the weights that kernel gives these scores
-    trace_with(ffi, lib, q, cache, kv_head, scale)  # the traced build of an edited copy (lesson 04)
-"""
+The student edits ``my-work/native/`` (``workspace.student_native()``), a lesson a temporary copy
+(``copy_native``, ``edit_line``, ``break_kernel``). ``lessonkit.native.load(src_dir=copy)`` builds it and
+checks the build in a child process before loading it: an edit that does not compile, crashes, hangs
+or computes wrong results is refused, and the student's process keeps its state and its library.
+``call_kernel``, ``trace_with`` and ``kernel_weights`` run an edited copy's kernel."""
 from __future__ import annotations
 
-import atexit
 import math
 import os
 import re
@@ -36,8 +29,8 @@ KERNEL = "flash_attn_single_q_q8_neon"
 
 
 def copy_native(parent: Path | str | None = None) -> Path:
-    """Copy native/ (without its tests/) into ``parent`` (default: a new temporary folder) and return
-    the copy's path. Its builds go to ``<copy>/../.build``, beside it."""
+    """Copy native/ (not its tests/) into ``parent`` (default: a new temporary folder); its builds go to
+    ``<copy>/../.build``. Returns the copy's path."""
     parent = Path(tempfile.mkdtemp(prefix="native_copy_") if parent is None else parent)
     dest = parent / "native"
     shutil.copytree(native.NATIVE_DIR, dest, ignore=shutil.ignore_patterns("tests"))
@@ -98,20 +91,15 @@ class BrokenKernel:
     changes: list[Change]
     ffi: object
     lib: object
+    folder: tempfile.TemporaryDirectory   # removed with the process, or by restore()
 
     def restore(self) -> None:
         """Delete the copy (the library already loaded stays usable until the process ends)."""
-        shutil.rmtree(self.copy.parent, ignore_errors=True)
+        self.folder.cleanup()
         _broken.pop(self.kind, None)
 
 
 _broken: dict[str, BrokenKernel] = {}
-
-
-@atexit.register
-def _remove_copies() -> None:
-    for b in list(_broken.values()):
-        b.restore()
 
 
 def break_kernel(kind: str) -> BrokenKernel:
@@ -122,12 +110,13 @@ def break_kernel(kind: str) -> BrokenKernel:
         raise ValueError(tr(f"kind must be one of {', '.join(map(repr, BREAKS))}; got {check.short(kind)}",
                             f"kind 必须是 {', '.join(map(repr, BREAKS))} 之一；你给的是 {check.short(kind)}"))
     if kind not in _broken or not _broken[kind].copy.is_dir():
-        copy = copy_native()
+        folder = tempfile.TemporaryDirectory(prefix="native_copy_")
+        copy = copy_native(folder.name)
         changes = [edit_line(copy, e) for e in BREAKS[kind]]
         with warnings.catch_warnings():  # wrong results are the point here: the lesson shows them
             warnings.simplefilter("ignore", native.BuildWarning)
             ffi, lib = native.load(src_dir=copy, verify="crashes")
-        _broken[kind] = BrokenKernel(kind, copy, changes, ffi, lib)
+        _broken[kind] = BrokenKernel(kind, copy, changes, ffi, lib, folder)
     return _broken[kind]
 
 
@@ -138,18 +127,18 @@ def _checked_call(q, cache: KVCacheQ8, kv_head: int, scale: float) -> tuple:
 
 
 def call_kernel(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
-    """One call of ``flash_attn_single_q_q8_neon`` from a given library (an edited copy's; ``None,
-    None``: the workbook's), through ``lessonkit.kernels.attention``. Checked first: the library's
-    kernel keeps the workbook's signature, q (float32, or a list or other real array, converted) is
-    finite with head_dim values, kv_head is one of the cache's, scale is finite in float32."""
+    """One call of ``flash_attn_single_q_q8_neon`` of a library (an edited copy's; ``None, None``: the
+    workbook's) through ``lessonkit.kernels.attention``, after the checks: the kernel keeps the
+    workbook's signature, q (converted to float32) is finite with head_dim values, kv_head is one of
+    the cache's, scale is finite in float32."""
     ffi, lib = check.library(ffi, lib, (KERNEL,))
     q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
     return attention.call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale)
 
 
 def trace_with(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> Trace:
-    """The traced build of a given library (an edited copy compiles its own traced kernel from the
-    edited source); arguments checked as in ``call_kernel``."""
+    """The traced build of a library (an edited copy's is built from its edited source), checked as
+    ``call_kernel``."""
     ffi, lib = check.library(ffi, lib, TRACED_FUNCTIONS)
     q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
     return run_traced(np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, ffi, lib)
@@ -181,37 +170,6 @@ def softmax_weights(scores) -> np.ndarray:
     return w / w.sum()
 
 
-@dataclass
-class KernelCheck:
-    errors: dict[str, float]   # case -> max |kernel - reference| / max |reference|
-    tol: float
-
-    @property
-    def passed(self) -> bool:
-        return all(e <= self.tol for e in self.errors.values())
-
-
-def check_kernel(ffi=None, lib=None, tol: float = 1e-4) -> KernelCheck:
-    """Check a library's kernel (default: the workbook's) against the engine's quantized math in numpy
-    (``lk.attend(..., backend="numpy")``) on random Gaussian K, V, q (200 tokens, kv head 1 of 2) and
-    on 64 rising scores with one-hot V (every token raises the max)."""
-    ffi, lib = check.library(ffi, lib, (KERNEL,))
-    tol = check.finite_float("tol", tol, minimum=0.0)
-    rng = np.random.default_rng(0)
-    cache = KVCacheQ8(2, 64, 16)
-    cache.append(rng.standard_normal((200, 2, 64), dtype=np.float32),
-                 rng.standard_normal((200, 2, 64), dtype=np.float32))
-    rising, q_rising, scale_rising = _weights_case(np.linspace(0.0, 8.0, 64))
-    errors = {}
-    for name, c, q, kh, scale in (
-            ("random K, V, q (200 tokens, kv head 1)", cache, rng.standard_normal(64).astype(np.float32), 1, 0.125),
-            ("64 rising scores, one-hot V", rising, q_rising, 0, scale_rising)):
-        ref = attention.attend(q, c, kh, scale=scale, backend="numpy")
-        out = attention.call_kernel(ffi, lib, np.empty(c.head_dim, np.float32), q, c, kh, scale)
-        errors[name] = float(np.abs(out - ref).max() / np.abs(ref).max())
-    return KernelCheck(errors, tol)
-
-
 # ------------------------------------------------------------------ tier B: the kernel without its markers
 
 UNMARKED_NAME = "06_kernel_without_markers.c"
@@ -233,9 +191,9 @@ def _unmarked(path: Path) -> tuple[list[str], dict[int, int]]:
 
 
 def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KERNEL_FILE) -> Path:
-    """Write the kernel file without its ``== segment N ==`` comments, for tier B (lesson 06): the
-    student finds the four parts by reading the code, and the line numbers move. Default ``dest``:
-    ``my-work/06_kernel_without_markers.c``. Written whole or not at all (a temporary file, renamed)."""
+    """The kernel file without its ``== segment N ==`` comments, for tier B (lesson 06): the parts are
+    found by reading the code. Default ``dest``: ``my-work/06_kernel_without_markers.c``, written whole
+    or not at all."""
     dest = Path(dest) if dest is not None else workspace.WORK_DIR / UNMARKED_NAME
     dest.parent.mkdir(parents=True, exist_ok=True)
     kept, _ = _unmarked(Path(path))
@@ -247,9 +205,8 @@ def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KE
 
 
 def unmarked_segments(path: Path | str = source.KERNEL_FILE) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
-    """For each of the four parts, in the line numbers of ``unmarked_kernel``'s copy: the range of
-    accepted start lines and of accepted end lines (inclusive). A blank line, a comment-only line or a
-    TRACE_ hook at a part's edge may be left in or out."""
+    """For each part, in ``unmarked_kernel``'s line numbers: the accepted start lines and end lines
+    (inclusive ranges); a blank line, a comment or a TRACE_ hook at a part's edge may be in or out."""
     lines = Path(path).read_text().splitlines()
     _, new_of = _unmarked(Path(path))
 

@@ -1,15 +1,10 @@
-"""A toy generation, so that "run one generation" means something (introduced in lesson 06).
+"""A toy generation, so that "run one generation" means something (introduced in lesson 06): one
+attention layer with random weights (fixed seed), query heads sharing kv heads as under GQA, greedy
+decoding. Each step appends one token's K and V to a ``KVCacheQ8``, then calls the compiled kernel once
+per query head over the whole cache: the calls of a real decoder, with tokens that mean nothing.
 
-``generate(n_tokens)`` runs a tiny deterministic decoder: one attention layer with random weights
-(fixed seed), query heads sharing kv heads as under GQA, greedy decoding. Each step appends one
-token's K and V to a ``KVCacheQ8``, then calls the compiled kernel once per query head over the whole
-cache, so the kernel's ``seq_len`` grows by one per step. The model is not trained: its tokens mean
-nothing; its call pattern is a real decoder's.
-
-    gen = generate(16)                  # the fast (-O3) kernel
-    gen = generate(16, debug=True)      # the -O0 -g build: what lesson 06 runs under gdb
-    gen = generate(16, src_dir=copy)    # a copy of native/ that a student edited
-    gen = generate(16, trace=True)      # the traced build; gen.traces[i] belongs to gen.calls[i]
+    generate(16)                    # the fast kernel; debug=True: the -O0 -g build lesson 06 debugs
+    generate(16, src_dir=copy)      # an edited copy of native/; trace=True: the traced build
 """
 from __future__ import annotations
 
@@ -138,8 +133,7 @@ class ToyModel:
 
 
 def trace_bytes(n_steps: int, config: ToyConfig, fields=FIELDS) -> int:
-    """Bytes of the traces of a generation of ``n_steps`` steps: every call of step i records
-    seq_len = i + 1 tokens, so the total grows with n_steps squared."""
+    """Bytes of the traces of ``n_steps`` steps: step i's calls record i + 1 tokens each."""
     hd, nblk = config.head_dim, config.head_dim // 32
     per_token = {"dots": 4 * nblk, "k_rows": 8, "v_rows": 8, "s": 4, "M": 4, "S": 4, "ms": 4, "vkq": 4 * hd}
     fixed = {"q_codes": hd, "q_scales": 4 * nblk}
@@ -151,15 +145,11 @@ def trace_bytes(n_steps: int, config: ToyConfig, fields=FIELDS) -> int:
 def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug: bool = False,
              src_dir: Path | str | None = None, trace: bool = False, verbose: bool = True,
              trace_fields=None, verify: str = "results") -> Generation:
-    """Generate ``n_tokens`` token ids greedily. Step ``i`` feeds token ``i`` of (prompt + generated)
-    at position ``i``, so the kernel's ``seq_len`` is ``i + 1`` in each of the step's ``n_q_heads``
-    calls; there are ``len(prompt) + n_tokens - 1`` steps, at most MAX_STEPS.
-
-    The kernel that runs: the fast build (default); ``debug=True`` the ``-O0 -g`` build, called
-    directly through cffi, so that a debugger attached to this process stops in exactly that library;
-    ``src_dir`` a copy of native/ (``verify`` as in ``lessonkit.native.load``: "crashes" for a copy
-    broken on purpose); ``trace=True`` the traced build, keeping one Trace per call with the fields
-    ``trace_fields`` (default all), at most TRACE_BYTES of them (``trace_bytes``)."""
+    """Generate ``n_tokens`` ids greedily. Step ``i`` feeds token ``i`` of (prompt + generated), so each of
+    its ``n_q_heads`` calls has ``seq_len = i + 1``; ``len(prompt) + n_tokens - 1`` steps, at most MAX_STEPS.
+    The kernel: the fast build; ``debug=True`` the ``-O0 -g`` one (a debugger attached to this process
+    stops in it); ``src_dir`` a copy of native/ (``verify`` as in ``native.load``); ``trace=True`` the
+    traced build, one Trace per call of the fields ``trace_fields``, at most TRACE_BYTES."""
     n_tokens = check.at_most("n_tokens", check.integer("n_tokens", n_tokens, minimum=1), MAX_STEPS,
                              "steps of one toy generation")
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):

@@ -44,8 +44,6 @@ def lessons(edition: str | None = "en") -> list[Path]:
     """The shipped lessons of one edition ("en": notebooks/, "zh": notebooks/zh/), in order; None: both."""
     if edition is None:
         return [p for e in EDITIONS for p in lessons(e)]
-    if edition not in EDITIONS:
-        raise ValueError(f"edition must be one of {', '.join(EDITIONS)}; got {edition!r}")
     return sorted(EDITIONS[edition].glob(LESSON_GLOB))
 
 
@@ -243,7 +241,7 @@ def reset_native(confirm: bool = False) -> tuple[Path, Path | None]:
 
 
 def _shown(path: Path) -> str:
-    return str(path.relative_to(REPO_DIR)) if path.is_relative_to(REPO_DIR) else str(path)
+    return str(path.relative_to(REPO_DIR))
 
 
 def main(argv: list[str] | None = None) -> int:
