@@ -4,6 +4,7 @@ times and an ``M`` that never decreases. ``observe_generation(16).summary()``; w
 same records come from the traced build."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -187,13 +188,9 @@ class Observation:
     commands: str = ""             # the debugger's command file ("" for the trace)
     message: str = ""              # why the trace was used, if it was
 
-    @property
-    def calls_per_step(self) -> int:
-        return self.config.n_q_heads
-
     def summary(self) -> dict:
         """The three observations of tier A, computed from the records."""
-        rs, k = self.records, self.calls_per_step
+        rs, k = self.records, self.config.n_q_heads
         seq = [r.seq_len for r in rs]
         per_head = {}
         for r in rs:
@@ -253,10 +250,8 @@ def run_bounded(argv: list[str], timeout: float, merge: bool = False, **kw) -> s
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.communicate()
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err or "")

@@ -149,8 +149,8 @@ def _weights_case(scores) -> tuple:
     so that output element t of a call IS the softmax weight the kernel gave token t."""
     s = check.float32_like("scores", scores, (None,))
     if not 1 <= s.shape[0] <= 256:
-        raise ValueError(tr(f"weights_case takes 1 to 256 scores; got {s.shape[0]}",
-                            f"weights_case 接受 1 到 256 个分数；你给了 {s.shape[0]} 个"))
+        raise ValueError(tr(f"kernel_weights takes 1 to 256 scores; got {s.shape[0]}",
+                            f"kernel_weights 接受 1 到 256 个分数；你给了 {s.shape[0]} 个"))
     hd = 32 * math.ceil(s.shape[0] / 32)   # one column per token
     return cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32), seed=0)
 

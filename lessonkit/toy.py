@@ -194,16 +194,14 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
 
     model = ToyModel(config)
     cache = KVCacheQ8(config.n_kv_heads, config.head_dim, config.block_size)
-    seq, calls, outputs, generated = list(prompt), [], [], []
-    step = 0
-    while len(generated) < n_tokens:
+    seq, calls, outputs = list(prompt), [], []
+    for step in range(len(prompt) + n_tokens - 1):
         nxt, heads = model.step(seq[step], step, cache, kernel)
         calls += [KernelCall(step, h, h // config.group, cache.seq_len) for h in range(config.n_q_heads)]
         outputs += heads
         if step + 1 >= len(prompt):   # past the prompt: the prediction is the next token
-            generated.append(nxt)
             seq.append(nxt)
-        step += 1
+    generated = seq[len(prompt):]
     if verbose:
         print(f"generated token ids: {generated}", flush=True)
     return Generation(prompt, generated, calls, config, traces, kind, outputs, cache)

@@ -172,15 +172,11 @@ def find_lesson(which: str | int) -> Path:
     """The shipped lesson named by its number (``"04"``, ``4``, ``"05b"``) or its name
     (``"04_kernel_walkthrough"``, with or without ``.ipynb``); ``"zh/04"`` names the Chinese one."""
     text = str(which).strip()
-    edition = "en"
-    if text.startswith("zh/"):
-        edition, text = "zh", text[3:]
-    if text.endswith(".ipynb"):
-        text = text[: -len(".ipynb")]
+    edition, text = ("zh", text[3:]) if text.startswith("zh/") else ("en", text)
+    text = text.removesuffix(".ipynb")
     pool = lessons(edition)
-    if re.fullmatch(r"\d{1,2}[a-z]?", text):
-        number = f"{int(text[:-1] if text[-1].isalpha() else text):02d}" + (text[-1] if text[-1].isalpha() else "")
-        matches = [p for p in pool if p.stem.split("_", 1)[0] == number]
+    if m := re.fullmatch(r"(\d{1,2})([a-z]?)", text):
+        matches = [p for p in pool if p.stem.split("_", 1)[0] == f"{int(m[1]):02d}{m[2]}"]
     else:
         matches = [p for p in pool if p.stem == Path(text).name]
     if len(matches) != 1:
