@@ -5,18 +5,51 @@ source: ``session_commands``), and the committed transcripts of those sessions
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 from . import native, source
 from . import validate as check
-from .debugger import DEBUGGERS, KERNEL, checked_debugger
+from .env import lldb_path
+from .kernels.attention import KERNELS
 from .language import tr
+
+KERNEL = KERNELS["neon"]      # flash_attn_single_q_q8_neon, where every session stops
+DEBUGGERS = ("gdb", "lldb")
 
 SESSIONS_DIR = native.NATIVE_DIR / "tools" / "sessions"            # the command scripts (templates)
 TRANSCRIPTS_DIR = native.REPO_DIR / "notebooks" / "data"            # their committed, cleaned output
 SESSION_PROGRAM = "from lessonkit import native, toy; native.load(); toy.generate(4, debug=True)"
 REFRESH_COMMAND = "python tests/transcripts.py  # from the workbook's folder, after a change of native/"
 _PLACEHOLDER = re.compile(r"@(FUNCTION|FILE|DEBUG_LIBRARY|LINE\((.+?)\))@")
+
+
+def install_hint(debugger: str) -> str:
+    if debugger == "gdb":
+        return tr("gdb is not installed (Debian/Ubuntu: sudo apt install gdb; on an Apple Silicon Mac gdb does "
+                  "not run: use debugger=\"lldb\", from Xcode's command line tools)",
+                  "没有安装 gdb（Debian/Ubuntu：sudo apt install gdb；在 Apple Silicon 的 Mac 上 gdb 跑不起来："
+                  "请用 debugger=\"lldb\"，它随 Xcode 的命令行工具提供）")
+    return tr("lldb is not installed (Debian/Ubuntu: sudo apt install lldb; macOS: lldb comes with Xcode's "
+              "command line tools: xcode-select --install)",
+              "没有安装 lldb（Debian/Ubuntu：sudo apt install lldb；macOS：lldb 随 Xcode 的命令行工具提供："
+              "xcode-select --install）")
+
+
+def checked_debugger(debugger) -> str:
+    if debugger not in DEBUGGERS:
+        raise ValueError(tr(f"debugger must be one of {', '.join(map(repr, DEBUGGERS))}; got "
+                            f"{check.short(debugger)}. Use debugger=\"lldb\" on macOS, \"gdb\" elsewhere; "
+                            "use_debugger=False makes the same records without a debugger (the traced build)",
+                            f"debugger 必须是 {', '.join(map(repr, DEBUGGERS))} 之一；你给的是 "
+                            f"{check.short(debugger)}。macOS 上用 debugger=\"lldb\"，其他系统用 \"gdb\"；"
+                            "use_debugger=False 不用调试器也能得到同样的记录（用跟踪构建）"))
+    return debugger
+
+
+def debugger_path(debugger: str = "gdb") -> str | None:
+    """The executable of ``debugger`` ("gdb" or "lldb"), None when it is not installed."""
+    return shutil.which("gdb") if checked_debugger(debugger) == "gdb" else lldb_path()
 
 
 def session_commands(debugger: str = "gdb", library: Path | str | None = None) -> str:

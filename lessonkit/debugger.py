@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,18 +18,16 @@ import numpy as np
 
 from . import native, source
 from . import validate as check
-from .env import lldb_path
+from .by_hand import KERNEL, checked_debugger, debugger_path, install_hint
 from .language import tr
 from .toy import ToyConfig, checked_config, generate
 
-KERNEL = "flash_attn_single_q_q8_neon"
 MAX_OBSERVED_TOKENS = 256   # the records grow with the square of the generation's length
 MAX_TIMEOUT_S = 3600.0      # the longest wait for a debugger run
 # Where the breakpoints go, found by text (never by a typed line number):
 TOKEN_TEXT = "v_cache_q8[t / kv_bs]"   # segment 3, after this token's update of M and S
 LEAVE_TEXT = "float inv"               # segment 4's first statement: the token loop is over
 MARK = "@@"                            # prefix of the lines the gdb commands print
-DEBUGGERS = ("gdb", "lldb")
 
 
 @dataclass(frozen=True)
@@ -73,34 +70,6 @@ def lldb_commands(bp: Breakpoints | None = None) -> str:
     return "\n".join(["settings set auto-confirm true"] + [
         f'breakpoint set {where[kind]} -G true -C "frame variable {" ".join(names)}"'
         for kind, names in LLDB_STOPS.items()]) + "\n"
-
-
-def install_hint(debugger: str) -> str:
-    if debugger == "gdb":
-        return tr("gdb is not installed (Debian/Ubuntu: sudo apt install gdb; on an Apple Silicon Mac gdb does "
-                  "not run: use debugger=\"lldb\", from Xcode's command line tools)",
-                  "没有安装 gdb（Debian/Ubuntu：sudo apt install gdb；在 Apple Silicon 的 Mac 上 gdb 跑不起来："
-                  "请用 debugger=\"lldb\"，它随 Xcode 的命令行工具提供）")
-    return tr("lldb is not installed (Debian/Ubuntu: sudo apt install lldb; macOS: lldb comes with Xcode's "
-              "command line tools: xcode-select --install)",
-              "没有安装 lldb（Debian/Ubuntu：sudo apt install lldb；macOS：lldb 随 Xcode 的命令行工具提供："
-              "xcode-select --install）")
-
-
-def checked_debugger(debugger) -> str:
-    if debugger not in DEBUGGERS:
-        raise ValueError(tr(f"debugger must be one of {', '.join(map(repr, DEBUGGERS))}; got "
-                            f"{check.short(debugger)}. Use debugger=\"lldb\" on macOS, \"gdb\" elsewhere; "
-                            "use_debugger=False makes the same records without a debugger (the traced build)",
-                            f"debugger 必须是 {', '.join(map(repr, DEBUGGERS))} 之一；你给的是 "
-                            f"{check.short(debugger)}。macOS 上用 debugger=\"lldb\"，其他系统用 \"gdb\"；"
-                            "use_debugger=False 不用调试器也能得到同样的记录（用跟踪构建）"))
-    return debugger
-
-
-def debugger_path(debugger: str = "gdb") -> str | None:
-    """The executable of ``debugger`` ("gdb" or "lldb"), None when it is not installed."""
-    return shutil.which("gdb") if checked_debugger(debugger) == "gdb" else lldb_path()
 
 
 def checked_timeout(timeout) -> float:

@@ -25,7 +25,7 @@ from .language import tr
 from .synthetic import cache_with_scores
 from .trace import TRACED_FUNCTIONS, Trace, run_traced
 
-KERNEL = "flash_attn_single_q_q8_neon"
+KERNEL = attention.KERNELS["neon"]   # flash_attn_single_q_q8_neon
 
 
 def copy_native(parent: Path | str | None = None) -> Path:

@@ -17,14 +17,14 @@ import numpy as np
 from . import native
 from . import validate as check
 from .cache import KVCacheQ8
-from .kernels.attention import call_kernel
+from .kernels.attention import KERNELS, call_kernel
 from .language import tr
 from .trace import FIELDS, run_traced
 
 MAX_STEPS = 4096            # steps of one generation: one cache row and n_q_heads kernel calls each
 MAX_WEIGHTS = 1 << 26       # float32 weights of the toy model (256 MiB)
 TRACE_BYTES = 512 << 20     # the traces generate(trace=True) keeps
-KERNEL = "flash_attn_single_q_q8_neon"
+KERNEL = KERNELS["neon"]   # flash_attn_single_q_q8_neon
 
 
 @dataclass(frozen=True)

@@ -317,7 +317,7 @@ def test_debugger_names_and_missing_debuggers(monkeypatch):
         debugger.observe_generation(4, use_debugger="yes")
     with pytest.raises(TypeError, match="ToyConfig"):
         debugger.observe_generation(4, config={"vocab": 8})
-    monkeypatch.setattr(debugger, "lldb_path", lambda: None)
+    monkeypatch.setattr(by_hand, "lldb_path", lambda: None)
     with pytest.raises(RuntimeError, match="apt install lldb.*Xcode"):
         debugger.observe_generation(4, debugger="lldb", use_debugger=True)
     obs = debugger.observe_generation(4, debugger="lldb")
@@ -338,8 +338,8 @@ def test_lldb_is_found_under_a_versioned_name(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["gdb", "lldb"])
 def test_both_debuggers_give_the_same_records(which):
-    if debugger.debugger_path(which) is None:
-        pytest.skip(debugger.install_hint(which))
+    if by_hand.debugger_path(which) is None:
+        pytest.skip(by_hand.install_hint(which))
     obs = debugger.observe_generation(16, debugger=which, use_debugger=True)
     assert obs.source == which and len(obs.records) == 64          # 4 query heads x 16 steps
     assert [r.seq_len for r in obs.records] == [i // 4 + 1 for i in range(64)]
@@ -358,15 +358,15 @@ def test_both_debuggers_give_the_same_records(which):
 def test_committed_session_transcripts_are_current(which):
     """The by-hand session, re-run, matches the committed transcript (floats masked: their last
     digits depend on the CPU path). A change of the kernel that moves a line fails here."""
-    if debugger.debugger_path(which) is None:
-        pytest.skip(debugger.install_hint(which))
+    if by_hand.debugger_path(which) is None:
+        pytest.skip(by_hand.install_hint(which))
     ok, diff = transcripts.transcripts_match(which)
     assert ok, (f"{by_hand.transcript_path(which).name} is out of date; refresh it with\n  "
                 f"{by_hand.REFRESH_COMMAND}\n{diff[:3000]}")
 
 
 def test_session_commands_take_their_lines_from_the_source():
-    for which in debugger.DEBUGGERS:
+    for which in by_hand.DEBUGGERS:
         cmds = by_hand.session_commands(which, library="libflash_attn_q8_debug_0123456789abcdef.so")
         code = [l for l in cmds.splitlines() if l and not l.startswith("#")]
         assert not any("@" in l and "LINE(" in l for l in code)

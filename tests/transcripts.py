@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lessonkit import native  # noqa: E402
-from lessonkit.by_hand import SESSION_PROGRAM, session_commands, saved_transcript, transcript_path  # noqa: E402
-from lessonkit.debugger import (DEBUGGERS, checked_debugger, checked_timeout, child_env, debugger_path,  # noqa: E402
-                                install_hint, run_bounded)
+from lessonkit.by_hand import (DEBUGGERS, SESSION_PROGRAM, checked_debugger, debugger_path, install_hint,  # noqa: E402
+                               saved_transcript, session_commands, transcript_path)
+from lessonkit.debugger import checked_timeout, child_env, run_bounded  # noqa: E402
 
 
 def session_start(debugger: str) -> str:
