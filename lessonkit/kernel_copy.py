@@ -121,9 +121,8 @@ def break_kernel(kind: str) -> BrokenKernel:
 
 
 def _checked_call(q, cache: KVCacheQ8, kv_head: int, scale: float) -> tuple:
-    check.kv_cache(cache)
-    q = check.float32_like("q", q, (cache.head_dim,))
-    return (q, cache, *check.attention_call(cache, kv_head, scale))
+    kv_head, scale = check.attention_call(cache, kv_head, scale)   # the cache first: q's shape is its head_dim
+    return check.float32_like("q", q, (cache.head_dim,)), cache, kv_head, scale
 
 
 def call_kernel(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
