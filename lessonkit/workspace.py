@@ -267,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{_shown(path)} 做好以后 native/ 又更新了；`make reset-native` 从新的 native/ 重新复制"
                              "（你的副本保存在 my-work/old/）"))
                 elif path.suffix != ".ipynb":  # the glossary: nothing of the student's to keep in it
-                    print(tr(f"notebooks/{path.name} changed; delete {_shown(path)} and run make copies for the new one",
+                    print(tr(f"notebooks/{path.name} changed; delete {_shown(path)} and run make copies "
+                             "for the new one",
                              f"notebooks/{path.name} 更新了；删掉 {_shown(path)} 再运行 make copies 就得到新的"))
                 else:
                     rel = path.relative_to(WORK_DIR).as_posix()

@@ -174,7 +174,8 @@ def test_make_debug_aarch64_stops_in_the_sdot_build():
     tools = ("make", "aarch64-linux-gnu-gcc", "qemu-aarch64", "gdb-multiarch", "timeout")
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        pytest.skip(f"missing: {', '.join(missing)} (Debian: apt install gcc-aarch64-linux-gnu qemu-user gdb-multiarch)")
+        pytest.skip(f"missing: {', '.join(missing)} "
+                    "(Debian: apt install gcc-aarch64-linux-gnu qemu-user gdb-multiarch)")
     proc = subprocess.run(["make", "-s", "--no-print-directory", "debug-aarch64", f"PY={sys.executable}"],
                           cwd=native.REPO_DIR, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -219,7 +220,8 @@ def test_the_intact_kernel_gives_the_reference_weights():
     ffi, lib = native.load()
     cache = lk.KVCacheQ8(2, 64, 16)
     rng = np.random.default_rng(0)
-    cache.append(rng.standard_normal((200, 2, 64), dtype=np.float32), rng.standard_normal((200, 2, 64), dtype=np.float32))
+    cache.append(rng.standard_normal((200, 2, 64), dtype=np.float32),
+                 rng.standard_normal((200, 2, 64), dtype=np.float32))
     q = rng.standard_normal(64).astype(np.float32)
     np.testing.assert_allclose(kernel_copy.call_kernel(ffi, lib, q, cache, 1, 0.125),
                                lk.attend(q, cache, 1, scale=0.125, backend="numpy"), rtol=1e-4, atol=1e-5)
@@ -384,12 +386,14 @@ def test_clean_transcript_removes_what_varies():
            "libflash_attn_q8_debug_7b64937c93cc38d0.so seq_len=1\n")
     assert transcripts.clean_transcript(raw, "lldb") == (
         "at <repo>/native/flash_attn_q8_neon.c:90 0x<addr> process <pid> libflash_attn_q8_debug_<hash>.so seq_len=1\n")
-    assert transcripts.mask_floats("M = -0.379 S = 1 t=3 x 1.0E+9 line 90:41") == "M = <float> S = 1 t=3 x <float> line 90:41"
+    assert (transcripts.mask_floats("M = -0.379 S = 1 t=3 x 1.0E+9 line 90:41")
+            == "M = <float> S = 1 t=3 x <float> line 90:41")
 
 
 def test_engine_recipe_is_labelled_not_run_here():
     text = by_hand.engine_debug_recipe()
-    assert "not run here" in text.lower() and "6594" in text and "vllm_safetensors.c" in text and debugger.KERNEL in text
+    assert "not run here" in text.lower() and "6594" in text and "vllm_safetensors.c" in text
+    assert debugger.KERNEL in text
 
 
 def test_transcripts_from_another_environment_compare_the_kernel_lines(monkeypatch):
