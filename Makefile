@@ -97,7 +97,7 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: catalog setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
+.PHONY: catalog setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 debug-aarch64 test-py test-bench test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
@@ -109,6 +109,7 @@ help:
 	@echo "  make reset-native: the kernel copy"
 	@echo "make catalog   check lessonkit's Chinese messages (.po) and compile them (.mo); needs msgfmt (gettext)"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
+	@echo "make debug-aarch64   lesson 06's breakpoints in the aarch64 build (sdot) under qemu and gdb-multiarch"
 	@echo "  (make test-py PYTEST_ARGS=notebooks/00_start_here.ipynb: one lesson)"
 	@echo "make wheelhouse   with network: every wheel setup and the class hub need, into wheelhouse/"
 	@echo "  (WHEELHOUSE=dir for another folder), and JupyterHub's proxy into wheelhouse/npm/"
@@ -242,6 +243,50 @@ test-aarch64:
 	  $(A64_RUN) $(BUILD)/fa_driver_armv8-a single 4096 128 2 64 cold 1048576 && \
 	  $(A64_RUN) $(BUILD)/fa_driver_armv8-a softmax_online 10000 128 1 64 warm || exit 1; \
 	fi
+
+# The aarch64 build under a debugger (lesson 06, going further): fa_driver.c (it builds a q8 cache and
+# calls the kernel once) and the kernel cross-compiled -O0 -g with sdot, run under qemu-aarch64 stopped
+# until gdb-multiarch connects (on an aarch64 machine: natively, under gdb), with the breakpoints of
+# lessonkit.debugger (each stop prints one @@ line) and the disassembly of the dot helper. By hand:
+#   aarch64-linux-gnu-gcc -std=gnu11 -O0 -g -march=armv8.2-a+dotprod -Inative native/tools/fa_driver.c \
+#     native/*.c -lm -o fa_driver_a64
+#   qemu-aarch64 -L /usr/aarch64-linux-gnu -g 1234 ./fa_driver_a64 single 20 64 2 8 cold 4096 &
+#   gdb-multiarch -ex 'set sysroot /usr/aarch64-linux-gnu' -ex 'file fa_driver_a64' -ex 'target remote :1234'
+#   (gdb) break flash_attn_single_q_q8_neon
+#   (gdb) continue
+#   (gdb) print seq_len
+#   (gdb) disassemble i8x16_dot_s32      # sdot: the dot-product extension's instruction
+# A64_DEBUG_ARGS: the driver's arguments (variant, seq_len, head_dim, kv heads, block size, cache state, bytes).
+A64_DEBUG_ARGS ?= single 20 64 2 8 cold 4096
+A64_GDB := $(if $(A64_RUN),gdb-multiarch,gdb)
+A64_DEBUG := $(BUILD)/fa_driver_a64_debug
+debug-aarch64:
+	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make setup makes it"; exit 1; fi; \
+	missing=; for t in $(firstword $(A64_CC)) $(if $(A64_RUN),qemu-aarch64) $(A64_GDB) timeout; do \
+	  command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then echo "SKIPPED debug-aarch64: missing$$missing" \
+	  "(Debian: apt install gcc-aarch64-linux-gnu qemu-user gdb-multiarch)"; exit 0; fi; \
+	mkdir -p $(BUILD) && \
+	$(A64_CC) -std=gnu11 -O0 -g -march=armv8.2-a+dotprod -Inative native/tools/fa_driver.c $(wildcard native/*.c) \
+	  -lm -o $(A64_DEBUG) || exit 1; \
+	port=$$($(PY) -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
+	{ echo "file $(A64_DEBUG)"; \
+	  if [ -n "$(A64_RUN)" ]; then echo "set sysroot /usr/aarch64-linux-gnu"; \
+	    echo "set tcp connect-timeout 20"; echo "target remote :$$port"; fi; \
+	  $(PY) -c 'from lessonkit import debugger; print(debugger.gdb_commands(), end="")' || exit 1; \
+	  echo 'echo @@disassembly\n'; echo "disassemble i8x16_dot_s32"; echo 'echo @@end disassembly\n'; \
+	  if [ -n "$(A64_RUN)" ]; then echo continue; else echo "run $(A64_DEBUG_ARGS)"; fi; } > $(A64_DEBUG).gdb; \
+	if [ -n "$(A64_RUN)" ]; then \
+	  timeout 120 $(A64_RUN) -g $$port $(A64_DEBUG) $(A64_DEBUG_ARGS) & qemu=$$!; fi; \
+	timeout 120 $(A64_GDB) -batch -nx -iex 'set debuginfod enabled off' -x $(A64_DEBUG).gdb > $(A64_DEBUG).out 2>&1; \
+	status=$$?; if [ -n "$(A64_RUN)" ]; then kill $$qemu 2>/dev/null; wait $$qemu 2>/dev/null; fi; \
+	grep -v '^\[' $(A64_DEBUG).out; \
+	seq=$$(sed -n 's/.*@@enter seq_len=\([0-9]*\).*/\1/p' $(A64_DEBUG).out | head -n 1); \
+	runs=$$(grep -c '@@token' $(A64_DEBUG).out); \
+	sdot=$$(sed -n '/@@disassembly/,/@@end disassembly/p' $(A64_DEBUG).out | grep -cw sdot); \
+	echo "debug-aarch64: seq_len $${seq:-?} at entry, the token loop stopped $$runs times;" \
+	  "sdot instructions in i8x16_dot_s32: $$sdot"; \
+	[ $$status -eq 0 ] && [ -n "$$seq" ] && [ "$$sdot" -gt 0 ] || { echo "FAILED debug-aarch64 (gdb exit $$status)"; exit 1; }
 
 test-py: setup
 	$(PY) -m pytest --nbval-lax $(PYTEST_ARGS)

@@ -1,22 +1,10 @@
-"""A toy generation, so that "run one generation" means something (introduced in lesson 06).
+"""A toy generation, so that "run one generation" means something (introduced in lesson 06): one
+attention layer with random weights (fixed seed), query heads sharing kv heads as under GQA, greedy
+decoding. Each step appends one token's K and V to a ``KVCacheQ8``, then calls the compiled kernel once
+per query head over the whole cache: the calls of a real decoder, with tokens that mean nothing.
 
-``generate(n_tokens)`` runs a tiny deterministic decoder: one attention layer with small random
-weights (fixed seed), a few query heads sharing kv heads as under GQA (grouped-query attention),
-greedy decoding. Each step feeds one token: its K and V rows are appended to a ``KVCacheQ8``, then
-the compiled kernel ``flash_attn_single_q_q8_neon`` runs once per query head over the whole cache,
-so the sequence the kernel sees grows by one token per step. It prints the generated token ids.
-
-    gen = generate(16)                  # the fast (-O3) kernel
-    gen = generate(16, debug=True)      # the -O0 -g build: what lesson 06 runs under gdb
-    gen = generate(16, src_dir=copy)    # a copy of native/ that a student edited
-    gen = generate(16, trace=True)      # the traced build; gen.traces[i] belongs to gen.calls[i]
-
-Bounds: at most MAX_STEPS steps (prompt + generated tokens), a model of at most MAX_WEIGHTS
-weights, and with trace=True at most TRACE_BYTES of kept traces (the traces of a generation grow
-with the square of its length: pass ``trace_fields`` to keep fewer fields).
-
-The model is not trained: its tokens mean nothing. What matters is the call pattern of a real
-decoder: per step, one kernel call per query head, each over every token so far.
+    generate(16)                    # the fast kernel; debug=True: the -O0 -g build lesson 06 debugs
+    generate(16, src_dir=copy)      # an edited copy of native/; trace=True: the traced build
 """
 from __future__ import annotations
 
@@ -28,14 +16,15 @@ import numpy as np
 
 from . import native
 from . import validate as check
-from .kernels.attention import attend, call_kernel
 from .cache import KVCacheQ8
+from .kernels.attention import KERNELS, call_kernel
 from .language import tr
 from .trace import FIELDS, run_traced
 
 MAX_STEPS = 4096            # steps of one generation: one cache row and n_q_heads kernel calls each
 MAX_WEIGHTS = 1 << 26       # float32 weights of the toy model (256 MiB)
 TRACE_BYTES = 512 << 20     # the traces generate(trace=True) keeps
+KERNEL = KERNELS["neon"]   # flash_attn_single_q_q8_neon
 
 
 @dataclass(frozen=True)
@@ -73,9 +62,17 @@ class ToyConfig:
         return 2 * self.vocab * self.d_model + self.d_model * (q + 2 * kv) + q * self.d_model
 
 
+def checked_config(config) -> ToyConfig:
+    """``config`` itself, ``ToyConfig()`` for None; TypeError for anything else."""
+    config = ToyConfig() if config is None else config
+    if not isinstance(config, ToyConfig):
+        raise TypeError(tr(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}",
+                           f"config 应是一个 lessonkit.toy.ToyConfig；你给的是 {type(config).__name__}"))
+    return config
+
+
 @dataclass(frozen=True)
 class KernelCall:
-    """One call of the kernel during a generation."""
     step: int      # generation step (0-based): the token fed at this step sits at position `step`
     q_head: int
     kv_head: int   # q_head // group: the kv head this query head shares
@@ -99,15 +96,13 @@ class ToyModel:
     """Random weights from ``config.seed``; float32 throughout."""
 
     def __init__(self, config: ToyConfig = ToyConfig()):
-        c = self.config = config
-        check.head_dim(c.head_dim)
+        c = self.config = checked_config(config)
         rng = np.random.default_rng(c.seed)
-        f32 = np.float32
 
         def w(rows, cols):
-            return (rng.standard_normal((rows, cols)) / math.sqrt(rows)).astype(f32)
+            return (rng.standard_normal((rows, cols)) / math.sqrt(rows)).astype(np.float32)
 
-        self.embedding = rng.standard_normal((c.vocab, c.d_model)).astype(f32)
+        self.embedding = rng.standard_normal((c.vocab, c.d_model)).astype(np.float32)
         self.wq = w(c.d_model, c.n_q_heads * c.head_dim)
         self.wk = w(c.d_model, c.n_kv_heads * c.head_dim)
         self.wv = w(c.d_model, c.n_kv_heads * c.head_dim)
@@ -123,10 +118,6 @@ class ToyModel:
         p[0::2], p[1::2] = np.sin(pos * freq), np.cos(pos * freq)
         return p
 
-    def new_cache(self) -> KVCacheQ8:
-        c = self.config
-        return KVCacheQ8(c.n_kv_heads, c.head_dim, c.block_size)
-
     def step(self, token: int, pos: int, cache: KVCacheQ8, kernel) -> tuple[int, list[np.ndarray]]:
         """Feed one token: append its K, V to the cache, attend every query head through
         ``kernel(q, cache, kv_head, scale)``, return (greedy next token, the heads' outputs)."""
@@ -136,60 +127,39 @@ class ToyModel:
         k = (x @ self.wk).reshape(c.n_kv_heads, c.head_dim)
         v = (x @ self.wv).reshape(c.n_kv_heads, c.head_dim)
         cache.append(np.ascontiguousarray(k), np.ascontiguousarray(v))
-        heads = [kernel(np.ascontiguousarray(q[h]), cache, h // c.group, self.scale)
-                 for h in range(c.n_q_heads)]
+        heads = [kernel(np.ascontiguousarray(q[h]), cache, h // c.group, self.scale) for h in range(c.n_q_heads)]
         y = x + np.concatenate(heads).astype(np.float32) @ self.wo
-        logits = np.tanh(y) @ self.unembedding
-        return int(np.argmax(logits)), heads
-
-
-def _direct_kernel(ffi, lib):
-    """A kernel function that calls ``lib.flash_attn_single_q_q8_neon`` straight through cffi."""
-    def kernel(q, cache, kv_head, scale):
-        return call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale)
-    return kernel
+        return int(np.argmax(np.tanh(y) @ self.unembedding)), heads
 
 
 def trace_bytes(n_steps: int, config: ToyConfig, fields=FIELDS) -> int:
-    """Bytes of the traces of a generation of ``n_steps`` steps: every call of step i records
-    seq_len = i + 1 tokens, so the total grows with n_steps squared."""
+    """Bytes of the traces of ``n_steps`` steps: step i's calls record i + 1 tokens each."""
     hd, nblk = config.head_dim, config.head_dim // 32
     per_token = {"dots": 4 * nblk, "k_rows": 8, "v_rows": 8, "s": 4, "M": 4, "S": 4, "ms": 4, "vkq": 4 * hd}
     fixed = {"q_codes": hd, "q_scales": 4 * nblk}
-    calls = n_steps * config.n_q_heads
     tokens = config.n_q_heads * n_steps * (n_steps + 1) // 2
-    return (tokens * sum(per_token.get(f, 0) for f in fields) + calls * sum(fixed.get(f, 0) for f in fields))
+    return (tokens * sum(per_token.get(f, 0) for f in fields)
+            + n_steps * config.n_q_heads * sum(fixed.get(f, 0) for f in fields))
 
 
 def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug: bool = False,
              src_dir: Path | str | None = None, trace: bool = False, verbose: bool = True,
              trace_fields=None, verify: str = "results") -> Generation:
-    """Generate ``n_tokens`` token ids greedily, one kernel call per query head per step.
-
-    Step ``i`` feeds token ``i`` of (prompt + generated) at position ``i``, so the kernel's
-    ``seq_len`` is ``i + 1`` in every call of step ``i``; there are
-    ``len(prompt) + n_tokens - 1`` steps and ``n_q_heads`` calls per step.
-
-    Which compiled kernel runs: the fast build (default); ``debug=True`` the ``-O0 -g`` build
-    (``lessonkit.native.load(debug=True)``, called directly through cffi, so that a debugger
-    attached to this process stops in exactly that library); ``src_dir`` a copy of native/
-    (with ``debug`` as given; ``verify`` as in ``lessonkit.native.load``, "crashes" for a copy broken
-    on purpose); ``trace=True`` the traced build, keeping one Trace per call, with
-    the fields ``trace_fields`` (default all; e.g. ``("s", "M", "S")`` for a long generation).
-    At most MAX_STEPS steps; with trace=True at most TRACE_BYTES of traces (``trace_bytes``)."""
-    n_tokens = check.integer("n_tokens", n_tokens, minimum=1)
-    check.at_most("n_tokens", n_tokens, MAX_STEPS, "steps of one toy generation")
+    """Generate ``n_tokens`` ids greedily. Step ``i`` feeds token ``i`` of (prompt + generated), so each of
+    its ``n_q_heads`` calls has ``seq_len = i + 1``; ``len(prompt) + n_tokens - 1`` steps, at most MAX_STEPS.
+    The kernel: the fast build; ``debug=True`` the ``-O0 -g`` one (a debugger attached to this process
+    stops in it); ``src_dir`` a copy of native/ (``verify`` as in ``native.load``); ``trace=True`` the
+    traced build, one Trace per call of the fields ``trace_fields``, at most TRACE_BYTES."""
+    n_tokens = check.at_most("n_tokens", check.integer("n_tokens", n_tokens, minimum=1), MAX_STEPS,
+                             "steps of one toy generation")
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
         raise TypeError(tr(f"prompt must be a list of token ids; got {type(prompt).__name__}",
                            f"prompt 应是一个 token id 的 list；你给的是 {type(prompt).__name__}"))
-    check.at_most("len(prompt)", len(prompt), MAX_STEPS - n_tokens + 1, "steps of one toy generation: "
-                  f"len(prompt) + n_tokens - 1 <= {MAX_STEPS}")
+    check.at_most("len(prompt)", len(prompt), MAX_STEPS - n_tokens + 1,
+                  f"steps of one toy generation: len(prompt) + n_tokens - 1 <= {MAX_STEPS}")
     prompt = [check.integer("a prompt id", t, minimum=0) for t in prompt]
-    config = config or ToyConfig()
-    if not isinstance(config, ToyConfig):
-        raise TypeError(tr(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}",
-                           f"config 应是一个 lessonkit.toy.ToyConfig；你给的是 {type(config).__name__}"))
-    if not prompt or not all(0 <= t < config.vocab for t in prompt):
+    config = checked_config(config)
+    if not prompt or not all(t < config.vocab for t in prompt):
         raise ValueError(tr(f"prompt must be a non-empty list of ids in [0, {config.vocab})",
                             f"prompt 应是一个非空的 list，每个 id 在 [0, {config.vocab}) 之内"))
     for name, flag in (("debug", debug), ("trace", trace), ("verbose", verbose)):
@@ -202,7 +172,6 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
     if trace_fields is not None and not trace:
         raise ValueError(tr("trace_fields chooses what trace=True records: pass trace=True too",
                             "trace_fields 选的是 trace=True 时记录什么：请同时传 trace=True"))
-    model = ToyModel(config)
     traces = [] if trace else None
     if trace:
         fields = FIELDS if trace_fields is None else tuple(trace_fields)
@@ -216,29 +185,23 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
             traces.append(run_traced(out, q, cache, kv_head, scale, fields=fields))
             return out
         kind = "traced"
-    elif debug or src_dir is not None:
-        ffi, lib = native.load(debug=debug, src_dir=src_dir, verify=verify)
-        kernel = _direct_kernel(*check.library(ffi, lib, ("flash_attn_single_q_q8_neon",)))
-        kind = "copy" if src_dir is not None else "debug"
     else:
-        def kernel(q, cache, kv_head, scale):
-            return attend(q, cache, kv_head, scale=scale)
-        kind = "fast"
+        ffi, lib = check.library(*native.load(debug=debug, src_dir=src_dir, verify=verify), (KERNEL,))
 
-    cache = model.new_cache()
-    seq = list(prompt)
-    calls: list[KernelCall] = []
-    outputs: list[np.ndarray] = []
-    generated: list[int] = []
-    step = 0
-    while len(generated) < n_tokens:
+        def kernel(q, cache, kv_head, scale):
+            return call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale)
+        kind = "copy" if src_dir is not None else "debug" if debug else "fast"
+
+    model = ToyModel(config)
+    cache = KVCacheQ8(config.n_kv_heads, config.head_dim, config.block_size)
+    seq, calls, outputs = list(prompt), [], []
+    for step in range(len(prompt) + n_tokens - 1):
         nxt, heads = model.step(seq[step], step, cache, kernel)
         calls += [KernelCall(step, h, h // config.group, cache.seq_len) for h in range(config.n_q_heads)]
         outputs += heads
         if step + 1 >= len(prompt):   # past the prompt: the prediction is the next token
-            generated.append(nxt)
             seq.append(nxt)
-        step += 1
+    generated = seq[len(prompt):]
     if verbose:
         print(f"generated token ids: {generated}", flush=True)
     return Generation(prompt, generated, calls, config, traces, kind, outputs, cache)

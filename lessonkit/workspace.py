@@ -1,40 +1,16 @@
-"""Your own copies of the lessons and of the kernel, in ``my-work/`` (git-ignored; used by
-``make lab``, introduced in lesson 00).
+"""Your own copies of the lessons and of the kernel, in ``my-work/`` (git-ignored; ``make lab``,
+introduced in lesson 00). ``notebooks/`` and ``native/`` are tracked by git: a lesson saved or a C file
+edited there would conflict with the next ``git pull``. So the student works on copies:
 
-``notebooks/`` holds the lessons as the workbook ships them, with their outputs (the read-along
-text and what CI compares against), and ``native/`` the kernel as the article shows it. Both are
-tracked by git: a student who saved a run lesson or edited the C file there would get merge
-conflicts on the next ``git pull``. So the student works on copies that git ignores:
-
-    my-work/00_start_here.ipynb ...   one copy per lesson, made by ``make lab`` when it is missing
-    my-work/zh/00_start_here.ipynb    the same for the Chinese lessons (notebooks/zh/), and the
-    my-work/glossary.md               glossary both editions link
-    my-work/native/                   the student's copy of the kernel: student_native()
-    my-work/.build/                   the builds of that copy (native.build_dir_for)
+    my-work/00_start_here.ipynb ...   one copy per lesson (my-work/zh/: the Chinese ones), and the glossary
+    my-work/native/                   the student's copy of the kernel: student_native(); its builds
+                                      go to my-work/.build/ and are checked like native/'s
     my-work/old/                      what a reset moved aside; a reset never deletes anything
 
-A copy with your work in it is never overwritten: ``make lab`` (and ``make update``, after ``git
-pull``) adds the copies of lessons that have none yet, replaces a copy you never changed (byte for
-byte as shipped) when its lesson changed, and names the lessons you changed whose shipped version
-changed since.
-``make reset LESSON=04`` moves your copy to ``my-work/old/`` and copies the shipped lesson again.
-
-The kernel copy, for a lesson that asks you to edit the C code (the exact call)::
-
-    import lessonkit as lk
-    from lessonkit import workspace
-    src = workspace.student_native()                      # my-work/native/, created on first use
-    ffi, lib = lk.native.load(src_dir=src)                # build, check and load YOUR copy
-    ffi, lib = lk.native.load(src_dir=src, verify="crashes")   # a copy you broke on purpose
-    lk.source.numbered_lines(1, 40, path=src / "flash_attn_q8_neon.c")   # show the copy's lines
-    workspace.reset_native(confirm=True)                  # start over (the old copy goes to my-work/old/)
-
-Builds of the copy go to ``my-work/.build/`` and pass the same check in a child process as builds
-of ``native/`` (``lessonkit.native.load``); ``native/`` itself stays as shipped.
-
-Why a module of its own and not part of native.py: the copies concern the lessons as much as the
-kernel, and this module uses the standard library only, so ``make reset`` works even when the
-kernel does not build.
+``make lab`` and ``make update`` add the missing copies, replace a copy you never changed when its
+lesson changed, and name the changed lessons whose copy you changed; ``make reset LESSON=04`` moves
+your copy to ``my-work/old/`` and copies the lesson again. This module itself needs only the
+standard library, so that ``make reset`` works even when the kernel does not build.
 """
 from __future__ import annotations
 
@@ -65,31 +41,15 @@ GLOSSARY = LESSONS_DIR / "glossary.md"
 
 
 def lessons(edition: str | None = "en") -> list[Path]:
-    """The shipped lessons of one edition ("en": ``notebooks/NN_name.ipynb``, "zh":
-    ``notebooks/zh/NN_name.ipynb``), in order; ``None``: both."""
+    """The shipped lessons of one edition ("en": notebooks/, "zh": notebooks/zh/), in order; None: both."""
     if edition is None:
         return [p for e in EDITIONS for p in lessons(e)]
-    if edition not in EDITIONS:
-        raise ValueError(f"edition must be one of {', '.join(EDITIONS)}; got {edition!r}")
     return sorted(EDITIONS[edition].glob(LESSON_GLOB))
 
 
-def shipped() -> list[Path]:
-    """Every file make lab copies: the lessons of both editions and the glossary they link."""
-    return lessons(None) + ([GLOSSARY] if GLOSSARY.exists() else [])
-
-
-def working_copy(lesson: Path | str) -> Path:
-    """The path of the working copy of a lesson: a path in notebooks/ (``notebooks/zh/04_x.ipynb``
-    is copied to ``my-work/zh/04_x.ipynb``) or a file name of the English edition."""
-    path = Path(lesson)
-    if path.is_absolute() and path.is_relative_to(LESSONS_DIR):
-        return WORK_DIR / path.relative_to(LESSONS_DIR)
-    return WORK_DIR / (path if path.parent.name in EDITIONS else path.name)
-
-
 def _key(lesson: Path) -> str:
-    """A shipped file's name in the manifest: its path under notebooks/ ("04_x.ipynb", "zh/04_x.ipynb")."""
+    """A shipped file's path under notebooks/ ("04_x.ipynb", "zh/04_x.ipynb"): its name in the
+    manifest, and its copy's path under my-work/."""
     return lesson.relative_to(LESSONS_DIR).as_posix()
 
 
@@ -113,59 +73,52 @@ def _read_manifest() -> dict:
 
 
 def _record(updates: dict) -> None:
-    data = {**_read_manifest(), **updates}
     tmp = MANIFEST.with_name(f"{MANIFEST.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps({**_read_manifest(), **updates}, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, MANIFEST)
 
 
-def _place_new(tmp: Path, dest: Path) -> bool:
-    """Move the finished file ``tmp`` to ``dest`` unless ``dest`` exists; never overwrite.
-    True if placed. A hard link is atomic and fails on an existing name, so two processes making
-    copies at once cannot both write (or half-write) the same one."""
-    try:
-        os.link(tmp, dest)
-        tmp.unlink()
-        return True
-    except FileExistsError:
-        tmp.unlink()
-        return False
-    except OSError:  # a file system without hard links: check, then rename (a tiny race window)
-        if dest.exists():
-            tmp.unlink()
-            return False
-        os.replace(tmp, dest)
-        return True
-
-
 def _copy_new(src: Path, dest: Path) -> bool:
-    """Copy src to dest if dest does not exist; never overwrite. True if copied."""
+    """Copy src to dest unless dest exists; never overwrite. True if copied. The copy is written
+    beside dest and hard-linked to its name, which is atomic and fails on an existing name: two
+    processes making copies at once cannot both write (or half-write) the same one."""
     if dest.exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
-    shutil.copyfile(src, tmp)  # contents only: the copy is the student's file, with their mode
-    return _place_new(Path(tmp), dest)
+    try:
+        shutil.copyfile(src, tmp)  # contents only: the copy is the student's file, with their mode
+        try:
+            os.link(tmp, dest)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: check, then rename (a tiny race window)
+            if dest.exists():
+                return False
+            os.replace(tmp, dest)
+        return True
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _move_to_old(path: Path, stem: str, suffix: str) -> Path:
-    """Move ``path`` to ``my-work/old/<stem>.<n><suffix>`` with the first free n (1, 2, ...).
-    ``.ipynb`` stays last so that JupyterLab opens an old copy as a notebook."""
+    """Move ``path`` to ``my-work/old/<stem>.<n><suffix>`` with the first free n (1, 2, ...); an old
+    copy is never overwritten. ``.ipynb`` stays last so that JupyterLab opens it as a notebook."""
     OLD_DIR.mkdir(parents=True, exist_ok=True)
     taken = [int(m.group(1)) for p in OLD_DIR.iterdir()
              if (m := re.fullmatch(re.escape(stem) + r"\.(\d+)" + re.escape(suffix), p.name))]
-    n = max(taken, default=0) + 1
+    n = max(taken, default=0)
     while True:
-        dest = OLD_DIR / f"{stem}.{n}{suffix}"
         n += 1
+        dest = OLD_DIR / f"{stem}.{n}{suffix}"
         if dest.exists():
             continue
         if path.is_dir():
             os.rename(path, dest)  # the folder moves whole, as the student left it
             return dest
         try:
-            os.link(path, dest)  # fails on an existing name: an old copy is never overwritten
+            os.link(path, dest)  # fails on an existing name
         except FileExistsError:
             continue
         except OSError:  # no hard links on this file system
@@ -176,35 +129,31 @@ def _move_to_old(path: Path, stem: str, suffix: str) -> Path:
 
 
 def make_copies() -> dict[str, list[Path]]:
-    """Copy every shipped lesson that has no working copy yet into ``my-work/`` (what ``make lab``
-    runs first; after ``git pull`` it adds the lessons the update brought). Existing copies are
-    never overwritten with work in them. Returns ``{"copied": [...], "updated": [...], "changed": [...]}``:
-    the copies made now; the copies the student never changed whose shipped lesson changed, now
-    replaced by the new lesson; and the copies the student changed whose shipped lesson changed
-    since (kept as they are: ``reset_lesson`` gets the new one)."""
+    """Copy every shipped lesson (both editions, and the glossary they link) that has no working copy
+    yet into ``my-work/``. Returns ``{"copied": [...], "updated": [...], "changed": [...]}``: the copies
+    made now; the copies the student never changed whose lesson changed, now replaced by the new
+    lesson; the copies the student changed whose lesson changed since, kept (``reset_lesson``
+    gets the new one), and ``my-work/native`` if ``native/`` changed since it was copied."""
     WORK_DIR.mkdir(exist_ok=True)
     manifest = _read_manifest()
     copied, updated, changed = [], [], []
-    for lesson in shipped():
-        dest, now, was = working_copy(lesson), _sha256_file(lesson), manifest.get(_key(lesson))
+    for lesson in lessons(None) + ([GLOSSARY] if GLOSSARY.exists() else []):
+        dest, now, was = WORK_DIR / _key(lesson), _sha256_file(lesson), manifest.get(_key(lesson))
         if _copy_new(lesson, dest):
             copied.append(dest)
             _record({_key(lesson): now})
         elif was is not None and was != now:
-            if _replace_untouched(lesson, dest, was, now):
-                updated.append(dest)
-            else:
-                changed.append(dest)
+            (updated if _replace_untouched(lesson, dest, was, now) else changed).append(dest)
     if (WORK_DIR / "native").is_dir() and "native/" in manifest and manifest["native/"] != _sha256_tree(NATIVE_DIR):
         changed.append(WORK_DIR / "native")
     return {"copied": copied, "updated": updated, "changed": changed}
 
 
 def _replace_untouched(lesson: Path, dest: Path, was: str, now: str) -> bool:
-    """Put the new shipped ``lesson`` (sha256 ``now``) in place of its copy ``dest`` if that copy is
-    byte for byte the shipped file it was made from (sha256 ``was``): the student never saved it,
-    so nothing of theirs is in it. True if replaced. The new file is written beside it and renamed
-    over it, and the copy is checked just before (a student saving at that moment keeps their save)."""
+    """Put the new ``lesson`` (sha256 ``now``) in place of its copy ``dest`` if the copy is byte for
+    byte the shipped file it was made from (sha256 ``was``). True if replaced. The new file is
+    written beside the copy and renamed over it; the copy is checked just before (a student saving
+    at that moment keeps their save)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     try:
@@ -223,15 +172,11 @@ def find_lesson(which: str | int) -> Path:
     """The shipped lesson named by its number (``"04"``, ``4``, ``"05b"``) or its name
     (``"04_kernel_walkthrough"``, with or without ``.ipynb``); ``"zh/04"`` names the Chinese one."""
     text = str(which).strip()
-    edition = "en"
-    if text.startswith("zh/"):
-        edition, text = "zh", text[3:]
-    if text.endswith(".ipynb"):
-        text = text[: -len(".ipynb")]
+    edition, text = ("zh", text[3:]) if text.startswith("zh/") else ("en", text)
+    text = text.removesuffix(".ipynb")
     pool = lessons(edition)
-    if re.fullmatch(r"\d{1,2}[a-z]?", text):
-        number = f"{int(text[:-1] if text[-1].isalpha() else text):02d}" + (text[-1] if text[-1].isalpha() else "")
-        matches = [p for p in pool if p.stem.split("_", 1)[0] == number]
+    if m := re.fullmatch(r"(\d{1,2})([a-z]?)", text):
+        matches = [p for p in pool if p.stem.split("_", 1)[0] == f"{int(m[1]):02d}{m[2]}"]
     else:
         matches = [p for p in pool if p.stem == Path(text).name]
     if len(matches) != 1:
@@ -242,11 +187,10 @@ def find_lesson(which: str | int) -> Path:
 
 
 def reset_lesson(which: str | int) -> tuple[Path, Path | None]:
-    """Start a lesson over (``make reset LESSON=04``): move its working copy to
-    ``my-work/old/<name>.<n>.ipynb`` and copy the shipped lesson again. Returns (the new copy, where
-    the old one went or None if there was none). Nothing is deleted."""
+    """``make reset LESSON=04``: move the lesson's copy to ``my-work/old/<name>.<n>.ipynb`` and copy the
+    shipped lesson again. Returns (the new copy, where the old one went or None)."""
     lesson = find_lesson(which)
-    dest = working_copy(lesson)
+    dest = WORK_DIR / _key(lesson)
     WORK_DIR.mkdir(exist_ok=True)
     stem = lesson.stem if lesson.parent == LESSONS_DIR else f"{lesson.parent.name}-{lesson.stem}"
     old = _move_to_old(dest, stem, ".ipynb") if dest.exists() else None
@@ -257,12 +201,9 @@ def reset_lesson(which: str | int) -> tuple[Path, Path | None]:
 
 
 def student_native() -> Path:
-    """``my-work/native/``, your copy of ``native/`` to edit, made from ``native/`` on first use
-    and never overwritten after; returns its path. Build and load it with
-    ``lessonkit.native.load(src_dir=workspace.student_native())``: the same build, check in a
-    child process and cache as ``native/`` (its builds go to ``my-work/.build/``, or to
-    ``$LESSONKIT_BUILD_DIR`` if that is set).
-    ``reset_native(confirm=True)`` starts over."""
+    """``my-work/native/``, your copy of ``native/`` to edit (lessons 04 and 06), made on first use and
+    never overwritten after. ``lessonkit.native.load(src_dir=workspace.student_native())`` builds it
+    (into ``my-work/.build/``), checks the build in a child process and loads it, as for ``native/``."""
     dest = WORK_DIR / "native"
     if dest.is_dir() and any(dest.iterdir()):
         return dest
@@ -285,10 +226,8 @@ def student_native() -> Path:
 
 
 def reset_native(confirm: bool = False) -> tuple[Path, Path | None]:
-    """Start the kernel copy over: move ``my-work/native/`` to ``my-work/old/native.<n>/`` and copy
-    ``native/`` again. Asks for ``confirm=True``, because the libraries you load afterwards are
-    built from the shipped code, not from your edits. Returns (the new copy, where the old one
-    went or None)."""
+    """Move ``my-work/native/`` to ``my-work/old/native.<n>/`` and copy ``native/`` again; asks for
+    ``confirm=True`` (what you load afterwards is the shipped code). Returns (new copy, old one or None)."""
     if confirm is not True:
         raise ValueError("reset_native moves your edited kernel (my-work/native/) to my-work/old/ and "
                          "starts over from native/; call reset_native(confirm=True) to do it")
@@ -298,7 +237,7 @@ def reset_native(confirm: bool = False) -> tuple[Path, Path | None]:
 
 
 def _shown(path: Path) -> str:
-    return str(path.relative_to(REPO_DIR)) if path.is_relative_to(REPO_DIR) else str(path)
+    return str(path.relative_to(REPO_DIR))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{_shown(path)} 做好以后 native/ 又更新了；`make reset-native` 从新的 native/ 重新复制"
                              "（你的副本保存在 my-work/old/）"))
                 elif path.suffix != ".ipynb":  # the glossary: nothing of the student's to keep in it
-                    print(tr(f"notebooks/{path.name} changed; delete {_shown(path)} and run make copies for the new one",
+                    print(tr(f"notebooks/{path.name} changed; delete {_shown(path)} and run make copies "
+                             "for the new one",
                              f"notebooks/{path.name} 更新了；删掉 {_shown(path)} 再运行 make copies 就得到新的"))
                 else:
                     rel = path.relative_to(WORK_DIR).as_posix()

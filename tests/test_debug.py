@@ -1,16 +1,24 @@
-"""lessonkit.debug: parsing of the gdb run, tier A under gdb (and without it), the aarch64 recipe
-under qemu + gdb-multiarch, and the "break it" copies. The workbook's native/ is never modified."""
+"""Lesson 06's debugging: the batch runs under gdb and lldb (lessonkit.debugger: parsing, tier A with a
+debugger and without), the by-hand sessions and their committed transcripts (lessonkit.by_hand,
+tests/transcripts.py), make debug-aarch64 (qemu + gdb-multiarch), and the edited copies of the kernel
+(lessonkit.kernel_copy). The workbook's native/ is never modified."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import lessonkit as lk
-from lessonkit import debug, native, rounding, source, toy
+import transcripts
+from lessonkit import by_hand, debug, debugger, env, kernel_copy, native, rounding, source, toy
 
 GDB_OUTPUT = """\
 Breakpoint 1 (flash_attn_single_q_q8_neon) pending.
@@ -37,7 +45,7 @@ def native_digest() -> str:
 
 
 def test_parse_gdb_output():
-    recs = debug.parse_gdb_output(GDB_OUTPUT)
+    recs = debugger.parse_gdb_output(GDB_OUTPUT)
     assert len(recs) == 2
     a, b = recs
     assert (a.seq_len, a.kv_head, a.t, a.M, a.final_S) == (2, 0, [0, 1], [0.5, 1.25], 1.47236657)
@@ -47,10 +55,10 @@ def test_parse_gdb_output():
 
 
 def test_record_properties_can_fail():
-    r = debug.CallRecord(0, 3, 0, [0, 2], [0, 0], [1.0, 0.5], [1, 2])
+    r = debugger.CallRecord(0, 3, 0, [0, 2], [0, 0], [1.0, 0.5], [1, 2])
     assert not r.loop_runs_seq_len      # one token skipped
     assert not r.M_non_decreasing       # M went down
-    r2 = debug.CallRecord(0, 2, 0, [0, 1, 2], [0, 0, 0], [0, 1, 1], [1, 2, 3])
+    r2 = debugger.CallRecord(0, 2, 0, [0, 1, 2], [0, 0, 0], [0, 1, 1], [1, 2, 3])
     assert not r2.loop_runs_seq_len     # one iteration too many
 
 
@@ -62,23 +70,32 @@ def test_record_properties_can_fail():
 ])
 def test_parse_errors(text, words):
     with pytest.raises(ValueError, match=words):
-        debug.parse_gdb_output(text)
+        debugger.parse_gdb_output(text)
 
 
 def test_breakpoint_lines_follow_the_source(tmp_path):
-    bp = debug.breakpoints()
+    bp = debugger.breakpoints()
     lines = source.KERNEL_FILE.read_text().splitlines()
     segs = source.kernel_segments()
-    assert segs[3].begin < bp.token_line < segs[3].end and debug.TOKEN_TEXT in lines[bp.token_line - 1]
+    assert segs[3].begin < bp.token_line < segs[3].end and debugger.TOKEN_TEXT in lines[bp.token_line - 1]
     assert segs[4].begin < bp.leave_line < segs[4].end
     assert "S" in lines[bp.leave_line - 1]
     shifted = tmp_path / source.KERNEL_FILE.name
     shifted.write_text("\n\n\n" + source.KERNEL_FILE.read_text())
-    bp2 = debug.breakpoints(shifted)
+    bp2 = debugger.breakpoints(shifted)
     assert (bp2.token_line, bp2.leave_line) == (bp.token_line + 3, bp.leave_line + 3)
-    cmds = debug.gdb_commands(bp)
+    cmds = debugger.gdb_commands(bp)
     assert cmds.index("set breakpoint pending on") < cmds.index("break ")
-    assert f"break {bp.file}:{bp.token_line}" in cmds and f"break {debug.KERNEL}" in cmds
+    assert f"break {bp.file}:{bp.token_line}" in cmds and f"break {debugger.KERNEL}" in cmds
+
+
+def line_functions(line: int) -> list[str]:
+    """The functions of the debug library that have machine code for the kernel file's ``line``, as
+    gdb's ``info line`` reports them."""
+    out = subprocess.run(["gdb", "-batch", "-nx", "-iex", "set debuginfod enabled off", "-ex",
+                          f"info line {source.KERNEL_FILE.name}:{line}", str(native.library_path(debug=True))],
+                         capture_output=True, text=True, timeout=60).stdout
+    return sorted(set(re.findall(r"starts at address 0x[0-9a-f]+ <([A-Za-z_]\w*)", out)))
 
 
 @pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
@@ -86,12 +103,12 @@ def test_empty_hook_lines_have_no_code_in_the_kernel():
     """Why the breakpoint is not on the TRACE_TOKEN line: in the debug build that line has
     machine code only in the traced copy of the kernel; the chosen line is in both."""
     hook = source.find_line("TRACE_TOKEN(", segment=3)
-    assert debug.line_functions(hook) == [debug.KERNEL + "_traced"]
-    assert debug.line_functions(debug.breakpoints().token_line) == [debug.KERNEL, debug.KERNEL + "_traced"]
+    assert line_functions(hook) == [debugger.KERNEL + "_traced"]
+    assert line_functions(debugger.breakpoints().token_line) == [debugger.KERNEL, debugger.KERNEL + "_traced"]
 
 
 def test_trace_records_show_the_three_observations():
-    recs, tokens = debug.records_from_trace(16)
+    recs, tokens = debugger.records_from_trace(16)
     assert tokens == toy.generate(16, verbose=False).tokens
     assert len(recs) == 64
     assert [r.seq_len for r in recs] == [i // 4 + 1 for i in range(64)]
@@ -103,34 +120,34 @@ def test_trace_records_show_the_three_observations():
 
 
 def test_without_gdb_the_trace_is_used(monkeypatch):
-    monkeypatch.setattr(debug, "gdb_path", lambda: None)
-    obs = debug.observe_generation(16)
+    monkeypatch.setattr(debugger, "debugger_path", lambda d: None)
+    obs = debugger.observe_generation(16)
     assert obs.source == "trace" and "gdb is not installed" in obs.message
     s = obs.summary()
     assert s["kernel calls"] == 64 and s["token loop ran exactly seq_len times in every call"]
     with pytest.raises(RuntimeError, match="not installed"):
-        debug.observe_generation(4, use_gdb=True)
+        debugger.observe_generation(4, use_gdb=True)
 
 
 def test_a_failing_gdb_run_falls_back_with_the_reason(monkeypatch):
     """gdb present but unable to run the program (e.g. ptrace forbidden): the trace, and why."""
-    monkeypatch.setattr(debug, "gdb_path", lambda: "/bin/true")
-    monkeypatch.setattr(debug, "run_under_gdb", lambda *a, **k: ("warning: ptrace: Operation not permitted\n", "", ""))
-    obs = debug.observe_generation(8)
+    monkeypatch.setattr(debugger, "debugger_path", lambda d: "/bin/true")
+    monkeypatch.setattr(debugger, "_run_batch", lambda *a, **k: ("warning: ptrace: Operation not permitted\n", "", ""))
+    obs = debugger.observe_generation(8)
     assert obs.source == "trace" and "gdb saw 0 kernel calls, expected 32" in obs.message
     with pytest.raises(RuntimeError, match="ptrace"):
-        debug.observe_generation(8, use_gdb=True)
+        debugger.observe_generation(8, use_gdb=True)
 
 
 def test_a_hung_run_is_killed():
     with pytest.raises(subprocess.TimeoutExpired):
-        debug._run_bounded(["sleep", "30"], timeout=0.5)
+        debugger.run_bounded(["sleep", "30"], timeout=0.5)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
 def test_observe_generation_under_gdb():
-    obs = debug.observe_generation(16, use_gdb=True)
+    obs = debugger.observe_generation(16, use_gdb=True)
     assert obs.source == "gdb"
     s = obs.summary()
     assert s["kernel calls"] == 64 and s["calls per step"] == 4
@@ -142,63 +159,98 @@ def test_observe_generation_under_gdb():
     assert s["token-loop iterations in all"] == 4 * sum(range(1, 17))
     assert obs.tokens == toy.generate(16, verbose=False).tokens
     # what gdb printed is what the traced build records, to the printed precision
-    recs, _ = debug.records_from_trace(16)
+    recs, _ = debugger.records_from_trace(16)
     for g, t in zip(obs.records, recs):
         assert (g.seq_len, g.kv_head, g.t) == (t.seq_len, t.kv_head, t.t)
         np.testing.assert_allclose(g.M, t.M, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(g.S, t.S, rtol=1e-5)
-    assert "pending" in obs.commands and debug.by_hand_commands().count("(gdb)") > 5
+    assert "pending" in obs.commands
 
 
 @pytest.mark.slow
-def test_observe_aarch64_under_qemu():
-    missing = [t for t, p in debug.aarch64_tools().items() if p is None]
+def test_make_debug_aarch64_stops_in_the_sdot_build():
+    """make debug-aarch64: the breakpoints of the batch run in the aarch64 build under qemu-aarch64 and
+    gdb-multiarch; the dot helper is compiled to sdot."""
+    tools = ("make", "aarch64-linux-gnu-gcc", "qemu-aarch64", "gdb-multiarch", "timeout")
+    missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        pytest.skip(f"needs {', '.join(debug.A64_TOOLS)}; missing: {', '.join(missing)} "
+        pytest.skip(f"missing: {', '.join(missing)} "
                     "(Debian: apt install gcc-aarch64-linux-gnu qemu-user gdb-multiarch)")
-    a = debug.observe_aarch64(seq_len=20, head_dim=64, n_kv_heads=2, block_size=8)
-    r = a.record
+    proc = subprocess.run(["make", "-s", "--no-print-directory", "debug-aarch64", f"PY={sys.executable}"],
+                          cwd=native.REPO_DIR, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (r,) = debugger.parse_gdb_output(proc.stdout)
     assert (r.seq_len, r.kv_head, r.iterations) == (20, 1, 20)    # fa_driver attends kv head NKV - 1
     assert r.loop_runs_seq_len and r.M_non_decreasing and r.final_S >= 1.0
-    assert a.sdot, "the -march=armv8.2-a+dotprod build should use sdot"
-    assert "target remote" in a.commands and "fa_driver_a64" in debug.aarch64_recipe()
+    assert re.search(r"\bsdot\b", proc.stdout.split("@@disassembly", 1)[1].split("@@end disassembly")[0])
+    assert "sdot instructions in i8x16_dot_s32: 1" in proc.stdout
+    # a run that never reaches the kernel fails the target (the driver refuses an unknown variant)
+    bad = subprocess.run(["make", "-s", "--no-print-directory", "debug-aarch64", f"PY={sys.executable}",
+                          "A64_DEBUG_ARGS=no_such_variant 20 64 2 8 cold 4096"],
+                         cwd=native.REPO_DIR, capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "FAILED debug-aarch64" in bad.stdout
 
 
 def test_edits_go_to_a_copy_only(tmp_path):
     before = native_digest()
+    truncate = kernel_copy.BREAKS["truncate"][0]
     with pytest.raises(ValueError, match="copy"):
-        debug.edit_line(native.NATIVE_DIR, debug.BREAKS["truncate"][0])
-    copy = debug.copy_native(tmp_path)
+        kernel_copy.edit_line(native.NATIVE_DIR, truncate)
+    copy = kernel_copy.copy_native(tmp_path)
+    with pytest.raises(ValueError, match="copy"):   # a file outside the copy: the workbook's native/
+        kernel_copy.edit_line(copy, kernel_copy.Edit(os.path.relpath(source.SIMD_HEADER, copy), truncate.text))
+    with pytest.raises(TypeError, match="Edit"):
+        kernel_copy.edit_line(copy, ("q8_simd.h", truncate.text))
     assert not (copy / "tests").exists() and (copy / "flash_attn_q8.h").is_file()
-    ch = debug.edit_line(copy, debug.BREAKS["truncate"][0])
+    ch = kernel_copy.edit_line(copy, truncate)
     text = (copy / ch.file).read_text().splitlines()
     assert text[ch.line - 1].strip() == "int r = (int)v;" and "0.5f" in ch.old
     with pytest.raises(ValueError, match="no line"):
-        debug.edit_line(copy, debug.BREAKS["truncate"][0])    # already edited: the text is gone
+        kernel_copy.edit_line(copy, truncate)    # already edited: the text is gone
     assert native_digest() == before
 
 
-def test_intact_kernel_passes_the_check():
-    chk = debug.check_kernel()
-    assert chk.passed and all(c.rel_error < 1e-5 for c in chk.cases)
+def build_failures(copy) -> list[str]:
+    """What the check of a new build (in a child process, before loading) found wrong in ``copy``."""
+    record = Path(str(native.build(src_dir=copy, verify="crashes")) + ".json")
+    return json.loads(record.read_text())["failures"]
+
+
+def test_the_intact_kernel_gives_the_reference_weights():
     ffi, lib = native.load()
+    cache = lk.KVCacheQ8(2, 64, 16)
+    rng = np.random.default_rng(0)
+    cache.append(rng.standard_normal((200, 2, 64), dtype=np.float32),
+                 rng.standard_normal((200, 2, 64), dtype=np.float32))
+    q = rng.standard_normal(64).astype(np.float32)
+    np.testing.assert_allclose(kernel_copy.call_kernel(ffi, lib, q, cache, 1, 0.125),
+                               lk.attend(q, cache, 1, scale=0.125, backend="numpy"), rtol=1e-4, atol=1e-5)
     s = np.linspace(-2, 5, 40)
-    np.testing.assert_allclose(debug.kernel_weights(ffi, lib, s), debug.softmax_weights(s), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(kernel_copy.kernel_weights(ffi, lib, s), kernel_copy.softmax_weights(s),
+                               rtol=1e-5, atol=1e-7)
+
+
+def weights_without_rescale(scores) -> np.ndarray:
+    """What a kernel without the online rescale computes, in float64: each token keeps the weight
+    exp(s_t - M_t) relative to the running max M_t of its own time; then the division by their sum."""
+    s = np.asarray(scores, np.float64)
+    w = np.exp(s - np.maximum.accumulate(s))
+    return w / w.sum()
 
 
 @pytest.mark.slow
 def test_no_rescale_break():
     before = native_digest()
-    b = debug.break_kernel("no_rescale")
+    b = kernel_copy.break_kernel("no_rescale")
+    assert kernel_copy.break_kernel("no_rescale") is b     # one build per kind and process
     assert [c.file for c in b.changes] == ["flash_attn_q8_neon.c"] * 2
-    chk = debug.check_kernel(b.ffi, b.lib)
-    assert not chk.passed and all(not c.passed for c in chk.cases)
+    assert any(f.startswith("flash_attn_single_q_q8_neon on case") for f in build_failures(b.copy))
     # the broken weights are exactly what "every token keeps the max of its own time" predicts
     s = np.linspace(0.0, 8.0, 64)
-    wrong = debug.kernel_weights(b.ffi, b.lib, s)
+    wrong = kernel_copy.kernel_weights(b.ffi, b.lib, s)
     np.testing.assert_allclose(wrong, np.full(64, 1 / 64), rtol=1e-5)   # every score is a new max
     s2 = np.array([3.0, 0.0, 1.0, 4.0, 2.0, 5.0, -1.0])
-    np.testing.assert_allclose(debug.kernel_weights(b.ffi, b.lib, s2), debug.weights_without_rescale(s2), rtol=1e-5)
+    np.testing.assert_allclose(kernel_copy.kernel_weights(b.ffi, b.lib, s2), weights_without_rescale(s2), rtol=1e-5)
     # an edited copy drives the toy generation too
     assert toy.generate(4, src_dir=b.copy, verbose=False, verify="crashes").kernel == "copy"
     copy = b.copy
@@ -208,14 +260,14 @@ def test_no_rescale_break():
 
 @pytest.mark.slow
 def test_truncation_break():
-    b = debug.break_kernel("truncate")
-    chk = debug.check_kernel(b.ffi, b.lib)
-    assert not chk.cases[0].passed          # random q: codes change
-    assert chk.cases[1].passed              # q all ones: every code is exactly +-127, nothing to round
+    b = kernel_copy.break_kernel("truncate")
+    assert any(f.startswith("flash_attn_single_q_q8_neon on case") for f in build_failures(b.copy))
+    s = np.linspace(0.0, 8.0, 64)           # q all ones: every code is exactly +-127, nothing to round
+    np.testing.assert_allclose(kernel_copy.kernel_weights(b.ffi, b.lib, s), kernel_copy.softmax_weights(s), rtol=1e-5)
     q = np.random.default_rng(7).standard_normal(64).astype(np.float32)
     cache = lk.KVCacheQ8(1, 64, 16)
     cache.append(np.ones((3, 1, 64), np.float32), np.ones((3, 1, 64), np.float32))
-    tr = debug.trace_with(b.ffi, b.lib, q, cache, 0, 0.125)
+    tr = kernel_copy.trace_with(b.ffi, b.lib, q, cache, 0, 0.125)
     v, _ = rounding.q_block_scaled(q)
     np.testing.assert_array_equal(tr.q_codes, rounding.round_codes(v, "trunc"))   # numpy's own truncation
     assert tr.n_q_quantized == 1
@@ -246,25 +298,31 @@ Process 42 exited with status = 0 (0x00000000)
 
 
 def test_parse_lldb_output():
-    recs = debug.parse_lldb_output(LLDB_OUTPUT)
+    recs = debugger.parse_lldb_output(LLDB_OUTPUT)
     assert len(recs) == 1
     r = recs[0]
     assert (r.seq_len, r.kv_head, r.t, r.s, r.M, r.final_S) == (2, 1, [0, 1], [-0.5, 10.0], [-0.5, 10.0], 1.00000036)
     with pytest.raises(ValueError, match="outside a kernel call"):
-        debug.parse_lldb_output(LLDB_OUTPUT.split("(lldb)  frame variable t s M S", 1)[1])
+        debugger.parse_lldb_output(LLDB_OUTPUT.split("(lldb)  frame variable t s M S", 1)[1])
     with pytest.raises(ValueError, match="line 1"):   # a value lldb did not print
-        debug.parse_lldb_output("(lldb)  frame variable seq_len kh_off hd\n(int) seq_len = 2\n")
+        debugger.parse_lldb_output("(lldb)  frame variable seq_len kh_off hd\n(int) seq_len = 2\n")
 
 
 def test_debugger_names_and_missing_debuggers(monkeypatch):
     with pytest.raises(ValueError, match="'gdb', 'lldb'.*use_debugger=False"):
-        debug.observe_generation(4, debugger="windbg")
+        debugger.observe_generation(4, debugger="windbg")
+    with pytest.raises(ValueError, match="'gdb', 'lldb'"):
+        by_hand.session_step("start", debugger="windbg")
     with pytest.raises(TypeError, match="not both"):
-        debug.observe_generation(4, use_gdb=True, use_debugger=True)
-    monkeypatch.setattr(debug, "lldb_path", lambda: None)
+        debugger.observe_generation(4, use_gdb=True, use_debugger=True)
+    with pytest.raises(TypeError, match="None, True or False"):
+        debugger.observe_generation(4, use_debugger="yes")
+    with pytest.raises(TypeError, match="ToyConfig"):
+        debugger.observe_generation(4, config={"vocab": 8})
+    monkeypatch.setattr(by_hand, "lldb_path", lambda: None)
     with pytest.raises(RuntimeError, match="apt install lldb.*Xcode"):
-        debug.observe_generation(4, debugger="lldb", use_debugger=True)
-    obs = debug.observe_generation(4, debugger="lldb")
+        debugger.observe_generation(4, debugger="lldb", use_debugger=True)
+    obs = debugger.observe_generation(4, debugger="lldb")
     assert obs.source == "trace" and "apt install lldb" in obs.message
 
 
@@ -273,24 +331,24 @@ def test_lldb_is_found_under_a_versioned_name(tmp_path, monkeypatch):
         (tmp_path / n).write_text("#!/bin/sh\n")
         (tmp_path / n).chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert debug.lldb_path() == str(tmp_path / "lldb-19")
+    assert env.lldb_path() == str(tmp_path / "lldb-19")
     (tmp_path / "lldb").write_text("#!/bin/sh\n")
     (tmp_path / "lldb").chmod(0o755)
-    assert debug.lldb_path() == str(tmp_path / "lldb")
+    assert env.lldb_path() == str(tmp_path / "lldb")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["gdb", "lldb"])
 def test_both_debuggers_give_the_same_records(which):
-    if debug.debugger_path(which) is None:
-        pytest.skip(debug.INSTALL[which])
-    obs = debug.observe_generation(16, debugger=which, use_debugger=True)
+    if by_hand.debugger_path(which) is None:
+        pytest.skip(by_hand.install_hint(which))
+    obs = debugger.observe_generation(16, debugger=which, use_debugger=True)
     assert obs.source == which and len(obs.records) == 64          # 4 query heads x 16 steps
     assert [r.seq_len for r in obs.records] == [i // 4 + 1 for i in range(64)]
     assert all(r.iterations == r.seq_len and r.loop_runs_seq_len for r in obs.records)
     assert all(r.M_non_decreasing for r in obs.records)
     # both print 9 significant digits of a float32 (enough to round-trip it): same as the trace
-    recs, tokens = debug.records_from_trace(16)
+    recs, tokens = debugger.records_from_trace(16)
     assert obs.tokens == tokens
     for g, t in zip(obs.records, recs):
         np.testing.assert_allclose(g.M, t.M, rtol=1e-7)
@@ -302,22 +360,22 @@ def test_both_debuggers_give_the_same_records(which):
 def test_committed_session_transcripts_are_current(which):
     """The by-hand session, re-run, matches the committed transcript (floats masked: their last
     digits depend on the CPU path). A change of the kernel that moves a line fails here."""
-    if debug.debugger_path(which) is None:
-        pytest.skip(debug.INSTALL[which])
-    ok, diff = debug.transcripts_match(which)
-    assert ok, (f"{debug.transcript_path(which).name} is out of date; refresh it with\n  "
-                f"{debug.REFRESH_COMMAND}\n{diff[:3000]}")
+    if by_hand.debugger_path(which) is None:
+        pytest.skip(by_hand.install_hint(which))
+    ok, diff = transcripts.transcripts_match(which)
+    assert ok, (f"{by_hand.transcript_path(which).name} is out of date; refresh it with\n  "
+                f"{by_hand.REFRESH_COMMAND}\n{diff[:3000]}")
 
 
 def test_session_commands_take_their_lines_from_the_source():
-    for which in debug.DEBUGGERS:
-        cmds = debug.session_commands(which, library="libflash_attn_q8_debug_0123456789abcdef.so")
+    for which in by_hand.DEBUGGERS:
+        cmds = by_hand.session_commands(which, library="libflash_attn_q8_debug_0123456789abcdef.so")
         code = [l for l in cmds.splitlines() if l and not l.startswith("#")]
         assert not any("@" in l and "LINE(" in l for l in code)
-        token = debug.breakpoints().token_line
+        token = debugger.breakpoints().token_line
         assert any(l.endswith(f"{source.KERNEL_FILE.name}:{token}") or l.endswith(f"-l {token}") for l in code)
         assert str(source.find_line("if (s > M) {")) in "\n".join(code)
-        saved = debug.saved_transcript(which)
+        saved = by_hand.saved_transcript(which)
         assert f"({which}) " in saved and "/work/" not in saved and "0x<addr>" in saved
 
 
@@ -326,27 +384,43 @@ def test_clean_transcript_removes_what_varies():
            "ModuleNotFoundError: No module named 'lldb.embedded_interpreter'\n"
            f"at {native.REPO_DIR}/native/flash_attn_q8_neon.c:90 0x00007ffff3e6a936 process 15599 "
            "libflash_attn_q8_debug_7b64937c93cc38d0.so seq_len=1\n")
-    assert debug.clean_transcript(raw, "lldb") == (
+    assert transcripts.clean_transcript(raw, "lldb") == (
         "at <repo>/native/flash_attn_q8_neon.c:90 0x<addr> process <pid> libflash_attn_q8_debug_<hash>.so seq_len=1\n")
-    assert debug.mask_floats("M = -0.379 S = 1 t=3 x 1.0E+9 line 90:41") == "M = <float> S = 1 t=3 x <float> line 90:41"
+    assert (transcripts.mask_floats("M = -0.379 S = 1 t=3 x 1.0E+9 line 90:41")
+            == "M = <float> S = 1 t=3 x <float> line 90:41")
 
 
 def test_engine_recipe_is_labelled_not_run_here():
-    text = debug.engine_debug_recipe()
-    assert "not run here" in text.lower() and "6594" in text and "vllm_safetensors.c" in text and debug.KERNEL in text
+    text = by_hand.engine_debug_recipe()
+    assert "not run here" in text.lower() and "6594" in text and "vllm_safetensors.c" in text
+    assert debugger.KERNEL in text
 
 
 def test_transcripts_from_another_environment_compare_the_kernel_lines(monkeypatch):
     """On another system, Python or debugger the frames differ: the test then compares the kernel's
     line numbers the session stops at, so a moved line still fails it."""
     which = "gdb"
-    saved = debug.saved_transcript(which)
-    lines = debug.kernel_lines(saved)
+    saved = by_hand.saved_transcript(which)
+    lines = transcripts.kernel_lines(saved)
     assert lines, "the committed gdb session shows no kernel line"
-    monkeypatch.setattr(debug, "capture_environment", lambda d: "elsewhere")
-    monkeypatch.setattr(debug, "run_session", lambda d, t=120.0: saved.replace("Python", "CPython"))
-    assert debug.transcripts_match(which) == (True, "")
+    monkeypatch.setattr(transcripts, "capture_environment", lambda d: "elsewhere")
+    monkeypatch.setattr(transcripts, "run_session", lambda d, t=120.0: saved.replace("Python", "CPython"))
+    assert transcripts.transcripts_match(which) == (True, "")
     moved = saved.replace(f"flash_attn_q8_neon.c:{lines[0]}", f"flash_attn_q8_neon.c:{int(lines[0]) + 1}")
-    monkeypatch.setattr(debug, "run_session", lambda d, t=120.0: moved)
-    ok, why = debug.transcripts_match(which)
+    monkeypatch.setattr(transcripts, "run_session", lambda d, t=120.0: moved)
+    ok, why = transcripts.transcripts_match(which)
     assert not ok and "kernel lines" in why
+
+
+def test_the_names_lessons_use_stay_importable_from_debug():
+    """lessonkit.debug re-exports every debug.NAME the lessons and exercises use, the same objects as
+    the modules that hold them. The aarch64 recipe is make debug-aarch64 now, and the capture of the
+    session transcripts is tests/transcripts.py."""
+    moved = {"aarch64_tools", "aarch64_recipe", "observe_aarch64", "run_session"}
+    used = set()
+    for path in [*native.REPO_DIR.glob("notebooks/*.ipynb"), *native.REPO_DIR.glob("lessonkit/exercises/*.py")]:
+        used |= set(re.findall(r"\bdebug\.([A-Za-z_]\w*)", path.read_text()))
+    assert {"observe_generation", "show_step", "break_kernel", "trace_with"} <= used
+    assert [n for n in sorted(used - moved) if not hasattr(debug, n)] == []
+    assert debug.observe_generation is debugger.observe_generation and debug.show_step is by_hand.show_step
+    assert debug.break_kernel is kernel_copy.break_kernel

@@ -83,6 +83,24 @@ def run_case(shared_build_dir):
 
 
 
+def test_an_edit_that_does_not_compile_is_refused_through_the_lessons_path(run_case):
+    """The edit a lesson makes (lessonkit.kernel_copy.edit_line on a copy) breaks the C: a BuildError
+    with the compiler's message; nothing new is loaded and the process goes on."""
+    out = run_case("""
+from lessonkit import kernel_copy
+kernel_copy.edit_line(src, kernel_copy.Edit("flash_attn_q8_neon.c", ANCHOR, "const int nblk = hd / ;"))
+try:
+    native.load(src_dir=src)
+except native.KernelCheckError:
+    raise SystemExit("a compile error was reported as a failed check")
+except native.BuildError as e:
+    print("MESSAGE", str(e).replace("\\n", " | "))
+else:
+    raise SystemExit("a build that does not compile was loaded")
+""")
+    assert "flash_attn_q8_neon.c" in out and "error" in out.lower()
+
+
 def test_a_segfaulting_edit_is_refused_with_the_signal_named(run_case):
     out = run_case("""
 edit("*(volatile int *)0 = 1;")
