@@ -14,11 +14,10 @@
  * The token loop is the fast variant's steps (fa_online.h), with the query-independent work done
  * once per token for all G heads: the row addresses, the K and V scales, and the V row's int8 ->
  * fp32 conversion (once per token, then one multiply-add per head), with every head's VKQ columns
- * in registers over the tile (vkq_cols_rows_group). Measured (native/tools/fa_perf.c, x86 build,
- * hd 128, 8K tokens, min of interleaved rounds on a shared machine): VKQ loaded and stored per
- * token and head, as before, made G = 4 slower than four fast calls (66 against 45 ns/token);
- * in registers, 32 ns/token; with the four K rows loaded once for every head's scores
- * (fa_score4_group, AVX-512 VNNI builds), 30.2-31.2 against 32.9-33.2 in the same interleaved runs.
+ * in registers over the tile (vkq_cols_rows_group): held per head in memory instead, VKQ's load
+ * and store per token and head cost more than the shared reads save. On AVX-512 VNNI builds the
+ * four K rows of a score step are also loaded once for every head's scores (fa_score4_group).
+ * native/tools/fa_perf.c times it against four fast calls (contenders group4 and fast4).
  *
  * Arguments: those of flash_attn_single_q_q8_neon, except
  *   q         [G][hd]: the group's G query heads, one after the other;
@@ -152,7 +151,8 @@ void flash_attn_group_q8_neon(float *restrict attn_out, const float *restrict q,
                 vst1q_f32(st[g] + j, vmulq_f32(fa_score4(qi[g], qsc[g], nblk, kr[j], kr[j + 1], kr[j + 2], kr[j + 3]),
                                                vld1q_f32(ks + j)));
 #endif
-            fa_online_tile(w[g], st[g], n, &M[g], &S[g], VKQ[g], hd);
+            fa_rescale_tile(st[g], n, &M[g], &S[g], VKQ[g], hd);
+            S[g] += fa_exp_tile(w[g], st[g], n, M[g]);
             for (int j = 0; j < n; j++) w[g][j] *= vs[j];
         }
 

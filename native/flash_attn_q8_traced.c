@@ -34,8 +34,6 @@ void fa_trace_set(fa_trace *t) { trace = t; }
         }                                                                        \
     } while (0)
 
-/* the same source, under other names */
+/* the same source, under another name */
 #define flash_attn_single_q_q8_neon flash_attn_single_q_q8_neon_traced
-#define fa_backend fa_backend_traced
-#define fa_simd_paths fa_simd_paths_traced
 #include "flash_attn_q8_neon.c"
