@@ -210,13 +210,27 @@ void flash_attn_q8_v10_prefetch(float *restrict attn_out, const float *restrict 
 }
 
 /* fast: the fastest single-head version, under the name lessonkit.attend and the grouped and
- * split-KV kernels compare with: v9's steps on aarch64, v8's on x86. On x86 the magic add of v9 is
- * slower than the conversion it replaces (AVX-512 converts int32 -> fp32 in one instruction; the
- * add and the subtract are two); on aarch64 it replaces sxtl + scvtf, about half the vector work
- * in llvm-mca's Neoverse N1 estimate (an estimate, not a measurement on a board). Lesson 09 and
- * make bench measure each version on your machine; make bench-a76 gives the estimates.
- * fa_fast_state is its token loop over [t_begin, t_end) from a given online state, so that the
- * split-KV kernel (flash_attn_q8_partial.c) runs the same loop on its chunk. */
+ * split-KV kernels compare with: v9 on aarch64, v8 on x86. On x86 the magic add of v9 is slower
+ * than the conversion it replaces (AVX-512 converts int32 -> fp32 in one instruction; the add and
+ * the subtract are two); on aarch64 it replaces sxtl + scvtf, about half the vector work in
+ * llvm-mca's Neoverse N1 estimate (an estimate, not a measurement on a board). Lesson 09 and
+ * make bench measure each version on your machine; make bench-a76 gives the estimates. */
+void flash_attn_single_q_q8_fast(float *restrict attn_out, const float *restrict q, int8_t *const *k_cache_q8,
+    int8_t *const *v_cache_q8, const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)
+{
+#if defined(__aarch64__)
+    flash_attn_q8_v9_magic(attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale, seq_len, kv_dim, kv_bs, nkv,
+                           kh_off, hd, scale);
+#else
+    flash_attn_q8_v8_vkq_regs(attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale, seq_len, kv_dim, kv_bs, nkv,
+                              kh_off, hd, scale);
+#endif
+}
+
+/* fast's token loop over [t_begin, t_end), from a given online state (*M, *S, VKQ) on, for Q
+ * already quantized: the split-KV kernel (flash_attn_q8_partial.c) runs it on its chunk. The loop
+ * of v9 on aarch64, of v8 on x86, as flash_attn_single_q_q8_fast chooses. */
 void fa_fast_state(const int8_t *qi, const float *qsc, int nblk, int8_t *const *k_cache_q8,
     int8_t *const *v_cache_q8, const float *kscale, const float *vscale, int t_begin, int t_end,
     int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale, float *M, float *S, float *VKQ)
@@ -233,24 +247,9 @@ void fa_fast_state(const int8_t *qi, const float *qsc, int nblk, int8_t *const *
             vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
         }
 #if defined(__aarch64__)
-        fa_vkq_tile_magic(VKQ, vr, w, n, hd); /* v9 */
+        fa_vkq_tile_magic(VKQ, vr, w, n, hd);
 #else
-        fa_vkq_tile(VKQ, vr, w, n, hd);       /* v8 */
+        fa_vkq_tile(VKQ, vr, w, n, hd);
 #endif
     }
-}
-
-void flash_attn_single_q_q8_fast(float *restrict attn_out, const float *restrict q, int8_t *const *k_cache_q8,
-    int8_t *const *v_cache_q8, const float *restrict kscale, const float *restrict vscale,
-    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)
-{
-    if (!fa_hd_ok(hd)) return;
-    const int nblk = hd / QBLK;
-    float qsc[HD_MAX / QBLK];
-    int8_t qi[HD_MAX];
-    fa_quantize_q(q, nblk, qi, qsc);
-    float M = -1e9f, S = 0.0f, VKQ[HD_MAX] = {0};
-    fa_fast_state(qi, qsc, nblk, k_cache_q8, v_cache_q8, kscale, vscale, 0, seq_len, kv_dim, kv_bs, nkv,
-                  kh_off, hd, scale, &M, &S, VKQ);
-    fa_normalize(attn_out, VKQ, S, hd);
 }
