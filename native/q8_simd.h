@@ -30,7 +30,6 @@
  * 12582912.0f leaves the int8 as a float, without an int -> float instruction (scvtf). */
 #define Q8_MAGIC_BITS 0x4B400000
 #define Q8_MAGIC_F 12582912.0f
-#define GQA_MAXG 8 /* query heads per group the grouped accumulation holds (GQA_MAX of lessonkit) */
 
 #if !defined(__aarch64__)
 #include "q8_simd_x86.h"
@@ -205,12 +204,12 @@ static inline void vkq_cols_rows_magic(float *vkq, const int8_t *const *vr, int 
 static inline __attribute__((always_inline)) void vkq_group_neon(float *const *vkq, const int8_t *const *vr,
     int c, const float *w, int wstride, int n, const int G)
 {
-    float32x4_t a[GQA_MAXG][4];
+    float32x4_t a[GQA_MAX][4];
     for (int g = 0; g < G; g++)
         for (int i = 0; i < 4; i++) a[g][i] = vld1q_f32(vkq[g] + c + 4 * i);
     int j = 0;
     for (; j + 4 <= n; j += 4) {
-        float32x4_t wq[GQA_MAXG], f[4];
+        float32x4_t wq[GQA_MAX], f[4];
         for (int g = 0; g < G; g++) wq[g] = vld1q_f32(w + g * wstride + j);
 #define Q8_GROUP_ROW(u)                                                                   \
         v_i8x16_to_f32_magic(vr[j + (u)] + c, f);                                         \

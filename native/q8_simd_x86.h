@@ -126,7 +126,7 @@ static inline void q8_avx512_vkq_cols_rows(float *vkq, const int8_t *const *vr, 
 static inline void q8_avx512_vkq_group(float *const *vkq, const int8_t *const *vr, int c, const float *w,
     int wstride, int n, int G)
 {
-    __m512 a[GQA_MAXG][2];
+    __m512 a[GQA_MAX][2];
     for (int g = 0; g < G; g++) { a[g][0] = _mm512_loadu_ps(vkq[g] + c); a[g][1] = _mm512_loadu_ps(vkq[g] + c + 16); }
     for (int j = 0; j < n; j++) {
         const int8_t *v = vr[j] + c;
@@ -139,6 +139,68 @@ static inline void q8_avx512_vkq_group(float *const *vkq, const int8_t *const *v
         }
     }
     for (int g = 0; g < G; g++) { _mm512_storeu_ps(vkq[g] + c, a[g][0]); _mm512_storeu_ps(vkq[g] + c + 16, a[g][1]); }
+}
+#endif
+
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+/* The grouped kernel's scores (flash_attn_q8_group.c) with AVX-512 VNNI: segment 2 for four tokens
+ * and ALL G heads from one load of the four K rows. Two 32-value blocks at a time: a 64-byte piece
+ * of each K row is loaded and sign-flipped once (k ^ 0x80, as in q8_vnni_dot4) and meets every
+ * head's Q in one vpdpbusd each, instead of each head loading and flipping the same rows again.
+ * Each (head, row) keeps 16 fp32 lanes over the row's blocks (lane sums converted and multiplied
+ * by the block's Q scale, then added), reduced once per row, not once per block: fewer shuffles
+ * than fa_score4. An odd last block is read with the upper 32 bytes masked off (a masked load
+ * touches no byte beyond the row). The int32 block sums are exact, as elsewhere; only the order of
+ * the fp32 adds differs from fa_score4 (within the kernel tolerance). */
+#define Q8_GROUP_SHARED_K 1
+#define Q8_PAIRS (HD_MAX / QBLK / 2 + 1)
+/* one head's Q for it, once per call: corr[p] its start value for blocks 2p and 2p + 1, minus
+ * 128 * (sum of each four Q codes) (the sign flip's correction), and qs[p] their block scales,
+ * lanes 0-7 for block 2p and 8-15 for 2p + 1 (zero beyond the last block) */
+typedef struct { __m512i corr[Q8_PAIRS]; __m512 qs[Q8_PAIRS]; } q8_vnni_q;
+static inline void q8_vnni_q_prepare(q8_vnni_q *pq, const int8_t *qi, const float *qsc, int nblk)
+{
+    for (int p = 0; 2 * p < nblk; p++) {
+        const int two = 2 * p + 1 < nblk;
+        const __mmask64 m = two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+        pq->corr[p] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80),
+                                                           _mm512_maskz_loadu_epi8(m, qi + 2 * p * QBLK)));
+        pq->qs[p] = _mm512_insertf32x8(_mm512_set1_ps(qsc[2 * p]), _mm256_set1_ps(two ? qsc[2 * p + 1] : 0.0f), 1);
+    }
+}
+/* st[g * stride + j + u] = score of row kr[j + u] for head g, u < 4, times ks[j + u]. G is a
+ * compile-time constant in each call, so the 4 G accumulators stay in registers (16 of the 32 zmm
+ * for G = 4). */
+static inline __attribute__((always_inline)) void q8_vnni_score4_group(float *st, int stride, int j,
+    const int8_t (*qi)[HD_MAX], const q8_vnni_q *pq, int nblk, const int8_t *const *kr, const float *ks, const int G)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[GQA_MAX][4];
+    for (int g = 0; g < G; g++)
+        for (int u = 0; u < 4; u++) acc[g][u] = _mm512_setzero_ps();
+    for (int p = 0; 2 * p < nblk; p++) {
+        const int o = 2 * p * QBLK;
+        const __mmask64 m = 2 * p + 1 < nblk ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+        __m512i k[4];
+        for (int u = 0; u < 4; u++) k[u] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, kr[j + u] + o), flip);
+        for (int g = 0; g < G; g++) {
+            const __m512i qv = _mm512_maskz_loadu_epi8(m, qi[g] + o);
+            for (int u = 0; u < 4; u++)
+                acc[g][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(pq[g].corr[p], k[u], qv)),
+                                            pq[g].qs[p], acc[g][u]);
+        }
+    }
+    const __m128 ksv = _mm_loadu_ps(ks + j);
+    for (int g = 0; g < G; g++) {
+        __m256 r[4];
+        for (int u = 0; u < 4; u++)
+            r[u] = _mm256_add_ps(_mm512_castps512_ps256(acc[g][u]), _mm512_extractf32x8_ps(acc[g][u], 1));
+        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(r[0], r[1]), _mm256_hadd_ps(r[2], r[3]));
+        __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        _mm_storeu_ps(st + g * stride + j, _mm_mul_ps(sum, ksv));
+    }
 }
 #endif
 
