@@ -14,6 +14,7 @@ from .native import NATIVE_DIR
 
 KERNEL_FILE = NATIVE_DIR / "flash_attn_q8_neon.c"
 SIMD_HEADER = NATIVE_DIR / "q8_simd.h"  # i8x16_dot_s32, vkq_add_i8x16, q_code, KVQ_INV, ...
+SIMD_X86_HEADER = NATIVE_DIR / "q8_simd_x86.h"  # the AVX2 / AVX-512 / VNNI forms of a few of those helpers
 STEPS_FILE = NATIVE_DIR / "flash_attn_q8_steps.c"  # the versions of lesson 09, one function each
 _BEGIN = re.compile(r"/\*\s*== segment (\d+): (.*?) ==\s*\*/")
 _END = re.compile(r"/\*\s*== end segment (\d+) ==\s*\*/")
