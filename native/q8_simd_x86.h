@@ -75,7 +75,8 @@ static inline int32x4_t q8_vnni_dot4(const int8_t *q, const int8_t *k0, const in
 {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     const __m256i qv = _mm256_loadu_si256((const __m256i *)q);
-    const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), flip, qv));
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i base = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, flip, qv));
 #define Q8_DOT32(k) _mm256_dpbusd_epi32(base, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(k)), flip), qv)
     __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(Q8_DOT32(k0), Q8_DOT32(k1)),
                                   _mm256_hadd_epi32(Q8_DOT32(k2), Q8_DOT32(k3)));
