@@ -94,8 +94,8 @@ static inline void q8_avx512_vkq_add(float *vkq, const int8_t *v, float w)
 }
 
 /* vkq_cols_rows with AVX-512: the 32 columns in two zmm registers over the n rows. magic: V's
- * int32 added to the bits of 1.5 * 2^23 and 1.5 * 2^23 subtracted, instead of vcvtdq2ps (on x86
- * one conversion instruction against two: the fast version does not use it here). */
+ * int32 added to the bits of 1.5 * 2^23 and 1.5 * 2^23 subtracted, instead of vcvtdq2ps (one
+ * instruction against two here, which is why x86's fast version converts). */
 static inline void q8_avx512_vkq_cols_rows(float *vkq, const int8_t *const *vr, int c, const float *w, int n,
     int magic)
 {
