@@ -4,6 +4,7 @@ definition or a line's text, so that no lesson or exercise hard-codes a line num
 (introduced in lesson 00; segments in lesson 04)."""
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,11 @@ from .native import NATIVE_DIR
 
 KERNEL_FILE = NATIVE_DIR / "flash_attn_q8_neon.c"
 SIMD_HEADER = NATIVE_DIR / "q8_simd.h"  # i8x16_dot_s32, vkq_add_i8x16, q_code, KVQ_INV, ...
+SIMD_X86_HEADER = NATIVE_DIR / "q8_simd_x86.h"  # the AVX2 / AVX-512 / VNNI forms of a few of those helpers
+STEPS_FILE = NATIVE_DIR / "flash_attn_q8_steps.c"  # the versions of lesson 09, one function each
 _BEGIN = re.compile(r"/\*\s*== segment (\d+): (.*?) ==\s*\*/")
 _END = re.compile(r"/\*\s*== end segment (\d+) ==\s*\*/")
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
 
 
 # The kernel file's segment titles in Chinese, for the Chinese lessons (the C comments stay English, as
@@ -110,14 +114,33 @@ def function_lines(name: str, path: Path | str = KERNEL_FILE) -> tuple[int, int]
     raise ValueError(tr(f"no definition of {name} in {Path(path).name}", f"{Path(path).name} 里没有 {name} 的定义"))
 
 
-def show_function(name: str, path: Path | str = KERNEL_FILE) -> str:
-    """The definition of C function ``name`` with real line numbers, with the comment lines just
-    above it (lesson 01 shows ``q_code`` from ``SIMD_HEADER`` this way)."""
+def _commented_function(name: str, path: Path | str) -> tuple[int, list[str]]:
+    """The first line number and the lines of C function ``name``'s definition, from the comment
+    lines just above it to its closing brace."""
     first, last = function_lines(name, path)
     lines = Path(path).read_text().splitlines()
     while first > 1 and lines[first - 2].lstrip().startswith(("/*", "*", "//")):
         first -= 1
-    return numbered_lines(first, last, path)
+    return first, lines[first - 1:last]
+
+
+def show_function(name: str, path: Path | str = KERNEL_FILE) -> str:
+    """The definition of C function ``name`` with real line numbers, with the comment lines just
+    above it (lesson 01 shows ``q_code`` from ``SIMD_HEADER`` this way)."""
+    first, lines = _commented_function(name, path)
+    return numbered_lines(first, first + len(lines) - 1, path)
+
+
+def function_diff(path: Path | str, a: str, b: str, path_b: Path | str | None = None, context: int = 3) -> str:
+    """A unified diff (difflib) from C function ``a`` to ``b``, each with the comment above it, as
+    lesson 09 shows one version against the one before it. ``b`` is read from ``path_b`` if given,
+    else from ``path``; the hunk headers (``@@ -first,count +first,count @@``) carry the files' real
+    line numbers."""
+    path_b = path if path_b is None else path_b
+    (fa, la), (fb, lb) = _commented_function(a, path), _commented_function(b, path_b)
+    diff = difflib.unified_diff(la, lb, f"{Path(path).name}:{a}", f"{Path(path_b).name}:{b}", n=context, lineterm="")
+    at = lambda m: f"@@ -{int(m[1]) + fa - 1}{m[2] or ''} +{int(m[3]) + fb - 1}{m[4] or ''} @@"  # noqa: E731
+    return "\n".join(_HUNK.sub(at, line) if line.startswith("@@") else line for line in diff)
 
 
 def find_line(text: str, segment: int | None = None, path: Path | str = KERNEL_FILE) -> int:

@@ -1,31 +1,25 @@
-/* fa_online.h: the pieces every kernel variant shares, written once (article 9-2, section 2):
- * the row address of token t in the block-pointer cache, Q's quantization (segment 1), the
- * online-softmax step (segment 3: new max -> rescale S and VKQ; weight; S +=), the normalisation
- * (segment 4), and the tile-wide forms of the same steps that the fast variants use
- * (flash_attn_q8_steps.c), the two-pass variants, the split-KV kernel (flash_attn_q8_partial.c)
- * and the grouped kernel (flash_attn_q8_group.c) -- as llama.cpp's one_chunk serves both full and
- * partial ranges. The article's kernel (flash_attn_q8_neon.c) keeps its own copy of every step,
- * written out, because it is the text the lessons display. */
+/* fa_online.h: the steps of article 9-2's kernel (section 2), each written once, that the other
+ * kernels are built from: the versions of lesson 09 (flash_attn_q8_steps.c), the two-pass kernels,
+ * the split-KV kernel (flash_attn_q8_partial.c) and the grouped kernel (flash_attn_q8_group.c).
+ * First the steps of one token, in the article's segments: Q's quantization (segment 1), a K row's
+ * score (segment 2, q8_dot_row in q8_simd.h), the online update and V's accumulation (segment 3),
+ * the normalisation (segment 4). Then the same steps for a tile of FA_TILE tokens, which the
+ * faster versions use. The article's kernel (flash_attn_q8_neon.c) writes every step out itself,
+ * because it is the text the lessons display. */
 #ifndef FA_ONLINE_H
 #define FA_ONLINE_H
 #include "q8_simd.h"
 
-/* Tokens scored before the softmax folds them in, in the variants that tile (build define,
+/* Tokens scored before the softmax folds them in, in the kernels that tile (build define,
  * lessonkit.native.DEFINES checks 1..256). 16: with VKQ held in registers across a tile, its load
  * and store are paid once per 16 tokens; the tile's scores are 64 bytes, one cache line. */
 #ifndef FA_TILE
 #define FA_TILE 16
-/* The fast variant's token loop over [t_begin, t_end) from the online state (*M, *S, VKQ) on,
- * for Q already quantized (flash_attn_q8_steps.c): the split-KV kernel runs it on its chunk. */
-void fa_fast_state(const int8_t *qi, const float *qsc, int nblk, int8_t *const *k_cache_q8,
-    int8_t *const *v_cache_q8, const float *kscale, const float *vscale, int t_begin, int t_end,
-    int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale, float *M, float *S, float *VKQ);
-
 #endif
 /* a tile's score array, rounded up to whole groups of 4 tokens (fa_score4 scores four at once) */
 #define FA_TILE4 ((FA_TILE + 3) / 4 * 4)
 
-/* the caller's contract on hd (lessonkit checks it first); a variant returns on anything else */
+/* the caller's contract on hd (lessonkit checks it first); a kernel returns on anything else */
 static inline int fa_hd_ok(int hd) { return hd > 0 && hd <= HD_MAX && hd % QBLK == 0; }
 
 /* token t's row of one kv head: block t / kv_bs, row t % kv_bs, head offset kh_off */
@@ -33,6 +27,9 @@ static inline const int8_t *fa_row(int8_t *const *cache, int t, int kv_bs, int k
 {
     return cache[t / kv_bs] + (size_t)(t % kv_bs) * kv_dim + kh_off;
 }
+
+/* token t's K or V scale as the value of one code: the cache stores max|x| per row and head */
+static inline float fa_step(const float *scales, int t, int nkv) { return scales[(size_t)t * nkv] * KVQ_INV; }
 
 /* segment 1: Q to int8 codes qi and one scale per 32-value block, qsc */
 static inline void fa_quantize_q(const float *q, int nblk, int8_t *qi, float *qsc)
@@ -70,17 +67,18 @@ static inline float fa_online_token(float s, float *M, float *S, float *VKQ, int
     return vsf;
 }
 
-/* out[0..hd) = VKQ[0..hd) * f */
-static inline void fa_scale_vkq_to(float *out, const float *VKQ, int hd, float f)
+/* segment 3's accumulation of one token: VKQ += w * V row vt (V int8 in memory, w fp32) */
+static inline void fa_add_row(float *VKQ, const int8_t *vt, float w, int hd)
 {
-    float32x4_t fv = vdupq_n_f32(f);
-    for (int i = 0; i < hd; i += 4) vst1q_f32(out + i, vmulq_f32(vld1q_f32(VKQ + i), fv));
+    float32x4_t wv = vdupq_n_f32(w);
+    for (int i = 0; i < hd; i += 16) vkq_add_i8x16(VKQ + i, vt + i, wv);
 }
 
 /* segment 4: out = VKQ / S (0 when no token had weight) */
 static inline void fa_normalize(float *out, const float *VKQ, float S, int hd)
 {
-    fa_scale_vkq_to(out, VKQ, hd, S > 0.0f ? 1.0f / S : 0.0f);
+    float32x4_t inv = vdupq_n_f32(S > 0.0f ? 1.0f / S : 0.0f);
+    for (int i = 0; i < hd; i += 4) vst1q_f32(out + i, vmulq_f32(vld1q_f32(VKQ + i), inv));
 }
 
 /* segment 2 for four tokens at once: the int32 block dots of four K rows reduced together
@@ -128,9 +126,25 @@ static inline void fa_score_tile(float *st, const int8_t *qi, const float *qsc, 
         for (int u = 0; u < 4; u++) {
             int jj = j + u < n ? j + u : n - 1;
             k[u] = kr[jj];
-            ks[u] = kscale[(size_t)(t0 + jj) * nkv] * KVQ_INV * scale;
+            ks[u] = fa_step(kscale, t0 + jj, nkv) * scale;
         }
         vst1q_f32(st + j, vmulq_f32(fa_score4(qi, qsc, nblk, k[0], k[1], k[2], k[3]), vld1q_f32(ks)));
+    }
+}
+
+/* segment 3's rescale for a tile of n scores, once: the tile's max m; if m > M, S and VKQ shrink
+ * once by exp(M - m), instead of at every new max inside the tile. The weights that follow are
+ * then exp(st[j] - M) for the tile's M: mathematically the per-token steps' result; the roundings
+ * differ (within the kernel tolerance). */
+static inline void fa_rescale_tile(const float *st, int n, float *M, float *S, float *VKQ, int hd)
+{
+    float m = *M;
+    for (int j = 0; j < n; j++) m = st[j] > m ? st[j] : m;
+    if (m > *M) {
+        float ms = expf(*M - m);
+        *S *= ms;
+        fa_scale_vkq(VKQ, hd, ms);
+        *M = m;
     }
 }
 
@@ -156,28 +170,18 @@ static inline float32x4_t fa_expq_f32(float32x4_t x)
     return vbslq_f32(tiny, vdupq_n_f32(0.0f), vmulq_f32(p, vreinterpretq_f32_s32(e)));
 }
 
-/* segment 3 for a tile of n scores, with one rescale per tile: the tile's max m; if m > M, S and
- * VKQ shrink once by exp(M - m) (instead of at every new max inside the tile); then the weights
- * w[j] = exp(st[j] - M) four at a time, S += their sum. Mathematically the per-token step's
- * result; the roundings differ (within the kernel tolerance). st has FA_TILE4 entries. */
-static inline void fa_online_tile(float *w, float *st, int n, float *M, float *S, float *VKQ, int hd)
+/* a tile's weights w[j] = exp(st[j] - M) four at a time (fa_expq_f32); returns their sum. st and w
+ * have FA_TILE4 entries: the lanes past n are set to -inf, so that they weigh 0. */
+static inline float fa_exp_tile(float *w, float *st, int n, float M)
 {
-    float m = *M;
-    for (int j = 0; j < n; j++) m = st[j] > m ? st[j] : m;
-    if (m > *M) {
-        float ms = expf(*M - m);
-        *S *= ms;
-        fa_scale_vkq(VKQ, hd, ms);
-        *M = m;
-    }
-    for (int j = n; j < (n + 3) / 4 * 4; j++) st[j] = -INFINITY; /* the padding lanes weigh 0 */
-    float32x4_t mv = vdupq_n_f32(*M), sum = vdupq_n_f32(0.0f);
+    for (int j = n; j < (n + 3) / 4 * 4; j++) st[j] = -INFINITY;
+    float32x4_t mv = vdupq_n_f32(M), sum = vdupq_n_f32(0.0f);
     for (int j = 0; j < n; j += 4) {
         float32x4_t e = fa_expq_f32(vsubq_f32(vld1q_f32(st + j), mv));
         vst1q_f32(w + j, e);
         sum = vaddq_f32(sum, e);
     }
-    *S += vaddvq_f32(sum);
+    return vaddvq_f32(sum);
 }
 
 /* segment 3's accumulation for a tile: VKQ += sum_j w[j] * V_j over the tile's n V rows, with a
@@ -194,7 +198,7 @@ static inline void fa_vkq_tile_magic(float *VKQ, const int8_t *const *vr, const 
     for (int c = 0; c < hd; c += FA_VKQ_COLS) vkq_cols_rows_magic(VKQ + c, vr, c, w, n);
 }
 
-/* The fast variant's token loop over [t_begin, t_end) from the online state (*M, *S, VKQ) on,
+/* The fast version's token loop over [t_begin, t_end) from the online state (*M, *S, VKQ) on,
  * for Q already quantized (flash_attn_q8_steps.c): the split-KV kernel runs it on its chunk. */
 void fa_fast_state(const int8_t *qi, const float *qsc, int nblk, int8_t *const *k_cache_q8,
     int8_t *const *v_cache_q8, const float *kscale, const float *vscale, int t_begin, int t_end,

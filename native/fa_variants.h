@@ -4,10 +4,10 @@
  *
  * X(version, name, function, adds): version is the index fa_time_calls takes, name what
  * lessonkit.timing.time_kernel(backend=...) takes, function a kernel with the article's signature,
- * adds the one idea it adds to the version it builds on. Versions 0-3 keep the numbers
- * fa_time_calls had before this list existed; 4-10 are the steps of flash_attn_q8_steps.c, each on
- * the one before it (4 on 0); 11 is the fastest of them under its own name; 12-13 are the
- * two-pass alternatives built from the fast steps, so that they compare like with like against 11.
+ * adds the one idea it adds to the version it builds on. 0-3 are the article's kernels (sections
+ * 2 and 3) and the scalar reference; 4-10 are the steps of flash_attn_q8_steps.c, each on the one
+ * before it (4 on 0); 11 is the fastest of them under its own name; 12-13 are the two-pass
+ * alternatives built from the fast steps, so that they compare like with like against 11.
  * Keep one X per line: lessonkit/variants.py parses the lines. */
 #ifndef FA_VARIANTS_H
 #define FA_VARIANTS_H

@@ -135,7 +135,7 @@ double fa_read_gbps(const void *buf, size_t bytes, int reps);
 /* Which compiled path this library took: "neon+dotprod", "neon" or "simde-<arch>". */
 const char *fa_backend(void);
 
-/* Which branch of each helper in q8_simd.h was compiled: "dot=... vkq=... exp=... addv=...". */
+/* Which branch of each helper in q8_simd.h was compiled: "dot=... dot4=... vkq=... exp=... addv=...". */
 const char *fa_simd_paths(void);
 
 /* Lesson 05b (flash_attn_q8_two_pass_parts.c): the passes of the kernel and of its two-pass

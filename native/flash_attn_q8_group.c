@@ -14,11 +14,10 @@
  * The token loop is the fast variant's steps (fa_online.h), with the query-independent work done
  * once per token for all G heads: the row addresses, the K and V scales, and the V row's int8 ->
  * fp32 conversion (once per token, then one multiply-add per head), with every head's VKQ columns
- * in registers over the tile (vkq_cols_rows_group). Measured (native/tools/fa_perf.c, x86 build,
- * hd 128, 8K tokens, min of interleaved rounds on a shared machine): VKQ loaded and stored per
- * token and head, as before, made G = 4 slower than four fast calls (66 against 45 ns/token);
- * in registers, 32 ns/token; with the four K rows loaded once for every head's scores
- * (fa_score4_group, AVX-512 VNNI builds), 30.2-31.2 against 32.9-33.2 in the same interleaved runs.
+ * in registers over the tile (vkq_cols_rows_group): held per head in memory instead, VKQ's load
+ * and store per token and head cost more than the shared reads save. On AVX-512 VNNI builds the
+ * four K rows of a score step are also loaded once for every head's scores (fa_score4_group).
+ * native/tools/fa_perf.c times it against four fast calls (contenders group4 and fast4).
  *
  * Arguments: those of flash_attn_single_q_q8_neon, except
  *   q         [G][hd]: the group's G query heads, one after the other;
@@ -30,53 +29,6 @@
  */
 #include "flash_attn_q8.h"
 #include "fa_online.h"
-
-
-#if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
-/* x86 with AVX-512 VNNI: segment 2 for four tokens and ALL G heads from one load of the four K
- * rows. Two 32-value blocks at a time: a 64-byte piece of each K row is loaded and sign-flipped
- * once (k ^ 0x80, as in i8x32_dot4_s32) and meets every head's Q in one vpdpbusd each, instead of
- * each head loading and flipping the same rows again. Each (head, row) keeps 16 fp32 lanes over
- * the row's blocks (lane sums converted and multiplied by the block's Q scale, then added), and
- * the lanes are reduced once per row, not once per block: fewer shuffles than fa_score4. corr[g][p]
- * is head g's start value, minus 128 * (sum of each four Q codes) (the sign flip's correction),
- * and qs[g][p] its block scales, lanes 0-7 for block 2p and 8-15 for 2p + 1: both once per call.
- * An odd last block is read with the upper 32 bytes masked off (a masked load touches no byte
- * beyond the row). The int32 block sums are exact, as elsewhere; only the order of the fp32 adds
- * differs from fa_score4 (within the kernel tolerance). G is a compile-time constant in each call
- * below, so the 4 G accumulators stay in registers (16 of the 32 zmm for G = 4). */
-#define FA_GROUP_SHARED_K 1
-#define FA_PAIRS (HD_MAX / QBLK / 2 + 1)
-static inline __attribute__((always_inline)) void fa_score4_group(float (*st)[FA_TILE4], int j,
-    const int8_t (*qi)[HD_MAX], const __m512 (*qs)[FA_PAIRS], const __m512i (*corr)[FA_PAIRS],
-    int nblk, const int8_t *const *kr, const float *ks, const int G)
-{
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512 acc[GQA_MAX][4];
-    for (int g = 0; g < G; g++)
-        for (int u = 0; u < 4; u++) acc[g][u] = _mm512_setzero_ps();
-    for (int p = 0; 2 * p < nblk; p++) {
-        const int o = 2 * p * QBLK;
-        const __mmask64 m = 2 * p + 1 < nblk ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
-        __m512i k[4];
-        for (int u = 0; u < 4; u++) k[u] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, kr[j + u] + o), flip);
-        for (int g = 0; g < G; g++) {
-            const __m512i qv = _mm512_maskz_loadu_epi8(m, qi[g] + o);
-            for (int u = 0; u < 4; u++)
-                acc[g][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr[g][p], k[u], qv)), qs[g][p], acc[g][u]);
-        }
-    }
-    const __m128 ksv = _mm_loadu_ps(ks + j);
-    for (int g = 0; g < G; g++) {
-        __m256 r[4];
-        for (int u = 0; u < 4; u++)
-            r[u] = _mm256_add_ps(_mm512_castps512_ps256(acc[g][u]), _mm512_extractf32x8_ps(acc[g][u], 1));
-        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(r[0], r[1]), _mm256_hadd_ps(r[2], r[3]));
-        __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        _mm_storeu_ps(st[g] + j, _mm_mul_ps(sum, ksv));
-    }
-}
-#endif
 
 void flash_attn_group_q8_neon(float *restrict attn_out, const float *restrict q,
     int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
@@ -100,20 +52,9 @@ void flash_attn_group_q8_neon(float *restrict attn_out, const float *restrict q,
         for (int i = 0; i < hd; i++) VKQ[g][i] = 0.0f;
     }
 
-#ifdef FA_GROUP_SHARED_K
-    /* fa_score4_group's start values and block scales, once per call (zero beyond the last block) */
-    __m512i corr[GQA_MAX][FA_PAIRS];
-    __m512 qs[GQA_MAX][FA_PAIRS];
-    for (int g = 0; g < G; g++)
-        for (int p = 0; 2 * p < nblk; p++) {
-            const int two = 2 * p + 1 < nblk;
-            const __mmask64 m = two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
-            corr[g][p] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80),
-                                                              _mm512_maskz_loadu_epi8(m, qi[g] + 2 * p * QBLK)));
-            qs[g][p] = _mm512_insertf32x8(_mm512_set1_ps(qsc[g][2 * p]),
-                                          _mm256_set1_ps(two ? qsc[g][2 * p + 1] : 0.0f), 1);
-        }
+#ifdef Q8_GROUP_SHARED_K
+    q8_vnni_q pq[GQA_MAX]; /* each head's Q prepared for q8_vnni_score4_group (q8_simd_x86.h) */
+    for (int g = 0; g < G; g++) q8_vnni_q_prepare(&pq[g], qi[g], qsc[g], nblk);
 #endif
     float *vkq[GQA_MAX];
     for (int g = 0; g < G; g++) vkq[g] = VKQ[g];
@@ -135,24 +76,25 @@ void flash_attn_group_q8_neon(float *restrict attn_out, const float *restrict q,
 
         /* segment 2 and 3's weights, per query head: the K rows come from memory once, for head 0;
          * heads 1 .. G-1 find them in the L1 cache */
-#ifdef FA_GROUP_SHARED_K
+#ifdef Q8_GROUP_SHARED_K
         for (int j = 0; j < n; j += 4) {
             switch (G) { /* a constant G per case: the G score accumulators stay in registers */
-            case 1: fa_score4_group(st, j, qi, qs, corr, nblk, kr, ks, 1); break;
-            case 2: fa_score4_group(st, j, qi, qs, corr, nblk, kr, ks, 2); break;
-            case 3: fa_score4_group(st, j, qi, qs, corr, nblk, kr, ks, 3); break;
-            case 4: fa_score4_group(st, j, qi, qs, corr, nblk, kr, ks, 4); break;
-            default: fa_score4_group(st, j, qi, qs, corr, nblk, kr, ks, G); break;
+            case 1: q8_vnni_score4_group(&st[0][0], FA_TILE4, j, qi, pq, nblk, kr, ks, 1); break;
+            case 2: q8_vnni_score4_group(&st[0][0], FA_TILE4, j, qi, pq, nblk, kr, ks, 2); break;
+            case 3: q8_vnni_score4_group(&st[0][0], FA_TILE4, j, qi, pq, nblk, kr, ks, 3); break;
+            case 4: q8_vnni_score4_group(&st[0][0], FA_TILE4, j, qi, pq, nblk, kr, ks, 4); break;
+            default: q8_vnni_score4_group(&st[0][0], FA_TILE4, j, qi, pq, nblk, kr, ks, G); break;
             }
         }
 #endif
         for (int g = 0; g < G; g++) {
-#ifndef FA_GROUP_SHARED_K
+#ifndef Q8_GROUP_SHARED_K
             for (int j = 0; j < n; j += 4)
                 vst1q_f32(st[g] + j, vmulq_f32(fa_score4(qi[g], qsc[g], nblk, kr[j], kr[j + 1], kr[j + 2], kr[j + 3]),
                                                vld1q_f32(ks + j)));
 #endif
-            fa_online_tile(w[g], st[g], n, &M[g], &S[g], VKQ[g], hd);
+            fa_rescale_tile(st[g], n, &M[g], &S[g], VKQ[g], hd);
+            S[g] += fa_exp_tile(w[g], st[g], n, M[g]);
             for (int j = 0; j < n; j++) w[g][j] *= vs[j];
         }
 

@@ -1,8 +1,9 @@
 /* flash_attn_single_q_q8_neon_traced: the kernel of flash_attn_q8_neon.c compiled a second time,
  * with its trace hooks filled in, so that lessons can watch the real kernel work: Q's codes and
  * block scales, every int32 block dot, the address of every K and V row it read, and after each
- * token s, M, S, the rescale factor and the accumulator VKQ. The fast kernel is a separate function whose hooks are empty, so tracing
- * costs it nothing. Call fa_trace_set(&trace) on the same thread first; NULL fields are skipped. */
+ * token s, M, S, the rescale factor and the accumulator VKQ. The untraced kernel's hooks are
+ * empty, so tracing costs it nothing. Call fa_trace_set(&trace) on the same thread first; NULL
+ * fields are skipped. */
 #include <string.h>
 
 #include "flash_attn_q8.h"
@@ -34,8 +35,6 @@ void fa_trace_set(fa_trace *t) { trace = t; }
         }                                                                        \
     } while (0)
 
-/* the same source, under other names */
+/* the same source, under another name */
 #define flash_attn_single_q_q8_neon flash_attn_single_q_q8_neon_traced
-#define fa_backend fa_backend_traced
-#define fa_simd_paths fa_simd_paths_traced
 #include "flash_attn_q8_neon.c"

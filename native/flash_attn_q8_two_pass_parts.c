@@ -23,8 +23,6 @@
 #include "flash_attn_q8.h"
 #include "fa_online.h"
 
-#define row fa_row
-
 void flash_attn_single_pass_fold_q8(float *restrict vkq, float *restrict m_io, float *restrict s_io,
     const float *restrict q, int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
     const float *restrict kscale, const float *restrict vscale,
@@ -37,12 +35,11 @@ void flash_attn_single_pass_fold_q8(float *restrict vkq, float *restrict m_io, f
     fa_quantize_q(q, nblk, qi, qsc);
     float M = *m_io, S = *s_io;
     for (int t = t0; t < t1; t++) {
-        float ks = kscale[(size_t)t * nkv] * KVQ_INV;
-        float s = q8_dot_row(qi, qsc, row(k_cache_q8, t, kv_bs, kv_dim, kh_off), nblk) * ks * scale;
+        const int8_t *kt = fa_row(k_cache_q8, t, kv_bs, kv_dim, kh_off);
+        float s = q8_dot_row(qi, qsc, kt, nblk) * fa_step(kscale, t, nkv) * scale;
         float vsf = fa_online_token(s, &M, &S, vkq, hd); /* segment 3: rescale on a new max */
-        float32x4_t w = vdupq_n_f32(vsf * (vscale[(size_t)t * nkv] * KVQ_INV));
-        const int8_t *vt = row(v_cache_q8, t, kv_bs, kv_dim, kh_off);
-        for (int i = 0; i < hd; i += 16) vkq_add_i8x16(vkq + i, vt + i, w);
+        const int8_t *vt = fa_row(v_cache_q8, t, kv_bs, kv_dim, kh_off);
+        fa_add_row(vkq, vt, vsf * fa_step(vscale, t, nkv), hd);
     }
     *m_io = M;
     *s_io = S;
@@ -59,8 +56,8 @@ void flash_attn_two_pass_scores_pass1_q8(float *restrict scores, float *restrict
     fa_quantize_q(q, nblk, qi, qsc);
     float M = *m_io;
     for (int t = t0; t < t1; t++) {
-        float ks = kscale[(size_t)t * nkv] * KVQ_INV;
-        scores[t] = q8_dot_row(qi, qsc, row(k_cache_q8, t, kv_bs, kv_dim, kh_off), nblk) * ks * scale;
+        const int8_t *kt = fa_row(k_cache_q8, t, kv_bs, kv_dim, kh_off);
+        scores[t] = q8_dot_row(qi, qsc, kt, nblk) * fa_step(kscale, t, nkv) * scale;
         if (scores[t] > M) M = scores[t];
     }
     *m_io = M;
@@ -80,9 +77,8 @@ void flash_attn_two_pass_scores_rest_q8(float *restrict attn_out, float *restric
     /* pass 3: weight V by the stored weights */
     float VKQ[HD_MAX] = {0};
     for (int t = 0; t < seq_len; t++) {
-        float32x4_t w = vdupq_n_f32(scores[t] * (vscale[(size_t)t * nkv] * KVQ_INV));
-        const int8_t *vt = row(v_cache_q8, t, kv_bs, kv_dim, kh_off);
-        for (int i = 0; i < hd; i += 16) vkq_add_i8x16(VKQ + i, vt + i, w);
+        const int8_t *vt = fa_row(v_cache_q8, t, kv_bs, kv_dim, kh_off);
+        fa_add_row(VKQ, vt, scores[t] * fa_step(vscale, t, nkv), hd);
     }
     float inv = S > 0.0f ? 1.0f / S : 0.0f;
     for (int i = 0; i < hd; i++) attn_out[i] = VKQ[i] * inv;
@@ -99,8 +95,8 @@ void flash_attn_two_pass_recompute_pass1_q8(float *restrict m_io, float *restric
     fa_quantize_q(q, nblk, qi, qsc);
     float M = *m_io, S = *s_io;
     for (int t = t0; t < t1; t++) {
-        float ks = kscale[(size_t)t * nkv] * KVQ_INV;
-        float s = q8_dot_row(qi, qsc, row(k_cache_q8, t, kv_bs, kv_dim, kh_off), nblk) * ks * scale;
+        const int8_t *kt = fa_row(k_cache_q8, t, kv_bs, kv_dim, kh_off);
+        float s = q8_dot_row(qi, qsc, kt, nblk) * fa_step(kscale, t, nkv) * scale;
         if (s > M) {
             S *= expf(M - s);
             M = s;
@@ -124,11 +120,10 @@ void flash_attn_two_pass_recompute_pass2_q8(float *restrict attn_out, const floa
     float inv = S > 0.0f ? 1.0f / S : 0.0f;
     float VKQ[HD_MAX] = {0};
     for (int t = 0; t < seq_len; t++) {
-        float ks = kscale[(size_t)t * nkv] * KVQ_INV;
-        float s = q8_dot_row(qi, qsc, row(k_cache_q8, t, kv_bs, kv_dim, kh_off), nblk) * ks * scale;
-        float32x4_t w = vdupq_n_f32(expf(s - M) * inv * (vscale[(size_t)t * nkv] * KVQ_INV));
-        const int8_t *vt = row(v_cache_q8, t, kv_bs, kv_dim, kh_off);
-        for (int i = 0; i < hd; i += 16) vkq_add_i8x16(VKQ + i, vt + i, w);
+        const int8_t *kt = fa_row(k_cache_q8, t, kv_bs, kv_dim, kh_off);
+        float s = q8_dot_row(qi, qsc, kt, nblk) * fa_step(kscale, t, nkv) * scale;
+        const int8_t *vt = fa_row(v_cache_q8, t, kv_bs, kv_dim, kh_off);
+        fa_add_row(VKQ, vt, expf(s - M) * inv * fa_step(vscale, t, nkv), hd);
     }
     for (int i = 0; i < hd; i++) attn_out[i] = VKQ[i];
 }

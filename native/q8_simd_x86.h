@@ -1,0 +1,208 @@
+/* q8_simd_x86.h: the x86 forms (AVX2, AVX-512, VNNI, SSSE3) of the few helpers of q8_simd.h where
+ * SIMDe's portable emulation of NEON would time the emulation instead of the algorithm (SIMDe's
+ * vdotq_s32, for one, is a plain C loop, slower than scalar code). q8_simd.h includes this header
+ * off ARM only, after SIMDe, and its helpers call these from their x86 branches; each function
+ * here computes exactly the lanes of the NEON code it stands in for, for every int8 value.
+ * Nothing here is compiled without its instruction set's macro (__AVX2__, __AVX512F__, ...). */
+#ifndef Q8_SIMD_X86_H
+#define Q8_SIMD_X86_H
+/* The x86 intrinsics come through SIMDe, which includes the compiler's own x86 headers when the
+ * build's flags enable them (a second #include <immintrin.h> here would clash with its aliases). */
+
+#if defined(__SSSE3__)
+/* SIMDe's vaddvq_s32 (add the four lanes) is a plain loop on x86, seven instructions for what
+ * two horizontal adds do: replaced here, under its NEON name. On aarch64 it is one addv. */
+#define Q8_ADDV_PATH "ssse3"
+static inline int32_t q8_vaddvq_s32(int32x4_t v)
+{
+    __m128i x = simde_int32x4_to_m128i(v);
+    x = _mm_hadd_epi32(x, x);
+    return _mm_cvtsi128_si32(_mm_hadd_epi32(x, x));
+}
+#undef vaddvq_s32
+#define vaddvq_s32(v) q8_vaddvq_s32(v)
+#endif
+
+#if defined(__AVX2__)
+/* i8x16_dot_s32: sign-extend both to sixteen int16, multiply and add neighbours (vpmaddwd: eight
+ * int32), then add neighbouring pairs again (vphaddd): lane j = a[4j..4j+3] . b[4j..4j+3]. */
+static inline int32x4_t q8_avx2_dot_s32(int32x4_t acc, int8x16_t a, int8x16_t b)
+{
+    __m256i prod = _mm256_madd_epi16(_mm256_cvtepi8_epi16(simde_int8x16_to_m128i(a)),
+                                     _mm256_cvtepi8_epi16(simde_int8x16_to_m128i(b)));
+    __m128i quads = _mm_hadd_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
+    return vaddq_s32(acc, simde_int32x4_from_m128i(quads));
+}
+
+/* vkq_add_i8x16 with AVX2: int8 straight to eight int32 (vpmovsxbd), eight multiply-adds at a
+ * time, where SIMDe widens int8 -> int16 -> int32 in many shuffles. */
+static inline void q8_avx2_vkq_add(float *vkq, const int8_t *v, float w)
+{
+    __m256 w8 = _mm256_set1_ps(w);
+    __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)v)));
+    __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(v + 8))));
+    _mm256_storeu_ps(vkq + 0, _mm256_fmadd_ps(f0, w8, _mm256_loadu_ps(vkq + 0)));
+    _mm256_storeu_ps(vkq + 8, _mm256_fmadd_ps(f1, w8, _mm256_loadu_ps(vkq + 8)));
+}
+
+/* i8x32_dot4_s32 with AVX2: Q widened to int16 once per block, each K half widened and
+ * multiply-added (vpmaddwd), then three horizontal adds leave each row's sum in its own lane of
+ * each 128-bit half. */
+static inline int32x4_t q8_avx2_dot4(const int8_t *q, const int8_t *k0, const int8_t *k1,
+    const int8_t *k2, const int8_t *k3)
+{
+    __m256i q0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
+    __m256i q1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
+#define Q8_DOT32(k) _mm256_add_epi32( \
+        _mm256_madd_epi16(q0, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(k)))), \
+        _mm256_madd_epi16(q1, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)((k) + 16)))))
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(Q8_DOT32(k0), Q8_DOT32(k1)),
+                                  _mm256_hadd_epi32(Q8_DOT32(k2), Q8_DOT32(k3)));
+#undef Q8_DOT32
+    return simde_int32x4_from_m128i(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+/* i8x32_dot4_s32 with AVX-512 VNNI: vpdpbusd multiplies unsigned bytes by signed bytes and adds
+ * each group of four products into an int32 lane, one instruction for the AVX2 form's five (two
+ * widenings, two vpmaddwd, one add). K's codes become unsigned by flipping their sign bit
+ * (k ^ 0x80 = k + 128 as a u8), which adds 128 * (sum of Q's four codes) to every lane; the
+ * accumulator starts at minus that (one vpdpbusd of 128s against Q), so each lane holds exactly
+ * a[4j..4j+3] . b[4j..4j+3] (no product or sum overflows int32: |sum| <= 4 * 255 * 128). */
+static inline int32x4_t q8_vnni_dot4(const int8_t *q, const int8_t *k0, const int8_t *k1,
+    const int8_t *k2, const int8_t *k3)
+{
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i qv = _mm256_loadu_si256((const __m256i *)q);
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i base = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, flip, qv));
+#define Q8_DOT32(k) _mm256_dpbusd_epi32(base, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(k)), flip), qv)
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(Q8_DOT32(k0), Q8_DOT32(k1)),
+                                  _mm256_hadd_epi32(Q8_DOT32(k2), Q8_DOT32(k3)));
+#undef Q8_DOT32
+    return simde_int32x4_from_m128i(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+#endif
+
+#if defined(__AVX512F__)
+/* vkq_add_i8x16 with AVX-512: all sixteen at once, int8 straight to int32 (vpmovsxbd), one FMA. */
+static inline void q8_avx512_vkq_add(float *vkq, const int8_t *v, float w)
+{
+    __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v)));
+    _mm512_storeu_ps(vkq, _mm512_fmadd_ps(f, _mm512_set1_ps(w), _mm512_loadu_ps(vkq)));
+}
+
+/* vkq_cols_rows with AVX-512: the 32 columns in two zmm registers over the n rows. magic: V's
+ * int32 added to the bits of 1.5 * 2^23 and 1.5 * 2^23 subtracted, instead of vcvtdq2ps (one
+ * instruction against two here, which is why x86's fast version converts). */
+static inline void q8_avx512_vkq_cols_rows(float *vkq, const int8_t *const *vr, int c, const float *w, int n,
+    int magic)
+{
+    __m512 a0 = _mm512_loadu_ps(vkq), a1 = _mm512_loadu_ps(vkq + 16);
+    const __m512i mb = _mm512_set1_epi32(Q8_MAGIC_BITS);
+    const __m512 mf = _mm512_set1_ps(Q8_MAGIC_F);
+    for (int j = 0; j < n; j++) {
+        const int8_t *v = vr[j] + c;
+        __m512 wj = _mm512_set1_ps(w[j]);
+        __m512i i0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v));
+        __m512i i1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(v + 16)));
+        __m512 f0, f1;
+        if (magic) {
+            f0 = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_add_epi32(i0, mb)), mf);
+            f1 = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_add_epi32(i1, mb)), mf);
+        } else {
+            f0 = _mm512_cvtepi32_ps(i0);
+            f1 = _mm512_cvtepi32_ps(i1);
+        }
+        a0 = _mm512_fmadd_ps(f0, wj, a0);
+        a1 = _mm512_fmadd_ps(f1, wj, a1);
+    }
+    _mm512_storeu_ps(vkq, a0);
+    _mm512_storeu_ps(vkq + 16, a1);
+}
+
+/* vkq_cols_rows_group with AVX-512: 32 columns per head (2 zmm each), V's columns converted once
+ * per row for all G heads. */
+static inline void q8_avx512_vkq_group(float *const *vkq, const int8_t *const *vr, int c, const float *w,
+    int wstride, int n, int G)
+{
+    __m512 a[GQA_MAX][2];
+    for (int g = 0; g < G; g++) { a[g][0] = _mm512_loadu_ps(vkq[g] + c); a[g][1] = _mm512_loadu_ps(vkq[g] + c + 16); }
+    for (int j = 0; j < n; j++) {
+        const int8_t *v = vr[j] + c;
+        __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v)));
+        __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(v + 16))));
+        for (int g = 0; g < G; g++) {
+            __m512 wj = _mm512_set1_ps(w[g * wstride + j]);
+            a[g][0] = _mm512_fmadd_ps(f0, wj, a[g][0]);
+            a[g][1] = _mm512_fmadd_ps(f1, wj, a[g][1]);
+        }
+    }
+    for (int g = 0; g < G; g++) { _mm512_storeu_ps(vkq[g] + c, a[g][0]); _mm512_storeu_ps(vkq[g] + c + 16, a[g][1]); }
+}
+#endif
+
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+/* The grouped kernel's scores (flash_attn_q8_group.c) with AVX-512 VNNI: segment 2 for four tokens
+ * and ALL G heads from one load of the four K rows. Two 32-value blocks at a time: a 64-byte piece
+ * of each K row is loaded and sign-flipped once (k ^ 0x80, as in q8_vnni_dot4) and meets every
+ * head's Q in one vpdpbusd each, instead of each head loading and flipping the same rows again.
+ * Each (head, row) keeps 16 fp32 lanes over the row's blocks (lane sums converted and multiplied
+ * by the block's Q scale, then added), reduced once per row, not once per block: fewer shuffles
+ * than fa_score4. An odd last block is read with the upper 32 bytes masked off (a masked load
+ * touches no byte beyond the row). The int32 block sums are exact, as elsewhere; only the order of
+ * the fp32 adds differs from fa_score4 (within the kernel tolerance). */
+#define Q8_GROUP_SHARED_K 1
+#define Q8_PAIRS (HD_MAX / QBLK / 2 + 1)
+/* one head's Q for it, once per call: corr[p] its start value for blocks 2p and 2p + 1, minus
+ * 128 * (sum of each four Q codes) (the sign flip's correction), and qs[p] their block scales,
+ * lanes 0-7 for block 2p and 8-15 for 2p + 1 (zero beyond the last block) */
+typedef struct { __m512i corr[Q8_PAIRS]; __m512 qs[Q8_PAIRS]; } q8_vnni_q;
+static inline void q8_vnni_q_prepare(q8_vnni_q *pq, const int8_t *qi, const float *qsc, int nblk)
+{
+    for (int p = 0; 2 * p < nblk; p++) {
+        const int two = 2 * p + 1 < nblk;
+        const __mmask64 m = two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+        pq->corr[p] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80),
+                                                           _mm512_maskz_loadu_epi8(m, qi + 2 * p * QBLK)));
+        pq->qs[p] = _mm512_insertf32x8(_mm512_set1_ps(qsc[2 * p]), _mm256_set1_ps(two ? qsc[2 * p + 1] : 0.0f), 1);
+    }
+}
+/* st[g * stride + j + u] = score of row kr[j + u] for head g, u < 4, times ks[j + u]. G is a
+ * compile-time constant in each call, so the 4 G accumulators stay in registers (16 of the 32 zmm
+ * for G = 4). */
+static inline __attribute__((always_inline)) void q8_vnni_score4_group(float *st, int stride, int j,
+    const int8_t (*qi)[HD_MAX], const q8_vnni_q *pq, int nblk, const int8_t *const *kr, const float *ks, const int G)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[GQA_MAX][4];
+    for (int g = 0; g < G; g++)
+        for (int u = 0; u < 4; u++) acc[g][u] = _mm512_setzero_ps();
+    for (int p = 0; 2 * p < nblk; p++) {
+        const int o = 2 * p * QBLK;
+        const __mmask64 m = 2 * p + 1 < nblk ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+        __m512i k[4];
+        for (int u = 0; u < 4; u++) k[u] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, kr[j + u] + o), flip);
+        for (int g = 0; g < G; g++) {
+            const __m512i qv = _mm512_maskz_loadu_epi8(m, qi[g] + o);
+            for (int u = 0; u < 4; u++)
+                acc[g][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(pq[g].corr[p], k[u], qv)),
+                                            pq[g].qs[p], acc[g][u]);
+        }
+    }
+    const __m128 ksv = _mm_loadu_ps(ks + j);
+    for (int g = 0; g < G; g++) {
+        __m256 r[4];
+        for (int u = 0; u < 4; u++)
+            r[u] = _mm256_add_ps(_mm512_castps512_ps256(acc[g][u]), _mm512_extractf32x8_ps(acc[g][u], 1));
+        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(r[0], r[1]), _mm256_hadd_ps(r[2], r[3]));
+        __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        _mm_storeu_ps(st + g * stride + j, _mm_mul_ps(sum, ksv));
+    }
+}
+#endif
+
+#endif
