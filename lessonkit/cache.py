@@ -340,7 +340,7 @@ class KVCacheQ8:
         table = s.k_table if which == "k" else s.v_table
         return table[:s.n_blocks].astype(np.uint64, subok=False)
 
-    def _check_head(self, kv_head) -> int:
+    def check_head(self, kv_head) -> int:
         return check.integer("kv_head", kv_head, minimum=0, below=self.n_kv_heads)
 
     def _rows(self, blocks: list[np.ndarray], s: _State) -> np.ndarray:
@@ -354,23 +354,23 @@ class KVCacheQ8:
 
     def k_codes(self, kv_head: int) -> np.ndarray:
         """K's int8 codes of one kv head, ``[seq_len, head_dim]`` (a copy)."""
-        return self._codes(self._k_blocks, self._state, self._check_head(kv_head))
+        return self._codes(self._k_blocks, self._state, self.check_head(kv_head))
 
     def v_codes(self, kv_head: int) -> np.ndarray:
-        return self._codes(self._v_blocks, self._state, self._check_head(kv_head))
+        return self._codes(self._v_blocks, self._state, self.check_head(kv_head))
 
     def k_scales(self, kv_head: int) -> np.ndarray:
         """K's raw max|x| per token of one kv head, ``[seq_len]`` (a copy)."""
-        kh, s = self._check_head(kv_head), self._state
+        kh, s = self.check_head(kv_head), self._state
         return s.k_scale[:s.seq_len, kh].copy()
 
     def v_scales(self, kv_head: int) -> np.ndarray:
-        kh, s = self._check_head(kv_head), self._state
+        kh, s = self.check_head(kv_head), self._state
         return s.v_scale[:s.seq_len, kh].copy()
 
     def dequantized(self, kv_head: int) -> tuple[np.ndarray, np.ndarray]:
         """(K, V) of one kv head as float32 ``[seq_len, head_dim]``, the values the kernel sees."""
-        kh, s = self._check_head(kv_head), self._state  # one state: codes and scales agree
+        kh, s = self.check_head(kv_head), self._state  # one state: codes and scales agree
         return (dequantize(self._codes(self._k_blocks, s, kh), s.k_scale[:s.seq_len, kh]),
                 dequantize(self._codes(self._v_blocks, s, kh), s.v_scale[:s.seq_len, kh]))
 
@@ -382,10 +382,8 @@ class KVCacheQ8:
         pointers are cffi buffers (``int8_t *[n_blocks]``, ``float[]`` starting at ``k_scale + kh``)
         that keep alive the memory they point into, blocks included, for as long as they are held;
         indexing them from Python is bounds-checked."""
-        kh, s = self._check_head(kv_head), self._state
-        if s.seq_len == 0:
-            raise ValueError(tr("the cache is empty: append at least one token before attending",
-                                "缓存是空的：先 append 至少一个 token，再做注意力计算"))
+        kh, s = self.check_head(kv_head), self._state
+        _not_empty(s.seq_len)
         nkv = self.n_kv_heads
         end = s.seq_len * nkv  # the kernel reads kscale[t * nkv] for t < seq_len
         return (ffi.from_buffer("int8_t *[]", s.k_table[:s.n_blocks]),
@@ -411,3 +409,33 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     view = a.view()
     view.flags.writeable = False
     return view
+
+
+def _not_empty(seq_len: int) -> None:
+    if seq_len == 0:
+        raise ValueError(tr("the cache is empty: append at least one token before attending",
+                            "缓存是空的：先 append 至少一个 token，再做注意力计算"))
+
+
+def kv_cache(cache) -> KVCacheQ8:
+    """``cache`` itself if it is a KVCacheQ8; TypeError otherwise."""
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    return cache
+
+
+def attention_call(cache, kv_head, scale) -> tuple[int, float]:
+    """The checks every attention call over a cache shares: ``cache`` a KVCacheQ8 holding at least
+    one token, ``kv_head`` one of its kv heads, ``scale`` a float32-sized number (None: 1/sqrt of
+    its head_dim). Returns (kv_head, scale) as the kernel takes them."""
+    kv_head = kv_cache(cache).check_head(kv_head)
+    scale = check.scale(scale, cache.head_dim)
+    _not_empty(cache.seq_len)
+    return kv_head, scale
+
+
+def attention_args(q, cache, kv_head, scale) -> tuple[np.ndarray, int, float]:
+    """``attention_call``'s checks, and ``q`` float32 ``[head_dim]``: returns (q, kv_head, scale)."""
+    kv_head, scale = attention_call(cache, kv_head, scale)
+    return check.float32_array("q", q, (cache.head_dim,)), kv_head, scale

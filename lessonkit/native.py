@@ -848,3 +848,42 @@ def simd_paths(debug: bool = False) -> dict[str, str]:
     ``{"dot": "avx2", "vkq": "avx512", "exp": "inline", "addv": "ssse3"}`` (lesson 04)."""
     ffi, lib = load(debug=debug)
     return dict(item.split("=") for item in ffi.string(lib.fa_simd_paths()).decode().split())
+
+
+_checked_libraries: dict[int, tuple] = {}
+
+
+def library(ffi, lib, functions: tuple[str, ...]):
+    """``(ffi, lib)`` to call ``functions`` in: both None gives the workbook's own build; else
+    ``lib`` must come from ``load(...)`` (e.g. of an edited copy of native/), and each function must
+    have the C signature the workbook's header gives it: a changed signature would make Python hand
+    the wrong arguments to C."""
+    if ffi is None and lib is None:
+        return load()
+    if ffi is None or lib is None:
+        raise TypeError(tr("pass both ffi and lib (ffi, lib = lessonkit.native.load(...)), or neither",
+                           "ffi 和 lib 要么都传（ffi, lib = lessonkit.native.load(...)），要么都不传"))
+    if not isinstance(ffi, cffi.FFI):
+        raise TypeError(tr(f"ffi must be the cffi.FFI of lessonkit.native.load(); got {type(ffi).__name__}",
+                           f"ffi 必须是 lessonkit.native.load() 返回的 cffi.FFI；收到的是 {type(ffi).__name__}"))
+    done = _checked_libraries.get(id(lib))
+    done = done if done is not None and done[0] is lib and done[1] is ffi else None
+    if done is not None and set(functions) <= done[2]:
+        return ffi, lib  # checked before: a cache appending many chunks pays this once
+    own_ffi, own_lib = load()
+    for fn in functions:
+        try:
+            theirs = ffi.getctype(ffi.typeof(getattr(lib, fn)))
+        except (AttributeError, TypeError, cffi.FFIError) as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise TypeError(tr(f"lib has no C function {fn} (lib must come from lessonkit.native.load(...)): {why}",
+                               f"lib 里没有 C 函数 {fn}（lib 必须来自 lessonkit.native.load(...)）：{why}")) from None
+        ours = own_ffi.getctype(own_ffi.typeof(getattr(own_lib, fn)))
+        if theirs != ours:
+            raise TypeError(tr(f"lib's {fn} has the C type {theirs}, not the workbook's {ours}: "
+                               "an edited header changed its signature; restore it in the copy",
+                               f"lib 里 {fn} 的 C 类型是 {theirs}，不是练习册的 {ours}：改过的头文件改变了它的签名；"
+                               "请在副本里把签名改回去"))
+    # the entry holds lib and ffi themselves, so that their id cannot be reused by another object
+    _checked_libraries[id(lib)] = (lib, ffi, set(functions) | (done[2] if done else set()))
+    return ffi, lib
