@@ -3,21 +3,15 @@
 Blocks of ``block_size`` tokens, each ``kv_dim = n_kv_heads * head_dim`` int8 values per token;
 a table of block pointers (``int8_t *const *``); one raw max|x| scale per (token, kv head),
 stored ``[token][kv_head]`` so that the kernel, handed ``k_scale + kh``, reads ``kscale[t * nkv]``.
-The cache grows block by block; blocks never move, so pointers handed to C stay valid.
 
-How it stays safe in a notebook (a crash would lose the student's kernel):
-
-* Everything a reader sees (seq_len, the pointer tables, the scale arrays) sits in one immutable
-  ``_State``. ``append`` writes only rows past the published seq_len, into blocks and arrays no
-  reader looks at there, and publishes the new state with one attribute assignment at its very
-  end. An interrupt (Jupyter's stop button) or a MemoryError anywhere in ``append`` therefore
-  leaves the cache as it was or fully appended, never half-grown.
-* A pointer table or scale array that is too small is replaced by a copy twice as large (one-token
-  appends stay O(1) amortized); the old one lives on as long as a running kernel call holds it:
-  ``kernel_args`` returns cffi buffers that keep alive the arrays they point into, blocks included.
-* Appends are serialized by a lock, so two threads appending at once keep every token.
-* ``copy``, ``deepcopy`` and ``pickle`` store the codes and scales, never an address, and rebuild
-  the blocks and tables of an independent cache."""
+How it stays safe in a notebook (a crash would lose the student's kernel): blocks never move, so
+pointers handed to C stay valid; everything a reader sees sits in one immutable ``_State`` that
+``append`` publishes with one assignment at its very end, so an interrupt or a MemoryError leaves the
+cache as it was or fully appended; a table or scale array that is too small is replaced by a copy
+twice as large, while ``kernel_args``' cffi buffers keep the old one alive for a running call;
+appends are serialized by a lock; ``copy``, ``deepcopy`` and ``pickle`` store codes and scales, never
+an address. The cache checks its own arguments, and ``kv_cache``, ``attention_call`` and
+``attention_args`` check those of every attention call over it."""
 from __future__ import annotations
 
 import threading
@@ -230,13 +224,10 @@ class KVCacheQ8:
         T = s.seq_len + n
         n_blocks = -(-T // bs)
         # Blocks stay in these lists for the cache's life (an interrupted append's new block is
-        # reused by the next one), so a table entry never outlives its block. They are views of
-        # slabs of many blocks (as many as the cache holds so far, up to 64 MiB), K's and V's
-        # apart: consecutive blocks then lie side by side in memory, so the kernel's scan reads
-        # two long streams (K and V) that the CPU's prefetchers follow, where one small allocation
-        # per block interleaved K and V blocks (measured once on the workbook's x86 machine: the
-        # fast kernel at 256K tokens, 14.6-15.9 ns/token over per-block allocations, 12.4-13.2 over
-        # slabs). A slab is never freed or moved either.
+        # reused by the next one). They are views of slabs of many blocks (up to 64 MiB), K's and V's
+        # apart, so that the kernel's scan reads two long streams the prefetchers follow (measured on
+        # the workbook's x86 machine at 256K tokens: 12.4-13.2 ns/token over slabs, 14.6-15.9 over
+        # one allocation per block). A slab is never freed or moved.
         for blocks in (self._k_blocks, self._v_blocks):
             if len(blocks) < n_blocks:
                 room = max(1, (64 << 20) // (bs * kv_dim))  # blocks per slab at most

@@ -124,7 +124,8 @@ def _record_path(lib: Path) -> Path:
 def _prebuilt(name: str, verify: str) -> tuple[Path, dict] | None:
     """A library of this very name (the same sources, flags and compiler) that a class hub built and
     checked once for every student, in the read-only folder ``$LESSONKIT_PREBUILT_DIR`` (set for each
-    student's server by class/jupyterhub_config.py): a student whose native/ is as published loads it instead of building their own."""
+    student's server by class/jupyterhub_config.py): a student whose native/ is as published loads it
+    instead of building their own."""
     folder = os.environ.get("LESSONKIT_PREBUILT_DIR", "").strip()
     if not folder:
         return None
@@ -215,10 +216,12 @@ def _while(what: str, stderr) -> str:
 
 # The words of smoke.py's codes, with their numbers: one table.
 _SMOKE_WORDS = {
-    "case": lambda T, nkv, hd, bs, kh: tr(f" on case '{T} tokens, head_dim {hd}, blocks of {bs}, kv head {kh} of {nkv}'",
-                                          f"（用例 '{T} 个 token，head_dim {hd}，块大小 {bs}，{nkv} 个 kv 头中的第 {kh} 个'）"),
+    "case": lambda T, nkv, hd, bs, kh: tr(
+        f" on case '{T} tokens, head_dim {hd}, blocks of {bs}, kv head {kh} of {nkv}'",
+        f"（用例 '{T} 个 token，head_dim {hd}，块大小 {bs}，{nkv} 个 kv 头中的第 {kh} 个'）"),
     "case_rising": lambda T, nkv, hd, bs, kh: tr(
-        f" on case '{T} rising scores (a new max at every token), head_dim {hd}, blocks of {bs}, kv head {kh} of {nkv}'",
+        f" on case '{T} rising scores (a new max at every token), head_dim {hd}, blocks of {bs}, "
+        f"kv head {kh} of {nkv}'",
         f"（用例 '{T} 个递增的分数（每个 token 都是新最大值），head_dim {hd}，块大小 {bs}，{nkv} 个 kv 头中的第 {kh} 个'）"),
     "rows": lambda: tr(" on 5 rows (zeros, huge, tiny)", "（5 行：全零、极大、极小）"),
     "recording": lambda: tr(" (recording)", "（记录中）"),
