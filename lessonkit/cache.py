@@ -22,7 +22,7 @@ import numpy as np
 from . import native
 from . import validate as check
 from .language import tr
-from .quant import dequantize
+from .header import KVQ_INV
 
 N_KV_HEADS_MAX = 256        # kv heads per cache
 BLOCK_SIZE_MAX = 65536      # tokens per block
@@ -362,8 +362,8 @@ class KVCacheQ8:
     def dequantized(self, kv_head: int) -> tuple[np.ndarray, np.ndarray]:
         """(K, V) of one kv head as float32 ``[seq_len, head_dim]``, the values the kernel sees."""
         kh, s = self.check_head(kv_head), self._state  # one state: codes and scales agree
-        return (dequantize(self._codes(self._k_blocks, s, kh), s.k_scale[:s.seq_len, kh]),
-                dequantize(self._codes(self._v_blocks, s, kh), s.v_scale[:s.seq_len, kh]))
+        return tuple(self._codes(blocks, s, kh).astype(np.float32) * (scales[:s.seq_len, kh] * KVQ_INV)[:, None]
+                     for blocks, scales in ((self._k_blocks, s.k_scale), (self._v_blocks, s.v_scale)))
 
     def kernel_args(self, kv_head: int, ffi) -> tuple:
         """The cache's arguments of the kernel for one kv head, in the article's order:

@@ -11,9 +11,8 @@ import numpy as np
 
 from . import native
 from . import validate as check
+from .header import KVQ_INV
 from .language import tr
-
-KVQ_INV = np.float32(1.0) / np.float32(127.0)  # the kernel's KVQ_INV = 1.0f / 127.0f
 
 
 def quantize_q(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import numbers
 import os
 import platform
 import re
@@ -26,7 +27,8 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import validate as check
+import numpy as np
+
 from .language import tr
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -172,7 +174,12 @@ def check_defines(defines: dict | None) -> dict:
             raise ValueError(tr(f"unknown build define {name!r}; the tunables of native/ are {known}",
                                 f"未知的构建宏 {name!r}；native/ 可调的宏是 {known}"))
         lo, hi = DEFINES[name]
-        value = check.integer(name, value)  # a -D value goes into C source text: an int, nothing else
+        value = value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+            # a -D value goes into C source text: an int, nothing else
+            raise TypeError(tr(f"{name} must be an int; got {type(value).__name__} {value!r:.60}",
+                               f"{name} 必须是 int；收到的是 {type(value).__name__} {value!r:.60}"))
+        value = int(value)
         if not lo <= value <= hi:
             raise ValueError(tr(f"{name} must be between {lo} and {hi}; got {value}",
                                 f"{name} 必须在 {lo} 到 {hi} 之间；你给的是 {value}"))
