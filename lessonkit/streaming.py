@@ -34,7 +34,7 @@ import numpy as np
 from . import native, traffic
 from . import validate as check
 from .cache import KVCacheQ8, kv_cache
-from .kernels.attention import attend, kernel_inputs
+from .kernels.attention import KERNELS, call_kernel, kernel_inputs
 from .kernels.split import Partial, chunk_bounds, empty, finish, merge, merge_all  # noqa: F401 (lesson 05's names)
 from .language import tr
 from .trace import run_traced
@@ -222,6 +222,7 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
                                     name="lessonkit-stream-producer", daemon=True)
         full, done_prev, kept_up = KVCacheQ8(1, hd, block_size), 0.0, True
         passes = ChunkedAttention(_PASSES_OF[mode], q, full, 0, scale) if mode in _PASSES_OF else None
+        ffi, lib = native.load()
         gc_was_enabled = gc.isenabled()
         gc.disable()
         producer.start()
@@ -242,7 +243,7 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
                     if i == n_chunks - 1:
                         out = passes.finish()  # what needed the last chunk
                 elif i == n_chunks - 1:
-                    out = attend(q, full, 0, scale=scale, backend=mode)
+                    out = call_kernel(ffi, lib, np.empty(hd, np.float32), q, full, 0, scale, KERNELS[mode])
                 done_prev = time.perf_counter()
         finally:
             stop.set()  # a producer still sleeping between chunks ends now
