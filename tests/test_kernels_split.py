@@ -189,7 +189,8 @@ def test_split_points():
     assert split.split_points(7, 1) == [0, 7]
 
 
-# ----------------------------------------------------------------------------- bad inputs (bad q, kv_head, cache: tests/test_bad_inputs.py)
+# ----------------------------------------------------------------------------- bad inputs
+# (bad q, kv_head and cache of every call: tests/test_bad_inputs.py)
 
 @pytest.fixture
 def case():
