@@ -140,15 +140,15 @@ def stopped_early(done: int, repeats: int) -> None:
 
 
 def _last_level_bytes() -> int:
-    """The largest data cache of CPU 0 that Linux's /sys lists; 64 MiB where there is none (macOS)."""
-    sizes = [64 << 20]
+    """The largest cache of CPU 0 that Linux's /sys lists (its last level); 64 MiB where there is none."""
+    sizes = []
     for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
         try:
             text = f.read_text().strip()
             sizes.append(int(text[:-1]) << {"K": 10, "M": 20}[text[-1]] if text[-1] in "KM" else int(text))
         except (OSError, ValueError):
             continue
-    return max(sizes) if len(sizes) > 1 else sizes[0]
+    return max(sizes) if sizes else 64 << 20
 
 
 _flush: list[np.ndarray] = []
