@@ -47,6 +47,9 @@ KEEP_BUILDS = 6          # newest libraries kept per kind (fast, debug, ...); ol
 # warning), for a kernel broken on purpose (lesson 06); "skip" loads without any check.
 VERIFY_LEVELS = ("skip", "crashes", "results")
 
+
+# ----------------------------------------------------------------------------- build
+
 def build(debug: bool = False, dotprod: bool | None = None, defines: dict | None = None,
           src_dir: Path | str | None = None, build_dir: Path | str | None = None,
           verify: str = "results") -> Path:
@@ -63,12 +66,9 @@ def build(debug: bool = False, dotprod: bool | None = None, defines: dict | None
 
 def _build(debug, dotprod, defines, src_dir, build_dir, verify) -> tuple[Path, dict]:
     """build(), also returning the library's record (what load() needs to load it)."""
-    if verify not in VERIFY_LEVELS:
-        raise ValueError(tr(f"verify must be one of {', '.join(map(repr, VERIFY_LEVELS))}; got {verify!r}",
-                            f"verify 必须是 {', '.join(map(repr, VERIFY_LEVELS))} 之一；你给的是 {verify!r}"))
+    check.one_of("verify", verify, VERIFY_LEVELS)
     flags = compile_flags(debug, dotprod, defines)
     return _library(flags, f"libflash_attn_q8{'_debug' if debug else ''}", src_dir, build_dir, verify)
-
 
 
 def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tuple[Path, dict]:

@@ -41,6 +41,7 @@ MAX_ERRORS_SHOWN = 3     # compiler errors shown in a BuildError: the first one 
 # (0 would never advance the token loop); FA_PREFETCH is added to a token index in C int.
 DEFINES = {"FA_TILE": (1, 256), "FA_PREFETCH": (0, 1024)}
 
+
 class BuildError(RuntimeError):
     """The C sources did not compile (the message starts with the compiler's first error), or
     the build could not run at all (no compiler, no SIMDe headers, a folder that cannot be
@@ -271,7 +272,6 @@ def _build_key(sources: dict[str, bytes], cc: str, flags: list[str], extra: dict
     for name, data in [*sorted(sources.items()), *sorted(extra.items())]:
         h.update(name.encode() + b"\0" + data + b"\0")
     return h.hexdigest()[:16]
-
 
 
 def build_dir_for(src_dir: Path) -> Path:
