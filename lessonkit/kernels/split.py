@@ -64,8 +64,7 @@ def merge(a: Partial, b: Partial) -> Partial:
     """The state of the tokens of ``a`` and of ``b`` together (Flash-Decoding's merge), in float64.
     Order does not matter: merge(a, b) == merge(b, a)."""
     if a.acc.shape != b.acc.shape:
-        raise ValueError(tr(f"states of different head_dim: {a.acc.shape} and {b.acc.shape}",
-                            f"两个状态的 head_dim 不同：{a.acc.shape} 和 {b.acc.shape}"))
+        raise ValueError(f"states of different head_dim: {a.acc.shape} and {b.acc.shape}")
     M = max(a.M, b.M)
     if M == -math.inf:  # both empty
         return Partial(M, 0.0, np.zeros_like(a.acc), a.n_tokens + b.n_tokens)
