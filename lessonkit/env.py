@@ -256,15 +256,9 @@ def _version(cmd: list[str]) -> str | None:
     return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else cmd[0]
 
 
-def _installer() -> str:
-    if sys.platform == "darwin":
-        return "brew install"
-    return "sudo apt install"
-
-
 def check_setup() -> list[Check]:
     """Check the compiler, the compiled backend, SIMDe or NEON, and the tools later lessons use."""
-    inst = _installer()
+    inst = "brew install" if sys.platform == "darwin" else "sudo apt install"
     checks = []
     every = tr("every lesson", "每一课")
     missing = tr("missing", "缺少")
