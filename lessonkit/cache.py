@@ -3,21 +3,15 @@
 Blocks of ``block_size`` tokens, each ``kv_dim = n_kv_heads * head_dim`` int8 values per token;
 a table of block pointers (``int8_t *const *``); one raw max|x| scale per (token, kv head),
 stored ``[token][kv_head]`` so that the kernel, handed ``k_scale + kh``, reads ``kscale[t * nkv]``.
-The cache grows block by block; blocks never move, so pointers handed to C stay valid.
 
-How it stays safe in a notebook (a crash would lose the student's kernel):
-
-* Everything a reader sees (seq_len, the pointer tables, the scale arrays) sits in one immutable
-  ``_State``. ``append`` writes only rows past the published seq_len, into blocks and arrays no
-  reader looks at there, and publishes the new state with one attribute assignment at its very
-  end. An interrupt (Jupyter's stop button) or a MemoryError anywhere in ``append`` therefore
-  leaves the cache as it was or fully appended, never half-grown.
-* A pointer table or scale array that is too small is replaced by a copy twice as large (one-token
-  appends stay O(1) amortized); the old one lives on as long as a running kernel call holds it:
-  ``kernel_args`` returns cffi buffers that keep alive the arrays they point into, blocks included.
-* Appends are serialized by a lock, so two threads appending at once keep every token.
-* ``copy``, ``deepcopy`` and ``pickle`` store the codes and scales, never an address, and rebuild
-  the blocks and tables of an independent cache."""
+How it stays safe in a notebook (a crash would lose the student's kernel): blocks never move, so
+pointers handed to C stay valid; everything a reader sees sits in one immutable ``_State`` that
+``append`` publishes with one assignment at its very end, so an interrupt or a MemoryError leaves the
+cache as it was or fully appended; a table or scale array that is too small is replaced by a copy
+twice as large, while ``kernel_args``' cffi buffers keep the old one alive for a running call;
+appends are serialized by a lock; ``copy``, ``deepcopy`` and ``pickle`` store codes and scales, never
+an address. The cache checks its own arguments, and ``kv_cache``, ``attention_call`` and
+``attention_args`` check those of every attention call over it."""
 from __future__ import annotations
 
 import threading
@@ -28,7 +22,7 @@ import numpy as np
 from . import native
 from . import validate as check
 from .language import tr
-from .quant import dequantize
+from .header import KVQ_INV
 
 N_KV_HEADS_MAX = 256        # kv heads per cache
 BLOCK_SIZE_MAX = 65536      # tokens per block
@@ -230,13 +224,10 @@ class KVCacheQ8:
         T = s.seq_len + n
         n_blocks = -(-T // bs)
         # Blocks stay in these lists for the cache's life (an interrupted append's new block is
-        # reused by the next one), so a table entry never outlives its block. They are views of
-        # slabs of many blocks (as many as the cache holds so far, up to 64 MiB), K's and V's
-        # apart: consecutive blocks then lie side by side in memory, so the kernel's scan reads
-        # two long streams (K and V) that the CPU's prefetchers follow, where one small allocation
-        # per block interleaved K and V blocks (measured once on the workbook's x86 machine: the
-        # fast kernel at 256K tokens, 14.6-15.9 ns/token over per-block allocations, 12.4-13.2 over
-        # slabs). A slab is never freed or moved either.
+        # reused by the next one). They are views of slabs of many blocks (up to 64 MiB), K's and V's
+        # apart, so that the kernel's scan reads two long streams the prefetchers follow (measured on
+        # the workbook's x86 machine at 256K tokens: 12.4-13.2 ns/token over slabs, 14.6-15.9 over
+        # one allocation per block). A slab is never freed or moved.
         for blocks in (self._k_blocks, self._v_blocks):
             if len(blocks) < n_blocks:
                 room = max(1, (64 << 20) // (bs * kv_dim))  # blocks per slab at most
@@ -340,7 +331,7 @@ class KVCacheQ8:
         table = s.k_table if which == "k" else s.v_table
         return table[:s.n_blocks].astype(np.uint64, subok=False)
 
-    def _check_head(self, kv_head) -> int:
+    def check_head(self, kv_head) -> int:
         return check.integer("kv_head", kv_head, minimum=0, below=self.n_kv_heads)
 
     def _rows(self, blocks: list[np.ndarray], s: _State) -> np.ndarray:
@@ -354,25 +345,25 @@ class KVCacheQ8:
 
     def k_codes(self, kv_head: int) -> np.ndarray:
         """K's int8 codes of one kv head, ``[seq_len, head_dim]`` (a copy)."""
-        return self._codes(self._k_blocks, self._state, self._check_head(kv_head))
+        return self._codes(self._k_blocks, self._state, self.check_head(kv_head))
 
     def v_codes(self, kv_head: int) -> np.ndarray:
-        return self._codes(self._v_blocks, self._state, self._check_head(kv_head))
+        return self._codes(self._v_blocks, self._state, self.check_head(kv_head))
 
     def k_scales(self, kv_head: int) -> np.ndarray:
         """K's raw max|x| per token of one kv head, ``[seq_len]`` (a copy)."""
-        kh, s = self._check_head(kv_head), self._state
+        kh, s = self.check_head(kv_head), self._state
         return s.k_scale[:s.seq_len, kh].copy()
 
     def v_scales(self, kv_head: int) -> np.ndarray:
-        kh, s = self._check_head(kv_head), self._state
+        kh, s = self.check_head(kv_head), self._state
         return s.v_scale[:s.seq_len, kh].copy()
 
     def dequantized(self, kv_head: int) -> tuple[np.ndarray, np.ndarray]:
         """(K, V) of one kv head as float32 ``[seq_len, head_dim]``, the values the kernel sees."""
-        kh, s = self._check_head(kv_head), self._state  # one state: codes and scales agree
-        return (dequantize(self._codes(self._k_blocks, s, kh), s.k_scale[:s.seq_len, kh]),
-                dequantize(self._codes(self._v_blocks, s, kh), s.v_scale[:s.seq_len, kh]))
+        kh, s = self.check_head(kv_head), self._state  # one state: codes and scales agree
+        return tuple(self._codes(blocks, s, kh).astype(np.float32) * (scales[:s.seq_len, kh] * KVQ_INV)[:, None]
+                     for blocks, scales in ((self._k_blocks, s.k_scale), (self._v_blocks, s.v_scale)))
 
     def kernel_args(self, kv_head: int, ffi) -> tuple:
         """The cache's arguments of the kernel for one kv head, in the article's order:
@@ -382,10 +373,8 @@ class KVCacheQ8:
         pointers are cffi buffers (``int8_t *[n_blocks]``, ``float[]`` starting at ``k_scale + kh``)
         that keep alive the memory they point into, blocks included, for as long as they are held;
         indexing them from Python is bounds-checked."""
-        kh, s = self._check_head(kv_head), self._state
-        if s.seq_len == 0:
-            raise ValueError(tr("the cache is empty: append at least one token before attending",
-                                "缓存是空的：先 append 至少一个 token，再做注意力计算"))
+        kh, s = self.check_head(kv_head), self._state
+        _not_empty(s.seq_len)
         nkv = self.n_kv_heads
         end = s.seq_len * nkv  # the kernel reads kscale[t * nkv] for t < seq_len
         return (ffi.from_buffer("int8_t *[]", s.k_table[:s.n_blocks]),
@@ -411,3 +400,38 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     view = a.view()
     view.flags.writeable = False
     return view
+
+
+def _not_empty(seq_len: int) -> None:
+    if seq_len == 0:
+        raise ValueError(tr("the cache is empty: append at least one token before attending",
+                            "缓存是空的：先 append 至少一个 token，再做注意力计算"))
+
+
+def kv_cache(cache) -> KVCacheQ8:
+    """``cache`` itself if it is a KVCacheQ8; TypeError otherwise."""
+    if not isinstance(cache, KVCacheQ8):
+        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
+                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+    return cache
+
+
+def attention_call(cache, kv_head, scale) -> tuple[int, float]:
+    """The checks every attention call over a cache shares: ``cache`` a KVCacheQ8 holding at least
+    one token, ``kv_head`` one of its kv heads, ``scale`` a float32-sized number (None: 1/sqrt of
+    its head_dim). Returns (kv_head, scale) as the kernel takes them."""
+    kv_head = kv_cache(cache).check_head(kv_head)
+    scale = check.scale(scale, cache.head_dim)
+    _not_empty(cache.seq_len)
+    return kv_head, scale
+
+
+def attention_args(q, cache, kv_head, scale) -> tuple[np.ndarray, int, float]:
+    """``attention_call``'s checks, and ``q`` float32 ``[head_dim]``: returns (q, kv_head, scale)."""
+    kv_head, scale = attention_call(cache, kv_head, scale)
+    return check.float32_array("q", q, (cache.head_dim,)), kv_head, scale
+
+
+# Until the lesson helpers (debug, layout, precision, rescales, roofline) call these from here, they
+# are also reachable as lessonkit.validate.kv_cache and .attention_call, without validate importing us.
+check.kv_cache, check.attention_call = kv_cache, attention_call

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import native
-from .language import cut, pad, tr
+from .language import tr
+from .table import Table, show
 
 
 @dataclass
@@ -255,15 +256,9 @@ def _version(cmd: list[str]) -> str | None:
     return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else cmd[0]
 
 
-def _installer() -> str:
-    if sys.platform == "darwin":
-        return "brew install"
-    return "sudo apt install"
-
-
 def check_setup() -> list[Check]:
     """Check the compiler, the compiled backend, SIMDe or NEON, and the tools later lessons use."""
-    inst = _installer()
+    inst = "brew install" if sys.platform == "darwin" else "sudo apt install"
     checks = []
     every = tr("every lesson", "每一课")
     missing = tr("missing", "缺少")
@@ -349,16 +344,12 @@ def lldb_path() -> str | None:
 
 
 def print_setup(checks: list[Check] | None = None) -> None:
-    """Print check_setup() as a table, with what to install for anything missing."""
+    """Show check_setup() as a table, then what to install for anything missing."""
     checks = check_setup() if checks is None else checks
-    for c in checks:
-        status = tr("ok " if c.ok else "MISSING", "有  " if c.ok else "缺少")
-        print(f"{status}  {pad(c.what, 24)} {pad(cut(c.found, 48), 48)}  "
-              + tr(f"for {c.needed_for}", f"用于{' ' if c.needed_for[:1].isascii() else ''}{c.needed_for}"))
+    show(Table([(tr("ok", "有") if c.ok else tr("MISSING", "缺少"), c.what, c.found, c.needed_for) for c in checks],
+               header=[tr("status", "状态"), tr("what", "项目"), tr("found", "找到的"), tr("needed for", "用于")]))
     for c in checks:
         if not c.ok:
             print(f"\n-> {c.what}{tr(': ', '：')}{c.install}")
     if all(c.ok for c in checks):
         print(tr("\nEverything the workbook uses is here.", "\n练习册要用的东西都齐了。"))
-
-

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
+
 HEADER_FILE = Path(__file__).resolve().parent.parent / "native" / "flash_attn_q8.h"
 
 # a whole-number macro: "#define NAME 123", optionally followed by a C comment
@@ -44,3 +46,4 @@ _VALUES = constants()
 QBLK = _required(_VALUES, "QBLK")        # Q is quantized in blocks of QBLK values
 HD_MAX = _required(_VALUES, "HD_MAX")    # largest head_dim of the kernels' fixed buffers
 GQA_MAX = _required(_VALUES, "GQA_MAX")  # query heads per grouped call
+KVQ_INV = np.float32(1.0) / np.float32(127.0)  # the kernel's KVQ_INV = 1.0f / 127.0f (K/V scales are raw max|x|)

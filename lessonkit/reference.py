@@ -14,7 +14,8 @@ import numpy as np
 from . import validate as check
 from .language import tr
 from .quant import KVQ_INV, quantize_q
-from .softmax import M_START  # the kernel's starting value of M
+
+M_START = -1e9  # the kernel's starting value of M (llama.cpp starts at -INFINITY)
 
 
 def softmax(s) -> np.ndarray:

@@ -1,16 +1,9 @@
 """Streaming the single pass, and lesson 05's saved cache simulations (introduced in lesson 05).
 
-**Partial states and their merge.** After any run of tokens the online softmax holds an
-unnormalized state: M (the largest score seen), S (the sum of exp(s - M)) and acc (the sum of
-exp(s - M) * v). Two states of disjoint runs of tokens merge into the state of both runs, as
-Flash-Decoding (2023) merges its split-KV partial results:
-
-    M = max(M1, M2),  S = S1 e^(M1 - M) + S2 e^(M2 - M),  acc = acc1 e^(M1 - M) + acc2 e^(M2 - M),
-    out = acc / S.
-
-The compiled kernel returns only ``out``; its traced build (``lk.attend(..., trace=True)``) records
-M, S and the accumulator after every token, so a cache holding one chunk of tokens gives that
-chunk's state (``partial_state``).
+**Partial states** (``partial_state``, ``attend_in_chunks``): the compiled kernel returns only
+``out``; its traced build records M, S and the accumulator after every token, so a cache holding one
+chunk of tokens gives that chunk's state, and the states merge as ``lessonkit.kernels.split.merge``
+(Flash-Decoding's merge, re-exported here) does.
 
 **The streaming experiment** (``run_stream``, lesson 05b): a producer thread writes K and V chunk
 by chunk into a memory-mapped file, announcing each chunk when it is written; the consumer
@@ -25,9 +18,7 @@ from __future__ import annotations
 
 import errno
 import gc
-import itertools
 import json
-import math
 import os
 import platform
 import queue
@@ -36,19 +27,18 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, fields
-from functools import reduce
 from pathlib import Path
 
 import numpy as np
 
 from . import native, traffic
 from . import validate as check
+from .cache import KVCacheQ8, kv_cache
+from .kernels.attention import KERNELS, call_kernel, kernel_inputs
+from .kernels.split import Partial, chunk_bounds, empty, finish, merge, merge_all  # noqa: F401 (lesson 05's names)
 from .language import tr
-from .kernels.attention import attend, kernel_inputs
-from .cache import KVCacheQ8
 from .trace import run_traced
 
-MAX_CHUNKS = 1 << 16        # chunks of attend_in_chunks: one small cache and one traced call each
 MAX_STREAM_CHUNKS = 4096    # chunks of one streaming run
 MAX_INTERVAL_S = 1.0        # the producer's pause between two chunks
 MAX_STREAM_S = 120.0        # n_chunks x interval_s: one run's planned duration
@@ -57,56 +47,12 @@ MAX_SIMULATIONS = 64        # valgrind runs of one simulations() call
 MAX_SIMULATED_TOKENS = 1 << 20
 
 
-# ----------------------------------------------------------------------------- partial states
-
-@dataclass(frozen=True)
-class Partial:
-    """The unnormalized online-softmax state of a run of tokens."""
-    M: float          # the largest score of the run (-inf for no token)
-    S: float          # sum over the run of exp(s - M)
-    acc: np.ndarray   # float64 [head_dim]: sum over the run of exp(s - M) * v
-    n_tokens: int
-
-
-def empty(head_dim: int) -> Partial:
-    """The state of no token: merging it changes nothing."""
-    return Partial(-math.inf, 0.0, np.zeros(head_dim), 0)
-
-
 def partial_state(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: float | None = None) -> Partial:
     """The state (M, S, acc) of all tokens of ``cache``, read from the compiled kernel's trace
-    after its last token: ``trace.M[-1]``, ``trace.S[-1]``, ``trace.vkq[-1]`` (the trace records only M, S
-    and VKQ here)."""
-    check.kv_cache(cache)
-    out = np.empty(cache.head_dim, np.float32)
-    trace = run_traced(out, q, cache, kv_head, scale, fields=("M", "S", "vkq"))
+    after its last token (the trace records only M, S and VKQ here)."""
+    trace = run_traced(np.empty(kv_cache(cache).head_dim, np.float32), q, cache, kv_head, scale,
+                       fields=("M", "S", "vkq"))
     return Partial(float(trace.M[-1]), float(trace.S[-1]), trace.vkq[-1].astype(np.float64), trace.seq_len)
-
-
-def merge(a: Partial, b: Partial) -> Partial:
-    """The state of the tokens of ``a`` and of ``b`` together (Flash-Decoding's merge), in float64.
-    Order does not matter: merge(a, b) == merge(b, a)."""
-    if a.acc.shape != b.acc.shape:
-        raise ValueError(f"states of different head_dim: {a.acc.shape} and {b.acc.shape}")
-    M = max(a.M, b.M)
-    if M == -math.inf:  # both empty
-        return Partial(M, 0.0, np.zeros_like(a.acc), a.n_tokens + b.n_tokens)
-    wa, wb = math.exp(a.M - M), math.exp(b.M - M)
-    return Partial(M, a.S * wa + b.S * wb, a.acc * wa + b.acc * wb, a.n_tokens + b.n_tokens)
-
-
-def merge_all(parts) -> Partial:
-    """Merge a sequence of states, left to right."""
-    parts = list(parts)
-    if not parts:
-        raise ValueError(tr("no state to merge", "没有可合并的状态"))
-    return reduce(merge, parts)
-
-
-def finish(state: Partial) -> np.ndarray:
-    """The attention output acc / S as float32 (zeros where S is 0, like the kernel's guard)."""
-    out = state.acc / state.S if state.S > 0 else np.zeros_like(state.acc)
-    return out.astype(np.float32)
 
 
 def cache_of(K: np.ndarray, V: np.ndarray, block_size: int = 64) -> KVCacheQ8:
@@ -120,29 +66,11 @@ def cache_of(K: np.ndarray, V: np.ndarray, block_size: int = 64) -> KVCacheQ8:
 
 def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_size: int = 64,
                      scale: float | None = None) -> tuple[np.ndarray, list[Partial]]:
-    """Split K, V ``[n, head_dim]`` before each index in ``bounds`` (0 < b < n), compute each
-    chunk's state with the traced kernel on a cache of that chunk alone, merge them in order.
-    Returns (output float32, the chunks' states)."""
-    K = check.float32_array("K", K, (None, None))
-    n = K.shape[0]
-    if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__iter__"):
-        raise TypeError(tr(f"bounds must be a sequence of split points; got {type(bounds).__name__}",
-                           f"bounds 应是一串切分点；你给的是 {type(bounds).__name__}"))
-    if isinstance(bounds, np.ndarray):
-        bounds = check.base_array("bounds", bounds)
-    points = list(itertools.islice(bounds, MAX_CHUNKS))  # never read a huge iterable to its end
-    if len(points) >= MAX_CHUNKS:
-        raise ValueError(tr(f"bounds holds {MAX_CHUNKS} split points or more, above the cap of {MAX_CHUNKS} chunks "
-                            f"(one cache and one traced call each); use at most {MAX_CHUNKS - 1} split points",
-                            f"bounds 有 {MAX_CHUNKS} 个或更多切分点，超过了 {MAX_CHUNKS} 块的上限"
-                            f"（每块一个缓存、一次跟踪调用）；最多用 {MAX_CHUNKS - 1} 个切分点"))
-    bounds = [check.integer("split point", b) for b in points]
-    cuts = [0, *sorted(set(bounds)), n]
-    if cuts[1] <= 0 or cuts[-2] >= n:
-        raise ValueError(tr(f"split points must lie strictly between 0 and {n}; got {sorted(bounds)}",
-                            f"切分点必须严格在 0 和 {n} 之间；你给的是 {sorted(bounds)}"))
-    parts = [partial_state(q, cache_of(K[a:b], V[a:b], block_size), 0, scale)
-             for a, b in zip(cuts[:-1], cuts[1:])]
+    """Split K, V ``[n, head_dim]`` before each index in ``bounds`` (strictly increasing, 0 < b < n),
+    compute each chunk's state with the traced kernel on a cache of that chunk alone, merge them in
+    order. Returns (output float32, the chunks' states)."""
+    cuts = chunk_bounds(bounds, check.float32_array("K", K, (None, None)).shape[0])
+    parts = [partial_state(q, cache_of(K[a:b], V[a:b], block_size), 0, scale) for a, b in zip(cuts[:-1], cuts[1:])]
     return finish(merge_all(parts)), parts
 
 
@@ -262,9 +190,7 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     MAX_INTERVAL_S and chunks x interval_s <= MAX_STREAM_S; 1 <= block_size <= max(seq_len, 4096).
     Every wait is bounded: a producer that fails, ends early or stalls (nothing announced for
     interval_s + STALL_S seconds) becomes a RuntimeError that says what happened."""
-    if mode not in MODES:
-        raise ValueError(tr(f"mode must be one of {', '.join(MODES)}; got {check.short(mode)}",
-                            f"mode 必须是 {', '.join(MODES)} 之一；你给的是 {check.short(mode)}"))
+    check.one_of("mode", mode, MODES)
     K = check.float32_array("K", K, (None, None))
     V = check.float32_array("V", V, K.shape)
     T, hd = K.shape
@@ -296,6 +222,7 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
                                     name="lessonkit-stream-producer", daemon=True)
         full, done_prev, kept_up = KVCacheQ8(1, hd, block_size), 0.0, True
         passes = ChunkedAttention(_PASSES_OF[mode], q, full, 0, scale) if mode in _PASSES_OF else None
+        ffi, lib = native.load()
         gc_was_enabled = gc.isenabled()
         gc.disable()
         producer.start()
@@ -316,7 +243,7 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
                     if i == n_chunks - 1:
                         out = passes.finish()  # what needed the last chunk
                 elif i == n_chunks - 1:
-                    out = attend(q, full, 0, scale=scale, backend=mode)
+                    out = call_kernel(ffi, lib, np.empty(hd, np.float32), q, full, 0, scale, KERNELS[mode])
                 done_prev = time.perf_counter()
         finally:
             stop.set()  # a producer still sleeping between chunks ends now
@@ -350,13 +277,10 @@ class ChunkedAttention:
 
     def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0,
                  scale: float | None = None):
-        if variant not in PASSES:
-            raise ValueError(tr(f"variant must be one of {', '.join(PASSES)}; got {check.short(variant)}",
-                                f"variant 必须是 {', '.join(PASSES)} 之一；你给的是 {check.short(variant)}"))
-        check.kv_cache(cache)
-        self.variant, self.cache = variant, cache
+        check.one_of("variant", variant, PASSES)
+        self.variant, self.cache = variant, kv_cache(cache)
         self.q = check.float32_array("q", q, (cache.head_dim,)).copy()  # later edits of q change nothing
-        self.kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
+        self.kv_head = cache.check_head(kv_head)
         self.scale = check.scale(scale, cache.head_dim)
         self.ffi, self.lib = native.load()
         self.n_folded, self.finished = 0, False
@@ -438,9 +362,7 @@ def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 1
     Returns K rows scored, V rows added, exps (one per weight; a new max's rescale not counted)
     and bytes read from the KV and the score array (``lessonkit.traffic.bytes_per_token``'s
     lines per token; the score array 4 bytes per token per pass)."""
-    if mode not in FAIR_MODES:
-        raise ValueError(tr(f"mode must be one of {', '.join(FAIR_MODES)}; got {check.short(mode)}",
-                            f"mode 必须是 {', '.join(FAIR_MODES)} 之一；你给的是 {check.short(mode)}"))
+    check.one_of("mode", mode, FAIR_MODES)
     T = check.integer("seq_len", seq_len, minimum=1)
     c = check.integer("chunk", chunk, minimum=1, below=T + 1)
     per = traffic.bytes_per_token(head_dim, n_kv_heads)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
 from . import env, native
 from .variants import BY_NAME
 from . import validate as check
-from .cache import KVCacheQ8
+from .cache import KVCacheQ8, attention_args
 from .language import tr
 
 # backend name -> fa_time_calls index, from the one registry (native/fa_variants.h)
@@ -29,6 +30,8 @@ MAX_CALLS = 1 << 24     # calls in one C loop: about 1 s at the fastest call (se
 MAX_REPEATS = 1000      # repeats of one timing
 MAX_SECONDS = 60.0      # wall time of one timing call, calibration and probe included
 MAX_MIN_REPEAT_S = 5.0  # the calibration target of one repeat
+
+
 def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str = "neon",
                 seq_len: int | None = None, scale: float | None = None, repeats: int = 7,
                 number: int | None = None, min_repeat_s: float = 0.02, cold: bool = False,
@@ -46,19 +49,10 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     scalar reference, the numbered fast steps, "fast", the two-pass alternatives).
     ``cores``: which core type to time on (``lessonkit.env.timing_cores``; default the big cores).
     Bounded by MAX_CALLS calls per repeat, MAX_REPEATS repeats and about MAX_SECONDS seconds."""
-    check.kv_cache(cache)
-    q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
-    if backend not in VARIANTS:
-        raise ValueError(tr(f"backend must be one of {', '.join(map(repr, VARIANTS))}; got {check.short(backend)}",
-                            f"backend 只能是 {', '.join(map(repr, VARIANTS))} 之一；你给的是 {check.short(backend)}"))
-    T = cache.seq_len if seq_len is None else check.integer("seq_len", seq_len, minimum=0,
-                                                             below=cache.seq_len + 1)
-    scale = check.scale(scale, cache.head_dim)
-    if not isinstance(cold, bool):
-        raise TypeError(tr(f"cold must be True or False; got {check.short(cold)}",
-                           f"cold 只能是 True 或 False；你给的是 {check.short(cold)}"))
-    repeats, number, min_repeat_s = check_counts(repeats, 1 if cold else number, min_repeat_s)
+    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
+    check.one_of("backend", backend, VARIANTS)
+    T = cache.seq_len if seq_len is None else check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)
+    check.flag("cold", cold)
     defines = native.check_defines(defines)  # before anything else: a bad -D never compiles
     plan = env.timing_cores(cores)
     ffi, lib = native.load(defines=defines)
@@ -72,7 +66,7 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
             flush = _flush_buffer()
             fbuf = ffi.from_buffer("unsigned char[]", flush, require_writable=True)
             return median_calls(lambda n: lib.fa_time_call_cold(VARIANTS[backend], fbuf, flush.nbytes, *args),
-                                repeats, 1, 0.0)
+                                repeats, 1, min_repeat_s)
         return median_calls(lambda n: lib.fa_time_calls(VARIANTS[backend], n, *args), repeats, number,
                             min_repeat_s)
 
@@ -132,20 +126,29 @@ def median_calls(run, repeats: int, number: int | None, min_repeat_s: float) -> 
     for i in range(repeats):
         results.append(run(number))
         if i + 1 < repeats and time.perf_counter() > deadline:
-            warnings.warn(tr(f"timing stopped after {i + 1} of {repeats} repeats at the cap of {MAX_SECONDS:g} s: "
-                             "the machine ran slower than the probe call said",
-                             f"计时在 {repeats} 次重复中的第 {i + 1} 次后停止，到了 {MAX_SECONDS:g} s 的上限："
-                             "机器跑得比试探调用显示的慢"), RuntimeWarning, stacklevel=2)
+            stopped_early(i + 1, repeats)
             break
     return float(np.median(results))
 
 
+def stopped_early(done: int, repeats: int) -> None:
+    """The warning of a timing whose repeats stopped at MAX_SECONDS."""
+    warnings.warn(tr(f"timing stopped after {done} of {repeats} repeats at the cap of {MAX_SECONDS:g} s: "
+                     "the machine ran slower than the probe call said",
+                     f"计时在 {repeats} 次重复中的第 {done} 次后停止，到了 {MAX_SECONDS:g} s 的上限："
+                     "机器跑得比试探调用显示的慢"), RuntimeWarning, stacklevel=3)
+
+
 def _last_level_bytes() -> int:
-    try:
-        from .traffic import host_preset
-        return host_preset().ll.size
-    except Exception:  # no /sys (macOS): assume a large last level
-        return 64 << 20
+    """The largest cache of CPU 0 that Linux's /sys lists (its last level); 64 MiB where there is none."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = f.read_text().strip()
+            sizes.append(int(text[:-1]) << {"K": 10, "M": 20}[text[-1]] if text[-1] in "KM" else int(text))
+        except (OSError, ValueError):
+            continue
+    return max(sizes) if sizes else 64 << 20
 
 
 _flush: list[np.ndarray] = []

@@ -9,7 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import native
 from . import validate as check
+from .cache import attention_args
+from .language import tr
 
 
 @dataclass
@@ -42,7 +45,7 @@ class Trace:
         for a in (self.s, self.M, self.S, self.ms, self.k_rows, self.v_rows, self.dots, self.vkq):
             if a is not None:
                 return a.shape[0]
-        raise ValueError("this trace recorded no per-token field")
+        raise ValueError(tr("this trace recorded no per-token field", "这次跟踪没有记录任何逐 token 的字段"))
 
 
 FIELDS = ("q_codes", "q_scales", "dots", "k_rows", "v_rows", "s", "M", "S", "ms", "vkq")
@@ -60,44 +63,45 @@ def run_traced(out: np.ndarray, q: np.ndarray, cache, kv_head: int, scale: float
     default the workbook's. ``fields``: the Trace fields to record (default all of ``FIELDS``);
     the others stay None and the kernel is handed NULL for them. ``vkq`` alone is
     ``seq_len x head_dim`` floats: leave it out when only the scores or M and S are needed."""
-    check.kv_cache(cache)
-    hd = cache.head_dim
-    q = check.float32_array("q", q, (hd,))
-    out = check.float32_array("out", out, (hd,), writable=True)
-    kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
-    scale = check.scale(scale, hd)
-    if cache.seq_len == 0:
-        raise ValueError("the cache is empty: append at least one token before attending")
+    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
+    out = check.float32_array("out", out, (cache.head_dim,), writable=True)
     if fields is None:
         fields = FIELDS
     elif isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
-        raise TypeError(f"fields must be a tuple of Trace field names, e.g. ('s', 'M', 'S'); got {check.short(fields)}")
+        raise TypeError(tr(f"fields must be a tuple of Trace field names, e.g. ('s', 'M', 'S'); got "
+                           f"{check.short(fields)}",
+                           f"fields 必须是 Trace 字段名的元组，例如 ('s', 'M', 'S')；你给的是 {check.short(fields)}"))
     unknown = sorted(set(fields) - set(FIELDS))
     if unknown:
-        raise ValueError(f"fields {unknown} are not Trace fields; choose from {', '.join(FIELDS)}")
-    ffi, lib = check.library(ffi, lib, TRACED_FUNCTIONS)
+        raise ValueError(tr(f"fields {unknown} are not Trace fields; choose from {', '.join(FIELDS)}",
+                            f"fields {unknown} 不是 Trace 的字段；请从 {', '.join(FIELDS)} 中选"))
+    return traced(out, q, cache, kv_head, scale, *native.library(ffi, lib, TRACED_FUNCTIONS), fields)
+
+
+def traced(out, q, cache, kv_head, scale, ffi=None, lib=None, fields=FIELDS) -> Trace:
+    """``run_traced`` with arguments already checked (``lk.attend(..., trace=True)`` has checked them)."""
+    if ffi is None:
+        ffi, lib = native.load()
     args = cache.kernel_args(kv_head, ffi)  # first: the trace is sized for the tokens the call reads
-    T = args[4]  # (another thread may append meanwhile; this call reads only these T tokens)
-    nblk = hd // 32
+    T, hd = args[4], cache.head_dim  # (another thread may append meanwhile; this call reads only these)
+    nblk = hd // check.QBLOCK
     shapes = {"q_codes": ((hd,), np.int8), "q_scales": ((nblk,), np.float32), "dots": ((T, nblk), np.int32),
               "k_rows": ((T,), np.uint64), "v_rows": ((T,), np.uint64), "s": ((T,), np.float32),
               "M": ((T,), np.float32), "S": ((T,), np.float32), "ms": ((T,), np.float32),
               "vkq": ((T, hd), np.float32)}
     arrays = {f: (np.full(shapes[f][0], np.nan, shapes[f][1]) if f == "ms" else np.zeros(*shapes[f]))
               if f in fields else None for f in FIELDS}
-    tr = Trace(**arrays)
+    result = Trace(**arrays)
     c = ffi.new("fa_trace *")  # every pointer starts NULL: the kernel skips what is not recorded
     keep = []  # the buffers must outlive the call
     for field in fields:
-        buf = ffi.from_buffer(_CTYPES[field], getattr(tr, field), require_writable=True)
-        keep.append(buf)
-        setattr(c, field, buf)
+        keep.append(ffi.from_buffer(_CTYPES[field], getattr(result, field), require_writable=True))
+        setattr(c, field, keep[-1])
     lib.fa_trace_set(c)
     try:
-        lib.flash_attn_single_q_q8_neon_traced(
-            ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
-            *args, hd, scale)
+        lib.flash_attn_single_q_q8_neon_traced(ffi.from_buffer("float[]", out, require_writable=True),
+                                               ffi.from_buffer("float[]", q), *args, hd, scale)
     finally:
         lib.fa_trace_set(ffi.NULL)
-    tr.n_q_quantized = int(c.n_q_quantized)
-    return tr
+    result.n_q_quantized = int(c.n_q_quantized)
+    return result

@@ -1,5 +1,7 @@
-"""Checks run before any call into C: a wrong argument becomes a ValueError or TypeError that
-names the argument, never a crash of the Jupyter kernel. Shared by every entry point."""
+"""Checks of the arguments of the public entry points, run before any call into C: a wrong argument
+becomes a ValueError or TypeError that names it, never a crash of the Jupyter kernel. This module
+imports no other part of lessonkit but the header's sizes and the language (the cache checks its own
+arguments, ``lessonkit.native.library`` a library handed in)."""
 from __future__ import annotations
 
 import math
@@ -208,7 +210,7 @@ def int8_array(name: str, a, shape: tuple, writable: bool = False) -> np.ndarray
     return a
 
 
-# ----------------------------------------------------------------------------- sizes and libraries
+# ----------------------------------------------------------------------------- sizes
 
 def at_most(name: str, value: int, cap: int, why: str) -> int:
     """Refuse a count above a documented cap, naming the cap and why it is there."""
@@ -229,46 +231,6 @@ def memory(what: str, nbytes: int, cap: int, fix: str | None = None) -> int:
     return nbytes
 
 
-def library(ffi, lib, functions: tuple[str, ...]):
-    """``(ffi, lib)`` to call ``functions`` in: both None gives the workbook's own build; else
-    ``lib`` must come from ``lessonkit.native.load(...)`` (e.g. an edited copy of native/), and each
-    function must have the C signature the workbook's header gives it: a changed signature would
-    make Python hand the wrong arguments to C."""
-    from . import native
-    if ffi is None and lib is None:
-        return native.load()
-    if ffi is None or lib is None:
-        raise TypeError(tr("pass both ffi and lib (ffi, lib = lessonkit.native.load(...)), or neither",
-                           "ffi 和 lib 要么都传（ffi, lib = lessonkit.native.load(...)），要么都不传"))
-    import cffi
-    if not isinstance(ffi, cffi.FFI):
-        raise TypeError(tr(f"ffi must be the cffi.FFI of lessonkit.native.load(); got {type(ffi).__name__}",
-                           f"ffi 必须是 lessonkit.native.load() 返回的 cffi.FFI；收到的是 {type(ffi).__name__}"))
-    done = _checked_functions.get(id(lib))
-    if done is not None and done[0] is lib and done[1] is ffi and set(functions) <= done[2]:
-        return ffi, lib  # checked before: a cache appending many chunks pays this once
-    own_ffi, own_lib = native.load()
-    for fn in functions:
-        try:
-            theirs = ffi.getctype(ffi.typeof(getattr(lib, fn)))
-        except (AttributeError, TypeError, cffi.FFIError) as e:
-            why = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise TypeError(tr(f"lib has no C function {fn} (lib must come from lessonkit.native.load(...)): {why}",
-                               f"lib 里没有 C 函数 {fn}（lib 必须来自 lessonkit.native.load(...)）：{why}")) from None
-        ours = own_ffi.getctype(own_ffi.typeof(getattr(own_lib, fn)))
-        if theirs != ours:
-            raise TypeError(tr(f"lib's {fn} has the C type {theirs}, not the workbook's {ours}: "
-                               "an edited header changed its signature; restore it in the copy",
-                               f"lib 里 {fn} 的 C 类型是 {theirs}，不是练习册的 {ours}：改过的头文件改变了它的签名；"
-                               "请在副本里把签名改回去"))
-    # the entry holds lib and ffi themselves, so that their id cannot be reused by another object
-    _checked_functions[id(lib)] = (lib, ffi, set(functions) | (done[2] if done and done[0] is lib else set()))
-    return ffi, lib
-
-
-_checked_functions: dict[int, tuple] = {}
-
-
 def short(value, limit: int = 60) -> str:
     """A repr for messages that never fails and never grows: a huge int (whose str() Python refuses
     beyond 4300 digits) is shown by its number of bits, a long repr is cut."""
@@ -281,25 +243,17 @@ def short(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 5] + " ...>"
 
 
-
-def kv_cache(cache):
-    """``cache`` itself if it is a lessonkit.KVCacheQ8; TypeError otherwise (every helper that takes
-    a cache asks this first)."""
-    from .cache import KVCacheQ8  # here, not at the top: lessonkit.cache imports this module
-    if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
-    return cache
+def one_of(name: str, value, options) -> str:
+    """``value`` if it is one of ``options`` (names such as a backend's); ValueError otherwise."""
+    if not isinstance(value, str) or value not in options:
+        names = ", ".join(map(repr, options))
+        raise ValueError(tr(f"{name} must be one of {names}; got {short(value)}",
+                            f"{name} 只能是 {names} 之一；你给的是 {short(value)}"))
+    return value
 
 
-def attention_call(cache, kv_head, scale_value) -> tuple[int, float]:
-    """The checks every attention kernel's call shares: ``cache`` a lessonkit.KVCacheQ8 holding at
-    least one token, ``kv_head`` one of its kv heads, ``scale_value`` a float32-sized number (None:
-    1/sqrt of the cache's head_dim). Returns (kv_head, scale) as the kernel takes them."""
-    kv_cache(cache)
-    kv_head = integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
-    checked = scale(scale_value, cache.head_dim)
-    if cache.seq_len == 0:
-        raise ValueError(tr("the cache is empty: append at least one token before attending",
-                            "缓存是空的：做注意力之前，先至少追加一个 token"))
-    return kv_head, checked
+def flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(tr(f"{name} must be True or False; got {short(value)}",
+                           f"{name} 只能是 True 或 False；你给的是 {short(value)}"))
+    return value

@@ -1,21 +1,50 @@
 """Every bad input gives a Python exception that names the problem; none reaches C.
-(A crash here would end the whole pytest process, so this file passing is itself the proof.)"""
+(A crash here would end the whole pytest process, so this file passing is itself the proof.)
+The attention calls share their checks (lessonkit.cache.attention_args): each class of bad input
+is fed to every public call that takes it."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import lessonkit as lk
+from lessonkit import timing, trace
+from lessonkit.kernels import split
 
 
 def q_of(n=64, dtype=np.float32):
     return np.ones(n, dtype)
 
 
-def test_empty_cache(small_case):
+# every public call of a kernel over (q, cache, kv_head)
+CALLS = {
+    **{f"attend {b}": (lambda q, c, h=0, b=b: lk.attend(q, c, h, backend=b)) for b in lk.kernels.attention.BACKENDS},
+    "attend traced": lambda q, c, h=0: lk.attend(q, c, h, trace=True),
+    "attend_split": lambda q, c, h=0: lk.attend_split(q, c, h, 2, 2),
+    "attend_chunks": lambda q, c, h=0: split.attend_chunks(q, c, h, [1]),
+    "partial": lambda q, c, h=0: split.partial(q, c, h, 0, 1),
+    "run_traced": lambda q, c, h=0: trace.run_traced(np.empty(64, np.float32), q, c, h),
+    "time_kernel": lambda q, c, h=0: timing.time_kernel(q, c, h, repeats=1, number=1),
+    "parallel_capacity": lambda q, c, h=0: split.parallel_capacity(q, c, h, 1, number=1, repeats=1),
+}
+# ... and with a group of queries (its bad qs: tests/test_kernels_split.py)
+CACHE_CALLS = {**CALLS, "attend_group": lambda q, c, h=0: lk.attend_group(np.stack([q, q]), c, h)}
+
+
+def test_empty_cache():
     empty = lk.KVCacheQ8(2, 64, 16)
-    with pytest.raises(ValueError, match="empty"):
-        lk.attend(q_of(), empty, 0)
+    for name, call in CACHE_CALLS.items():
+        with pytest.raises(ValueError, match="the cache is empty: append at least one token"):
+            call(q_of(), empty)
+            pytest.fail(name)
+
+
+def test_not_a_cache():
+    for name, call in CACHE_CALLS.items():
+        for bad in ({"k": []}, None, "cache"):
+            with pytest.raises(TypeError, match="cache must be a lessonkit.KVCacheQ8"):
+                call(q_of(), bad)
+                pytest.fail(name)
 
 
 @pytest.mark.parametrize("q,exc,words", [
@@ -30,9 +59,10 @@ def test_empty_cache(small_case):
 ])
 def test_bad_q(small_case, q, exc, words):
     cache = small_case[0]
-    for backend in lk.kernels.attention.BACKENDS:
+    for name, call in CALLS.items():
         with pytest.raises(exc, match=words):
-            lk.attend(q, cache, 0, backend=backend)
+            call(q, cache)
+            pytest.fail(name)
 
 
 @pytest.mark.parametrize("kv_head,exc,words", [
@@ -44,8 +74,10 @@ def test_bad_q(small_case, q, exc, words):
     ("0", TypeError, "int"),
 ])
 def test_bad_kv_head(small_case, kv_head, exc, words):
-    with pytest.raises(exc, match=words):
-        lk.attend(q_of(), small_case[0], kv_head)
+    for name, call in CACHE_CALLS.items():
+        with pytest.raises(exc, match=words):
+            call(q_of(), small_case[0], kv_head)
+            pytest.fail(name)
 
 
 @pytest.mark.parametrize("kwargs,exc,words", [
@@ -57,11 +89,6 @@ def test_bad_kv_head(small_case, kv_head, exc, words):
 def test_bad_options(small_case, kwargs, exc, words):
     with pytest.raises(exc, match=words):
         lk.attend(q_of(), small_case[0], 0, **kwargs)
-
-
-def test_not_a_cache():
-    with pytest.raises(TypeError, match="cache must be a lessonkit.KVCacheQ8"):
-        lk.attend(q_of(), {"k": []}, 0)
 
 
 @pytest.mark.parametrize("args,exc,words", [

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
-from lessonkit import native
+from lessonkit import native, toolchain
 
 from conftest import make_case
 
@@ -107,7 +107,7 @@ def test_arch_flags_for_this_host():
 def test_missing_simde_is_explained(monkeypatch):
     if native.is_arm64():
         pytest.skip("ARM builds use arm_neon.h, not SIMDe")
-    monkeypatch.setattr(native, "simde_include_dir", lambda: None)
+    monkeypatch.setattr(toolchain, "simde_include_dir", lambda: None)
     with pytest.raises(lk.BuildError, match="pip install cmeel-simde"):
         native.arch_flags()
 

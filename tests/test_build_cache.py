@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lessonkit import native
+from lessonkit import native, toolchain
 from childproc import assert_clean, run_python
 from conftest import make_case
 
@@ -69,12 +69,12 @@ def test_the_key_includes_what_march_native_resolved_to(native_copy, monkeypatch
     here = native._build_key(native._read_sources(native_copy), cc, flags, {})
     # the same compiler and flags on a CPU with other features predefine other macros
     arch = tuple(f for f in flags if f.startswith(("-m", "-f")) or f.startswith("-std"))
-    monkeypatch.setitem(native._identities, (cc, arch), native._compiler_identity(cc, flags) + b"\n#define __AVX10_2__ 1")
+    monkeypatch.setitem(toolchain._identities, (cc, arch), toolchain._compiler_identity(cc, flags) + b"\n#define __AVX10_2__ 1")
     there = native._build_key(native._read_sources(native_copy), cc, flags, {})
     assert here != there
     if not native.is_arm64():  # and -march=native really does list this CPU's features
-        monkeypatch.delitem(native._identities, (cc, arch))
-        assert native._compiler_identity(cc, ["-march=native"]) != native._compiler_identity(cc, ["-march=x86-64"])
+        monkeypatch.delitem(toolchain._identities, (cc, arch))
+        assert toolchain._compiler_identity(cc, ["-march=native"]) != toolchain._compiler_identity(cc, ["-march=x86-64"])
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated", "garbage-without-record"])
@@ -120,7 +120,7 @@ def test_cc_empty_and_missing_compiler_are_build_errors(monkeypatch):
 def test_a_read_only_build_folder_says_what_to_do(native_copy, monkeypatch):
     def refuse(*a, **kw):
         raise PermissionError(errno.EROFS, "Read-only file system")
-    monkeypatch.setattr(native.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(toolchain.tempfile, "mkdtemp", refuse)
     with pytest.raises(native.BuildError, match="LESSONKIT_BUILD_DIR"):
         native.build(src_dir=native_copy)
 
@@ -217,9 +217,9 @@ def test_a_valid_define_builds(native_copy):
 
 def test_dotprod_override_is_honoured(monkeypatch):
     monkeypatch.setenv("LESSONKIT_DOTPROD", "0")
-    assert native._cpu_has_dotprod() is False
+    assert toolchain._cpu_has_dotprod() is False
     monkeypatch.setenv("LESSONKIT_DOTPROD", "1")
-    assert native._cpu_has_dotprod() is True
+    assert toolchain._cpu_has_dotprod() is True
     monkeypatch.setenv("LESSONKIT_DOTPROD", "maybe")
     with pytest.raises(native.BuildError, match="LESSONKIT_DOTPROD must be 1"):
-        native._cpu_has_dotprod()
+        toolchain._cpu_has_dotprod()

@@ -20,7 +20,7 @@ def test_missing_tool_is_reported_with_install_hint(monkeypatch, capsys):
     monkeypatch.setattr(env.shutil, "which", lambda cmd: None if cmd == "gdb" else real_which(cmd))
     env.print_setup()
     out = capsys.readouterr().out
-    assert "MISSING  gdb" in out
+    assert "| MISSING | gdb |" in out
     assert "-> gdb:" in out and "install gdb" in out
 
 

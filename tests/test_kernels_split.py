@@ -34,6 +34,48 @@ def queries(G, head_dim, seed):
     return np.random.default_rng(seed).standard_normal((G, head_dim), dtype=np.float32)
 
 
+# ----------------------------------------------------------------------------- the merge of partial states
+
+def _state_by_hand(s: np.ndarray, V: np.ndarray) -> split.Partial:
+    """(M, S, acc) of scores s and value rows V, in float64, straight from the definition."""
+    s = np.asarray(s, np.float64)
+    M = s.max()
+    w = np.exp(s - M)
+    return split.Partial(float(M), float(w.sum()), w @ np.asarray(V, np.float64), len(s))
+
+
+def test_merge_equals_softmax_by_hand():
+    """The merge formula alone, on states computed by hand: the softmax of the concatenation."""
+    rng = np.random.default_rng(0)
+    s = rng.normal(0, 3, 200)
+    s[150] = 40.0  # the max in the second part: the first part's weights must shrink
+    V = rng.standard_normal((200, 8))
+    merged = split.merge(_state_by_hand(s[:120], V[:120]), _state_by_hand(s[120:], V[120:]))
+    p = np.exp(s - s.max())
+    want = p @ V / p.sum()
+    assert merged.M == 40.0 and merged.n_tokens == 200
+    assert math.isclose(merged.S, p.sum(), rel_tol=1e-12)
+    np.testing.assert_allclose(split.finish(merged), want.astype(np.float32), rtol=1e-6, atol=1e-7)
+
+
+def test_merge_order_and_empty_state():
+    rng = np.random.default_rng(1)
+    V = rng.standard_normal((30, 4))
+    a, b = _state_by_hand(rng.normal(size=10), V[:10]), _state_by_hand(rng.normal(size=20) + 5, V[10:])
+    ab, ba = split.merge(a, b), split.merge(b, a)
+    assert ab.M == ba.M and math.isclose(ab.S, ba.S, rel_tol=1e-14)
+    np.testing.assert_allclose(ab.acc, ba.acc, rtol=1e-14)
+    e = split.empty(4)
+    for got in (split.merge(e, a), split.merge(a, e)):
+        assert got.M == a.M and got.S == a.S and np.array_equal(got.acc, a.acc)
+    both_empty = split.merge(e, e)
+    assert both_empty.S == 0 and not np.isnan(both_empty.acc).any()
+    assert np.array_equal(split.finish(both_empty), np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="head_dim"):
+        split.merge(a, split.empty(8))
+
+
+
 # ----------------------------------------------------------------------------- GQA in one scan
 
 @pytest.mark.parametrize("G", [1, 2, 4, 8])
@@ -148,6 +190,7 @@ def test_split_points():
 
 
 # ----------------------------------------------------------------------------- bad inputs
+# (bad q, kv_head and cache of every call: tests/test_bad_inputs.py)
 
 @pytest.fixture
 def case():
@@ -181,20 +224,6 @@ def test_split_bad_arguments(case, kwargs, error, match):
         lk.attend_split(q, cache, **args)
 
 
-@pytest.mark.parametrize("bad_q,error,match", [
-    (np.zeros(64, np.float64), TypeError, "dtype float32"),
-    (np.zeros(63, np.float32), ValueError, "shape"),
-    (np.zeros((2, 64), np.float32), ValueError, "shape"),
-    (np.zeros(128, np.float32)[::2], ValueError, "C-contiguous"),
-    (np.full(64, np.inf, np.float32), ValueError, "NaN or Inf"),
-    ([0.0] * 64, TypeError, "numpy array"),
-])
-def test_split_bad_q(case, bad_q, error, match):
-    cache, _, _, _ = case
-    with pytest.raises(error, match=match):
-        lk.attend_split(bad_q, cache, 0, 2, 2)
-
-
 @pytest.mark.parametrize("bad_qs,error,match", [
     (np.zeros((4, 64), np.float64), TypeError, "dtype float32"),
     (np.zeros((0, 64), np.float32), ValueError, "between 1 and 8"),
@@ -208,22 +237,6 @@ def test_group_bad_qs(case, bad_qs, error, match):
     cache, _, _, _ = case
     with pytest.raises(error, match=match):
         lk.attend_group(bad_qs, cache, 0)
-
-
-def test_bad_cache_and_empty_cache():
-    q, qs = np.zeros(64, np.float32), np.zeros((4, 64), np.float32)
-    with pytest.raises(TypeError, match="KVCacheQ8"):
-        lk.attend_group(qs, "cache", 0)
-    with pytest.raises(TypeError, match="KVCacheQ8"):
-        lk.attend_split(q, None, 0, 1, 1)
-    empty = lk.KVCacheQ8(1, 64, 16)
-    with pytest.raises(ValueError, match="empty"):
-        lk.attend_group(qs, empty, 0)
-    with pytest.raises(ValueError, match="empty"):
-        lk.attend_split(q, empty, 0, 1, 1)
-    cache, _, _, _ = make_case(1, 10, 1, 64, 16)
-    with pytest.raises(ValueError, match="kv_head must be below 1"):
-        lk.attend_group(qs, cache, 1)
 
 
 def test_bad_timing_arguments(case):

@@ -1,5 +1,5 @@
-"""lessonkit.streaming: the merge of partial online-softmax states against the single pass and
-against softmax computed by hand, the streaming experiment, and the saved simulations."""
+"""lessonkit.streaming: partial states of the traced kernel merged against the single pass, the
+streaming experiment, and the saved simulations."""
 from __future__ import annotations
 
 import json
@@ -25,43 +25,12 @@ def _close(a, b, rtol=1e-5):
     return np.abs(a - b).max() <= rtol * np.abs(b).max()
 
 
-def _state_by_hand(s: np.ndarray, V: np.ndarray) -> streaming.Partial:
-    """(M, S, acc) of scores s and value rows V, in float64, straight from the definition."""
-    s = np.asarray(s, np.float64)
-    M = s.max()
-    w = np.exp(s - M)
-    return streaming.Partial(float(M), float(w.sum()), w @ np.asarray(V, np.float64), len(s))
-
-
-def test_merge_equals_softmax_by_hand():
-    """The merge formula alone, on states computed by hand: the softmax of the concatenation."""
-    rng = np.random.default_rng(0)
-    s = rng.normal(0, 3, 200)
-    s[150] = 40.0  # the max in the second part: the first part's weights must shrink
-    V = rng.standard_normal((200, 8))
-    merged = streaming.merge(_state_by_hand(s[:120], V[:120]), _state_by_hand(s[120:], V[120:]))
-    p = np.exp(s - s.max())
-    want = p @ V / p.sum()
-    assert merged.M == 40.0 and merged.n_tokens == 200
-    assert math.isclose(merged.S, p.sum(), rel_tol=1e-12)
-    np.testing.assert_allclose(streaming.finish(merged), want.astype(np.float32), rtol=1e-6, atol=1e-7)
-
-
-def test_merge_order_and_empty_state():
-    rng = np.random.default_rng(1)
-    V = rng.standard_normal((30, 4))
-    a, b = _state_by_hand(rng.normal(size=10), V[:10]), _state_by_hand(rng.normal(size=20) + 5, V[10:])
-    ab, ba = streaming.merge(a, b), streaming.merge(b, a)
-    assert ab.M == ba.M and math.isclose(ab.S, ba.S, rel_tol=1e-14)
-    np.testing.assert_allclose(ab.acc, ba.acc, rtol=1e-14)
-    e = streaming.empty(4)
-    for got in (streaming.merge(e, a), streaming.merge(a, e)):
-        assert got.M == a.M and got.S == a.S and np.array_equal(got.acc, a.acc)
-    both_empty = streaming.merge(e, e)
-    assert both_empty.S == 0 and not np.isnan(both_empty.acc).any()
-    assert np.array_equal(streaming.finish(both_empty), np.zeros(4, np.float32))
-    with pytest.raises(ValueError, match="head_dim"):
-        streaming.merge(a, streaming.empty(8))
+def test_the_merge_is_the_cores():
+    """Lesson 05's names for the partial state and its merge are those of lessonkit.kernels.split
+    (tested in tests/test_kernels_split.py)."""
+    from lessonkit.kernels import split
+    assert (streaming.Partial, streaming.merge, streaming.merge_all, streaming.finish, streaming.empty) == \
+        (split.Partial, split.merge, split.merge_all, split.finish, split.empty)
 
 
 def test_partial_state_is_the_kernels_unnormalized_state():

@@ -8,32 +8,30 @@ kv head's whole KV again, while ``flash_attn_group_q8_neon`` (native/flash_attn_
 each K and V row once for all G query heads, each keeping its own M, S and VKQ. Split-KV is in
 ``lessonkit.kernels.split``.
 
-Every argument is checked in Python (``lessonkit.validate``) before any call into C; ``kernel_inputs``
-turns the checked (q, cache, kv_head) into the pointers and sizes every kernel takes."""
+The public functions check their arguments before any call into C; ``kernel_inputs`` turns the
+checked (q, cache, kv_head) into the pointers and sizes every kernel takes."""
 from __future__ import annotations
 
 import numpy as np
 
-from .. import env, native
-from .. import timing
+from .. import env, header, native
 from .. import validate as check
-from ..cache import KVCacheQ8
-from .. import header
+from ..cache import KVCacheQ8, attention_args, attention_call
 from ..header import GQA_MAX
 from ..language import tr
 from ..reference import kernel_math
-from ..trace import Trace, run_traced
 from ..timing import median_calls
+from ..trace import Trace, traced as _traced  # the traced call, without the checks attend has made
 from ..variants import VARIANTS
 
 # backend name -> the C function it calls ("numpy" is computed in numpy): the registry's entries
-# (native/fa_variants.h) whose function flash_attn_q8.h declares, i.e. those cffi can call by name
-# ("neon", "scalar", the two-pass pair, "fast" ...). The other numbered versions are timed through
-# the registry's table (lessonkit.timing.time_kernel(..., backend=name)).
+# (native/fa_variants.h) whose function flash_attn_q8.h declares, i.e. those cffi can call by name.
+# The other numbered versions are timed through the registry (lessonkit.timing.time_kernel).
 _DECLARED = header.declared()
 KERNELS = {v.name: v.function for v in VARIANTS if v.function in _DECLARED}
 BACKENDS = (*KERNELS, "numpy")
-GROUP_VARIANTS = {"group": 0, "per_head": 1, "per_head_fast": 2}  # fa_time_group_calls: per_head runs the article kernel, per_head_fast the fast one
+# fa_time_group_calls: per_head runs the article kernel G times, per_head_fast the fast one
+GROUP_VARIANTS = {"group": 0, "per_head": 1, "per_head_fast": 2}
 
 
 def kernel_inputs(ffi, q: np.ndarray, cache: KVCacheQ8, kv_head: int) -> tuple:
@@ -70,28 +68,19 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
     "fast" flash_attn_single_q_q8_fast, the fastest numbered version (lesson 09); ``KERNELS`` lists
     them all. scale defaults to 1/sqrt(head_dim).
     trace=True (backend "neon" only) runs the traced build of the same kernel and returns
-    ``(out, lessonkit.trace.Trace)``: Q's codes, the block dots, and s, M, S, VKQ after every token.
-    """
-    check.kv_cache(cache)
-    q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = check.attention_call(cache, kv_head, scale)
-    if backend not in BACKENDS:
-        raise ValueError(tr(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}",
-                            f"backend 只能是 {', '.join(map(repr, BACKENDS))} 之一；你给的是 {backend!r}"))
-    if not isinstance(trace, bool):
-        raise TypeError(tr(f"trace must be True or False; got {trace!r}",
-                           f"trace 只能是 True 或 False；你给的是 {trace!r}"))
-    if trace:
+    ``(out, lessonkit.trace.Trace)``: Q's codes, the block dots, and s, M, S, VKQ after every token."""
+    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
+    check.one_of("backend", backend, BACKENDS)
+    out = np.empty(cache.head_dim, np.float32)
+    if check.flag("trace", trace):
         if backend != "neon":
             raise ValueError(tr(f"trace=True records the compiled kernel: use backend='neon', not {backend!r}",
                                 f"trace=True 记录的是编译出来的内核：请用 backend='neon'，而不是 {backend!r}"))
-        out = np.empty(cache.head_dim, np.float32)
-        return out, run_traced(out, q, cache, kv_head, scale)
+        return out, _traced(out, q, cache, kv_head, scale)
     if backend == "numpy":
         return kernel_math(q, cache, kv_head, scale)
+    return call_kernel(*native.load(), out, q, cache, kv_head, scale, KERNELS[backend])
 
-    ffi, lib = native.load()
-    return call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, KERNELS[backend])
 
 
 # ----------------------------------------------------------------------------- GQA in one scan
@@ -115,9 +104,8 @@ def attend_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | 
     ``[G, head_dim]``, 1 <= G <= 8) that share kv head ``kv_head``, in one call of
     flash_attn_group_q8_neon: each K and V row is read once for all G. Row g equals
     ``lk.attend(qs[g], cache, kv_head)`` up to float rounding."""
-    check.kv_cache(cache)
+    kv_head, scale = attention_call(cache, kv_head, scale)
     qs = group_queries(qs, cache)
-    kv_head, scale = check.attention_call(cache, kv_head, scale)
     ffi, lib = native.load()
     out = np.empty(qs.shape, np.float32)
     lib.flash_attn_group_q8_neon(out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head),
@@ -130,21 +118,13 @@ def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str 
                scale: float | None = None, out: np.ndarray | None = None, cores: str | None = None) -> float:
     """Median ns for all G query heads of ``qs``: variant "group" one flash_attn_group_q8_neon call,
     "per_head" G calls of flash_attn_single_q_q8_neon (the engine's way), "per_head_fast" G calls of
-    flash_attn_single_q_q8_fast (the fair peer of the grouped scan, built on the same steps); the call loop runs in C
-    (native/fa_timing.c), like ``lessonkit.timing.time_kernel``, with its caps and its pinning to
-    one core type (``cores``). ``out`` (float32 ``[G, head_dim]``, optional) receives what the timed
-    calls computed, so that a test can check it."""
-    check.kv_cache(cache)
+    flash_attn_single_q_q8_fast (the fair peer of the grouped scan, built on the same steps). The call
+    loop runs in C (native/fa_timing.c) with ``lessonkit.timing``'s caps, pinned to one core type
+    (``cores``). ``out`` (float32 ``[G, head_dim]``, optional) receives what the timed calls computed."""
+    kv_head, scale = attention_call(cache, kv_head, scale)
     qs = group_queries(qs, cache)
-    kv_head, scale = check.attention_call(cache, kv_head, scale)
-    if variant not in GROUP_VARIANTS:
-        raise ValueError(tr(f"variant must be one of {', '.join(map(repr, GROUP_VARIANTS))}; got {check.short(variant)}",
-                            f"variant 只能是 {', '.join(map(repr, GROUP_VARIANTS))} 之一；你给的是 {check.short(variant)}"))
-    repeats, number, min_repeat_s = timing.check_counts(repeats, number, min_repeat_s)
-    if out is None:
-        out = np.empty(qs.shape, np.float32)
-    else:
-        out = check.float32_array("out", out, qs.shape, writable=True)
+    check.one_of("variant", variant, GROUP_VARIANTS)
+    out = np.empty(qs.shape, np.float32) if out is None else check.float32_array("out", out, qs.shape, writable=True)
     plan = env.timing_cores(cores)
     ffi, lib = native.load()
     args = (out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head), cache.head_dim, scale, qs.shape[0])

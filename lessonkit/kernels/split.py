@@ -1,48 +1,92 @@
-"""Split-KV (introduced in lesson 08), beside ``lessonkit.kernels.attention``.
+"""Split-KV (introduced in lesson 08): the partial state of a run of tokens, its merge, and the
+split over threads.
+
+**Partial states and their merge.** After any run of tokens the online softmax holds an
+unnormalized state: M (the largest score seen), S (the sum of exp(s - M)) and acc (the sum of
+exp(s - M) * v). Two states of disjoint runs merge into the state of both, as Flash-Decoding (2023)
+merges its split-KV partial results:
+
+    M = max(M1, M2),  S = S1 e^(M1 - M) + S2 e^(M2 - M),  acc = acc1 e^(M1 - M) + acc2 e^(M2 - M),
+    out = acc / S.
+
+The merge runs in Python, in float64, once per chunk on head_dim values (nothing next to the scan of
+thousands of tokens); lessons 05 and 08 use this one implementation. The C test
+(native/tests/test_kernel.c) has its own merge, written from the same formula.
 
 **Split-KV** (``attend_split``, ``attend_chunks``): the engine has no split over the KV of one long
 sequence. ``flash_attn_partial_q8_neon`` (native/flash_attn_q8_partial.c) runs the single pass over
-a token range and returns its unnormalized state (M, S, VKQ) instead of the output; chunks run in
-parallel on threads (cffi releases the GIL during a C call) and their states are merged as
-Flash-Decoding (2023) does. The merge is ``lessonkit.streaming.merge``, lesson 05's, in Python:
-it runs once per chunk on head_dim values (nothing next to the scan of thousands of tokens), in
-float64, and it keeps one tested implementation of the formula for lessons 05 and 08. The C test
-(native/tests/test_kernel.c) has its own merge, written from the same formula.
-
-The threads: one pool for the whole process, ``POOL_WORKERS = os.cpu_count() - 1`` workers plus
-the calling thread, so never more threads than cores; a call asking for more threads than the
-cores this process may use runs on as many as there are (``usable_cores()``). The pool's threads
-start on first use and end at interpreter exit, or at ``shutdown_pool()``.
-
-Every argument is checked in Python before any call into C (``lessonkit.validate``); the timing
-helpers are bounded like ``lessonkit.timing``'s and run pinned to one core type
-(``lessonkit.env.pinned``)."""
+a token range and returns its state instead of the output; chunks run in parallel on threads (cffi
+releases the GIL during a C call) and their states are merged. One pool serves the whole process:
+``POOL_WORKERS = os.cpu_count() - 1`` workers plus the calling thread, never more threads than the
+cores this process may use (``usable_cores()``); it ends at interpreter exit or ``shutdown_pool()``."""
 from __future__ import annotations
 
 import atexit
 import concurrent.futures
 import itertools
+import math
 import os
 import threading
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import reduce
 
 import numpy as np
 
-from .. import env, native
-from .. import timing
+from .. import env, native, timing
 from .. import validate as check
-from ..cache import KVCacheQ8
+from ..cache import KVCacheQ8, attention_args
 from ..language import tr
-from ..streaming import Partial, finish, merge_all
 from .attention import kernel_inputs, out_buffer
 
 MAX_CHUNKS = 1 << 16  # chunks of one split call: each is a Python object and one merge step
 MAX_CAPACITY_THREADS = 64  # threads parallel_capacity starts (each a real thread, started per repeat)
 
 
-# ----------------------------------------------------------------------------- checks
+# ----------------------------------------------------------------------------- partial states
+
+@dataclass(frozen=True)
+class Partial:
+    """The unnormalized online-softmax state of a run of tokens."""
+    M: float          # the largest score of the run (-inf for no token)
+    S: float          # sum over the run of exp(s - M)
+    acc: np.ndarray   # float64 [head_dim]: sum over the run of exp(s - M) * v
+    n_tokens: int
+
+
+def empty(head_dim: int) -> Partial:
+    """The state of no token: merging it changes nothing."""
+    return Partial(-math.inf, 0.0, np.zeros(head_dim), 0)
+
+
+def merge(a: Partial, b: Partial) -> Partial:
+    """The state of the tokens of ``a`` and of ``b`` together (Flash-Decoding's merge), in float64.
+    Order does not matter: merge(a, b) == merge(b, a)."""
+    if a.acc.shape != b.acc.shape:
+        raise ValueError(f"states of different head_dim: {a.acc.shape} and {b.acc.shape}")
+    M = max(a.M, b.M)
+    if M == -math.inf:  # both empty
+        return Partial(M, 0.0, np.zeros_like(a.acc), a.n_tokens + b.n_tokens)
+    wa, wb = math.exp(a.M - M), math.exp(b.M - M)
+    return Partial(M, a.S * wa + b.S * wb, a.acc * wa + b.acc * wb, a.n_tokens + b.n_tokens)
+
+
+def merge_all(parts) -> Partial:
+    """Merge a sequence of states, left to right."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError(tr("no state to merge", "没有可合并的状态"))
+    return reduce(merge, parts)
+
+
+def finish(state: Partial) -> np.ndarray:
+    """The attention output acc / S as float32 (zeros where S is 0, like the kernel's guard)."""
+    out = state.acc / state.S if state.S > 0 else np.zeros_like(state.acc)
+    return out.astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- chunk boundaries
 
 def split_points(seq_len: int, n_chunks: int) -> list[int]:
     """The chunk boundaries ``[0, b1, ..., seq_len]`` of ``n_chunks`` chunks of (nearly) equal size.
@@ -58,14 +102,14 @@ def split_points(seq_len: int, n_chunks: int) -> list[int]:
     return [seq_len * j // n_chunks for j in range(n_chunks + 1)]
 
 
-def _check_bounds(bounds, seq_len: int) -> list[int]:
-    """[0, *bounds, seq_len] after checking that every chunk holds at least one token."""
+def chunk_bounds(bounds, seq_len: int) -> list[int]:
+    """[0, *bounds, seq_len] after checking that every chunk holds at least one token (at most
+    MAX_CHUNKS chunks, counted before a long or endless iterable is read to its end)."""
     if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__iter__"):
         raise TypeError(tr(f"bounds must be a sequence of split points; got {type(bounds).__name__}",
                            f"bounds 必须是切分点的序列；实际是 {type(bounds).__name__}"))
     if isinstance(bounds, np.ndarray):
         bounds = check.base_array("bounds", bounds)
-    # at most MAX_CHUNKS - 1 points, counted before a long (or endless) iterable is read to its end
     inner = list(itertools.islice(bounds, MAX_CHUNKS))
     if len(inner) >= MAX_CHUNKS:
         raise ValueError(tr(f"bounds holds {MAX_CHUNKS} split points or more: above the cap of {MAX_CHUNKS} "
@@ -89,42 +133,56 @@ def _check_bounds(bounds, seq_len: int) -> list[int]:
 def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: int,
             scale: float | None = None) -> Partial:
     """The unnormalized state (M, S, acc) of tokens ``[t_begin, t_end)`` for query ``q``, from one
-    call of flash_attn_partial_q8_neon (a ``lessonkit.streaming.Partial``; acc in float64)."""
-    check.kv_cache(cache)
-    q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = check.attention_call(cache, kv_head, scale)
+    call of flash_attn_partial_q8_neon (acc in float64)."""
+    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
     t_begin = check.integer("t_begin", t_begin, minimum=0)
     t_end = check.integer("t_end", t_end, below=cache.seq_len + 1)
     if t_end <= t_begin:
         raise ValueError(tr(f"the range [{t_begin}, {t_end}) holds no token: t_end must be above t_begin",
                             f"区间 [{t_begin}, {t_end}) 里没有 token：t_end 必须大于 t_begin"))
-    ffi, lib = native.load()
-    return _run_chunks(ffi, lib, q, cache, kv_head, scale, [t_begin, t_end], 1)[0]
+    return _run_chunks(q, cache, kv_head, scale, [t_begin, t_end], 1)[0]
 
 
-def _run_chunks(ffi, lib, q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
+def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threads: int = 1,
+                  scale: float | None = None) -> tuple[np.ndarray, list[Partial]]:
+    """Split the tokens before each index of ``bounds`` (strictly increasing, strictly between 0 and
+    seq_len; at most MAX_CHUNKS chunks), compute every chunk's state with flash_attn_partial_q8_neon
+    on up to ``n_threads`` threads, merge the states in order and divide.
+    Returns (output float32 ``[head_dim]``, the chunks' states)."""
+    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
+    cuts = chunk_bounds(bounds, cache.seq_len)
+    parts = _run_chunks(q, cache, kv_head, scale, cuts, check.integer("n_threads", n_threads, minimum=1))
+    return finish(merge_all(parts)), parts
+
+
+def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n_threads: int,
+                 scale: float | None = None) -> np.ndarray:
+    """Attention output float32 ``[head_dim]`` of query ``q`` over kv head ``kv_head``, with the
+    tokens cut into ``n_chunks`` chunks of (nearly) equal size (1 <= n_chunks <= seq_len, at most
+    MAX_CHUNKS) run on ``n_threads`` threads (>= 1; more than ``usable_cores()`` runs on that many)
+    and merged: equal to ``lk.attend(q, cache, kv_head)`` up to float rounding."""
+    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
+    cuts = split_points(cache.seq_len, n_chunks)
+    n_threads = check.integer("n_threads", n_threads, minimum=1)
+    return finish(merge_all(_run_chunks(q, cache, kv_head, scale, cuts, n_threads)))
+
+
+def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
     """Each chunk [cuts[j], cuts[j+1]) through flash_attn_partial_q8_neon, on up to n_threads
-    threads (at most the usable cores); arguments already checked. Each chunk writes its own
-    output buffers."""
+    threads (the calling thread one of them); each chunk writes its own output buffers."""
+    ffi, lib = native.load()
     n = len(cuts) - 1
     vkq = np.empty((n, cache.head_dim), np.float32)
     ms, ss = ffi.new("float[]", n), ffi.new("float[]", n)
-    # the kernel's arguments, with the token range of each chunk in place of seq_len
     qbuf, k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(ffi, q, cache, kv_head)
     rows = [out_buffer(ffi, vkq[j]) for j in range(n)]
     stop = threading.Event()
-
-    def run(j: int) -> None:
-        lib.flash_attn_partial_q8_neon(rows[j], ms + j, ss + j, qbuf, k, v, ks, vs, cuts[j], cuts[j + 1],
-                                       kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
-
-    # The calling thread is one of the n_threads: it takes chunks like the pool's workers instead of
-    # sitting idle until they are done, so 2 threads need only one worker.
     next_chunk = itertools.count()  # next() on it is atomic under the GIL: each chunk runs once
 
     def worker() -> None:
         while not stop.is_set() and (j := next(next_chunk)) < n:
-            run(j)
+            lib.flash_attn_partial_q8_neon(rows[j], ms + j, ss + j, qbuf, k, v, ks, vs, cuts[j], cuts[j + 1],
+                                           kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
 
     helpers = []
     for _ in range(min(n_threads, n, usable_cores()) - 1):
@@ -135,8 +193,8 @@ def _run_chunks(ffi, lib, q, cache, kv_head, scale, cuts, n_threads) -> list[Par
     try:
         worker()
     finally:
-        # Whatever happened here (an error, Ctrl-C between two chunks), no helper may still be
-        # writing into this call's buffers, or reading the cache, once the call has returned.
+        # whatever happened (an error, Ctrl-C between two chunks), no helper may still write into
+        # this call's buffers, or read the cache, once the call has returned
         stop.set()
         concurrent.futures.wait(helpers)
     for h in helpers:
@@ -161,9 +219,8 @@ def usable_cores() -> int:
 
 
 def _pool() -> ThreadPoolExecutor:
-    """The process's one pool of POOL_WORKERS threads, started on first use: starting threads on
-    every call would cost more than a chunk of a few thousand tokens, and a pool per n_threads
-    would add threads with every new n_threads a student tries."""
+    """The process's one pool, started on first use: starting threads on every call would cost more
+    than a chunk of a few thousand tokens."""
     with _pool_lock:
         if not _pool_now:
             _pool_now.append(ThreadPoolExecutor(max(1, POOL_WORKERS), thread_name_prefix="lessonkit-split"))
@@ -181,76 +238,17 @@ def shutdown_pool() -> None:
         p.shutdown(wait=True)
 
 
-def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threads: int = 1,
-                  scale: float | None = None) -> tuple[np.ndarray, list[Partial]]:
-    """Split the tokens before each index of ``bounds`` (strictly increasing, strictly between 0 and
-    seq_len: no chunk may be empty; at most MAX_CHUNKS chunks), compute every chunk's state with
-    flash_attn_partial_q8_neon on up to ``n_threads`` threads (at most ``usable_cores()``), merge
-    the states in order (lessonkit.streaming.merge) and divide.
-    Returns (output float32 ``[head_dim]``, the chunks' states)."""
-    check.kv_cache(cache)
-    q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = check.attention_call(cache, kv_head, scale)
-    cuts = _check_bounds(bounds, cache.seq_len)
-    n_threads = check.integer("n_threads", n_threads, minimum=1)
-    ffi, lib = native.load()
-    parts = _run_chunks(ffi, lib, q, cache, kv_head, scale, cuts, n_threads)
-    return finish(merge_all(parts)), parts
-
-
-def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n_threads: int,
-                 scale: float | None = None) -> np.ndarray:
-    """Attention output float32 ``[head_dim]`` of query ``q`` over kv head ``kv_head``, with the
-    tokens cut into ``n_chunks`` chunks of (nearly) equal size (1 <= n_chunks <= seq_len, at most
-    MAX_CHUNKS) run on ``n_threads`` threads (>= 1; more than ``usable_cores()`` runs on that many)
-    and merged: equal to ``lk.attend(q, cache, kv_head)`` up to float rounding."""
-    check.kv_cache(cache)
-    q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = check.attention_call(cache, kv_head, scale)
-    cuts = split_points(cache.seq_len, n_chunks)
-    n_threads = check.integer("n_threads", n_threads, minimum=1)
-    ffi, lib = native.load()
-    return finish(merge_all(_run_chunks(ffi, lib, q, cache, kv_head, scale, cuts, n_threads)))
-
-
 # ----------------------------------------------------------------------------- timing
-
-def _refuse_long(what: str, repeats: int, number: int, call_s: float, calls_per_repeat: float = 1.0) -> None:
-    """ValueError when repeats x number calls of call_s seconds would pass timing.MAX_SECONDS."""
-    need = repeats * number * call_s * calls_per_repeat
-    if need > timing.MAX_SECONDS:
-        fit = int(timing.MAX_SECONDS // (repeats * call_s * calls_per_repeat))
-        raise ValueError(tr(f"{repeats} repeats x {number} {what} of about {call_s * 1e3:.3g} ms would take about "
-                            f"{need:.0f} s, above the cap of {timing.MAX_SECONDS:g} s per timing call; use "
-                            + (f"number <= {fit}" if fit >= 1 else "fewer repeats or a shorter cache"),
-                            f"{repeats} 次重复 × {number} {what}（每次约 {call_s * 1e3:.3g} ms）大约要 {need:.0f} s，"
-                            f"超过每次计时调用 {timing.MAX_SECONDS:g} s 的上限；请用 "
-                            + (f"number <= {fit}" if fit >= 1 else "更少的重复次数或更短的缓存")))
-
-
-def _stopped_early(done: int, repeats: int) -> None:
-    warnings.warn(tr(f"timing stopped after {done} of {repeats} repeats at the cap of {timing.MAX_SECONDS:g} s: "
-                     "the machine ran slower than the warm-up call said",
-                     f"计时在 {repeats} 次重复中的第 {done} 次后停止，到了 {timing.MAX_SECONDS:g} s 的上限："
-                     "机器跑得比预热调用显示的慢"), RuntimeWarning, stacklevel=3)
-
 
 def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threads: int = 2,
                       number: int = 20, repeats: int = 5, cores: str | None = None) -> float:
     """How many times more kernel calls per second ``n_threads`` threads complete than one thread,
-    each thread running ``number`` calls of flash_attn_single_q_q8_neon over ``cache`` in a C loop
-    (fa_time_calls): what the machine offers for parallel work right now. About n_threads on free
-    cores when ``cache`` fits in the caches (no memory limit); less when another program, or the
-    host of a virtual machine, takes a core. The median of ``repeats`` measurements, each timing 1
-    and then n_threads threads. Lesson 08 prints it beside the split-KV timings.
-
-    Runs pinned to one core type (``cores``, as in ``lessonkit.timing.time_kernel``): on the
-    RK3588, 2 threads on the A76 cores. At most MAX_CAPACITY_THREADS threads, ``number`` up to
-    ``lessonkit.timing.MAX_CALLS``; the warm-up call measures what the calls cost, and a run that
-    would take more than ``lessonkit.timing.MAX_SECONDS`` is refused."""
-    check.kv_cache(cache)
-    q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = check.attention_call(cache, kv_head, None)
+    each running ``number`` calls of flash_attn_single_q_q8_neon in a C loop (fa_time_calls): what
+    the machine offers for parallel work right now (about n_threads on free cores; less when another
+    program, or a virtual machine's host, takes a core). The median of ``repeats`` measurements,
+    pinned to one core type (``cores``, as in ``lessonkit.timing.time_kernel``). At most
+    MAX_CAPACITY_THREADS threads and the caps of ``lessonkit.timing``. Lesson 08."""
+    q, kv_head, scale = attention_args(q, cache, kv_head, None)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
     check.at_most("n_threads", n_threads, MAX_CAPACITY_THREADS, "threads started per measurement")
     repeats, number, _ = timing.check_counts(repeats, number, 0.0)
@@ -259,9 +257,8 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
     outs = np.empty((n_threads, cache.head_dim), np.float32)
     qbuf, *kargs = kernel_inputs(ffi, q, cache, kv_head)
 
-    def calls(j: int) -> None:
-        lib.fa_time_calls(0, number, out_buffer(ffi, outs[j]), qbuf,
-                          *kargs, cache.head_dim, scale)
+    def calls(j: int, n: int = number) -> float:
+        return lib.fa_time_calls(0, n, out_buffer(ffi, outs[j]), qbuf, *kargs, cache.head_dim, scale)
 
     def wall(k: int) -> float:
         """Seconds until k threads, started together, have each run their calls."""
@@ -274,17 +271,28 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
         return time.perf_counter() - t0
 
     with env.pinned(plan):
-        # a probe of one call first: the warm-up below already runs `number` calls
-        call_s = lib.fa_time_calls(0, 1, out_buffer(ffi, outs[0]), qbuf,
-                                   *kargs, cache.head_dim, scale) * 1e-9
+        call_s = calls(0, 1) * 1e-9  # a probe of one call
         # one measurement: 1 thread, then n_threads (on one core at worst: n_threads times as long)
-        _refuse_long(tr(f"calls per thread (1, then {n_threads} threads)", f"次每线程调用（先 1 个线程，再 {n_threads} 个）"), repeats, number, call_s, 2 + n_threads)
+        _refuse_long(repeats, number, call_s, 2 + n_threads)
         calls(0)  # warm: the cache's rows in this machine's caches
         deadline = time.perf_counter() + timing.MAX_SECONDS
         ratios = []
         for i in range(repeats):
             ratios.append(n_threads * wall(1) / wall(n_threads))
             if i + 1 < repeats and time.perf_counter() > deadline:
-                _stopped_early(i + 1, repeats)
+                timing.stopped_early(i + 1, repeats)
                 break
     return float(np.median(ratios))
+
+
+def _refuse_long(repeats: int, number: int, call_s: float, calls_per_repeat: float) -> None:
+    """ValueError when repeats x number calls of call_s seconds would pass timing.MAX_SECONDS."""
+    need = repeats * number * call_s * calls_per_repeat
+    if need > timing.MAX_SECONDS:
+        fit = int(timing.MAX_SECONDS // (repeats * call_s * calls_per_repeat))
+        raise ValueError(tr(f"{repeats} repeats x {number} calls per thread of about {call_s * 1e3:.3g} ms would "
+                            f"take about {need:.0f} s, above the cap of {timing.MAX_SECONDS:g} s per timing call; use "
+                            + (f"number <= {fit}" if fit >= 1 else "fewer repeats or a shorter cache"),
+                            f"{repeats} 次重复 × 每线程 {number} 次调用（每次约 {call_s * 1e3:.3g} ms）大约要 "
+                            f"{need:.0f} s，超过每次计时调用 {timing.MAX_SECONDS:g} s 的上限；请用 "
+                            + (f"number <= {fit}" if fit >= 1 else "更少的重复次数或更短的缓存")))

@@ -1,0 +1,522 @@
+"""Compiling the C kernel for this machine (introduced in lesson 00): the flags per CPU, the build
+key, the compiler's run and its messages as a student should read them. ``lessonkit.native`` checks
+and loads what is compiled here.
+
+Why our own compiler call instead of cffi's setuptools build: a student edits ``native/*.c`` and
+re-runs a cell, so we need (1) the compiler's messages captured and shown in the notebook, (2) a new
+file name for every version of the source, because a library loaded into a process is never
+unloaded, and (3) the exact flags per CPU, including a ``-O0 -g`` build that gdb can step through.
+The sources are read once into memory, hashed, and compiled from a private copy of those bytes, so a
+file saved during a build cannot slip in under the old hash; the hash includes the compiler, the
+flags and what ``-march=native`` resolved to on this CPU, so a checkout moved to another machine
+rebuilds instead of dying of SIGILL."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import numbers
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .language import tr
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+NATIVE_DIR = REPO_DIR / "native"
+HEADER = "flash_attn_q8.h"
+COMPILE_TIMEOUT_S = 300.0
+MAX_ERRORS_SHOWN = 3     # compiler errors shown in a BuildError: the first one is the one to fix
+
+# Build-time tunables of native/ and the values they may take. FA_TILE sizes arrays on the stack
+# (0 would never advance the token loop); FA_PREFETCH is added to a token index in C int.
+DEFINES = {"FA_TILE": (1, 256), "FA_PREFETCH": (0, 1024)}
+
+
+class BuildError(RuntimeError):
+    """The C sources did not compile (the message starts with the compiler's first error), or
+    the build could not run at all (no compiler, no SIMDe headers, a folder that cannot be
+    written); the message says what to do."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a traceback: the student reads the compiler's first error
+        # first, not twenty lines of library frames above it.
+        return [*str(self).splitlines(), f"({type(self).__module__.split('.')[0]}.{type(self).__name__})"]
+
+
+class KernelCheckError(BuildError):
+    """A new build compiled but failed its check in a child process: it crashed (the signal is
+    named), did not finish in time, or computed a wrong result (which one, by how much). It was
+    not loaded; what was loaded before keeps working."""
+
+
+class BuildWarning(UserWarning):
+    """The C sources compiled, with compiler warnings (shown once per process and library)."""
+
+
+# ----------------------------------------------------------------------------- what to compile
+
+def compiler() -> str:
+    """The C compiler: $CC if set, else cc."""
+    cc = os.environ.get("CC", "cc")
+    if not cc.strip():
+        raise BuildError(tr("CC is set to an empty string, so there is no compiler to call. Unset it "
+                            "(`unset CC` in the shell, or `os.environ.pop('CC')` in the notebook) or set "
+                            "it to a compiler such as cc, gcc or clang.",
+                            "CC 被设成了空字符串，所以没有编译器可调用。请取消它（在 shell 里 `unset CC`，"
+                            "或在 notebook 里 `os.environ.pop('CC')`），或把它设成一个编译器，比如 cc、gcc 或 clang。"))
+    if shutil.which(cc.split()[0]) is None:
+        raise BuildError(tr(
+            f"No C compiler found (looked for {cc!r}). Install one: Debian/Ubuntu "
+            "`sudo apt install build-essential`, macOS `xcode-select --install`, conda "
+            "`conda install -c conda-forge c-compiler`.",
+            f"找不到 C 编译器（找的是 {cc!r}）。请装一个：Debian/Ubuntu 用 "
+            "`sudo apt install build-essential`，macOS 用 `xcode-select --install`，conda 用 "
+            "`conda install -c conda-forge c-compiler`。"))
+    return cc
+
+
+def _cpu_has_dotprod() -> bool:
+    """ARMv8.2 dot product (sdot): 'asimddp' in /proc/cpuinfo on Linux, FEAT_DotProd on macOS.
+    ``LESSONKIT_DOTPROD=1`` or ``=0`` overrides the detection (emulators and containers whose
+    /proc/cpuinfo is not the CPU's: ``make build DOTPROD=0``)."""
+    forced = os.environ.get("LESSONKIT_DOTPROD", "").strip()
+    if forced:
+        if forced not in ("0", "1"):
+            raise BuildError(tr(f"LESSONKIT_DOTPROD must be 1 (build with sdot) or 0 (without); got {forced!r}",
+                                f"LESSONKIT_DOTPROD 必须是 1（用 sdot 构建）或 0（不用）；现在是 {forced!r}"))
+        return forced == "1"
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_DotProd"],
+                                 capture_output=True, text=True, check=False).stdout.strip()
+        except OSError:
+            out = ""
+        # macOS 11 has no FEAT_* keys; every Apple Silicon chip (M1 and later) has the dot product
+        return out == "1" if out in ("0", "1") else platform.machine() == "arm64"
+    try:
+        return "asimddp" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def simde_include_dir() -> Path | None:
+    """Where SIMDe's headers are: pip's cmeel-simde, conda's simde, or the system's."""
+    candidates = []
+    if os.environ.get("SIMDE_INCLUDE_DIR"):
+        candidates.append(Path(os.environ["SIMDE_INCLUDE_DIR"]))
+    for key in ("purelib", "platlib"):
+        candidates.append(Path(sysconfig.get_paths()[key]) / "cmeel.prefix" / "include")
+    for prefix in (sys.prefix, os.environ.get("CONDA_PREFIX")):
+        if prefix:
+            candidates.append(Path(prefix) / "include")
+    candidates += [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")]
+    for c in candidates:
+        if (c / "simde" / "arm" / "neon.h").is_file():
+            return c
+    return None
+
+
+def is_arm64() -> bool:
+    return platform.machine().lower() in ("aarch64", "arm64")
+
+
+# aarch64's two paths: with the dot-product instruction (sdot), or the plain NEON fallback
+AARCH64_MARCH = {True: "-march=armv8.2-a+dotprod", False: "-march=armv8-a"}
+
+
+def arch_flags(dotprod: bool | None = None) -> list[str]:
+    """Flags that pick the kernel's path on this CPU.
+
+    aarch64: real NEON, with ``sdot`` where the CPU has it (``dotprod=False`` forces the fallback).
+    Elsewhere: SIMDe's portable NEON, with the host's vector units (``-march=native``)."""
+    if is_arm64():
+        if dotprod is None:
+            dotprod = _cpu_has_dotprod()
+        return [AARCH64_MARCH[bool(dotprod)]]
+    inc = simde_include_dir()
+    if inc is None:
+        raise BuildError(tr(
+            "SIMDe headers not found: on this CPU the NEON intrinsics are compiled through SIMDe. "
+            "Install them with `pip install cmeel-simde` (done by `make lab`), "
+            "`conda install -c conda-forge simde`, or `sudo apt install libsimde-dev`; "
+            "or point SIMDE_INCLUDE_DIR at the folder that holds simde/.",
+            "找不到 SIMDe 的头文件：在这种 CPU 上，NEON intrinsics 要经过 SIMDe 编译。"
+            "请用 `pip install cmeel-simde`（`make lab` 会做这一步）、"
+            "`conda install -c conda-forge simde` 或 `sudo apt install libsimde-dev` 安装；"
+            "或者让 SIMDE_INCLUDE_DIR 指向包含 simde/ 的文件夹。"))
+    flags = [f"-I{inc}"]
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        flags.append("-march=native")
+    return flags
+
+
+def check_defines(defines: dict | None) -> dict:
+    """Build defines as ``{name: int}``, each within its stated range (``DEFINES``); raises
+    ValueError/TypeError before anything is compiled."""
+    if defines is None:
+        return {}
+    if not isinstance(defines, dict):
+        raise TypeError(tr(f"defines must be a dict such as {{'FA_PREFETCH': 0}}; got {type(defines).__name__}",
+                           f"defines 应是一个 dict，比如 {{'FA_PREFETCH': 0}}；你给的是 {type(defines).__name__}"))
+    checked = {}
+    for name, value in defines.items():
+        if name not in DEFINES:
+            known = ", ".join(f"{n} ({lo}..{hi})" for n, (lo, hi) in DEFINES.items())
+            raise ValueError(tr(f"unknown build define {name!r}; the tunables of native/ are {known}",
+                                f"未知的构建宏 {name!r}；native/ 可调的宏是 {known}"))
+        lo, hi = DEFINES[name]
+        value = value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+            # a -D value goes into C source text: an int, nothing else
+            raise TypeError(tr(f"{name} must be an int; got {type(value).__name__} {value!r:.60}",
+                               f"{name} 必须是 int；收到的是 {type(value).__name__} {value!r:.60}"))
+        value = int(value)
+        if not lo <= value <= hi:
+            raise ValueError(tr(f"{name} must be between {lo} and {hi}; got {value}",
+                                f"{name} 必须在 {lo} 到 {hi} 之间；你给的是 {value}"))
+        checked[name] = value
+    return checked
+
+
+def sanitizer_flags() -> list[str]:
+    """``LESSONKIT_SANITIZE=address,undefined`` builds every library with those sanitizers
+    (``make test-asan-py``); the process must then preload the sanitizer runtime."""
+    value = os.environ.get("LESSONKIT_SANITIZE", "").strip()
+    if not value:
+        return []
+    if not re.fullmatch(r"[a-z-]+(,[a-z-]+)*", value):
+        raise BuildError(tr(f"LESSONKIT_SANITIZE must look like 'address,undefined'; got {value!r}",
+                            f"LESSONKIT_SANITIZE 的格式应像 'address,undefined'；现在是 {value!r}"))
+    return [f"-fsanitize={value}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
+
+
+def compile_flags(debug: bool = False, dotprod: bool | None = None,
+                  defines: dict | None = None) -> list[str]:
+    """Every flag of a build, in order (without sources and output). ``defines`` become
+    ``-DNAME=VALUE``, e.g. ``{"FA_PREFETCH": 0}`` for a build without software prefetch."""
+    macros = [f"-D{name}={value}" for name, value in sorted(check_defines(defines).items())]
+    return [*language_flags(debug), "-shared", *macros, *arch_flags(dotprod), *sanitizer_flags()]
+
+
+def language_flags(debug: bool = False) -> list[str]:
+    """The flags of every build that do not depend on the CPU: C dialect, optimization, PIC,
+    warnings (also what lessonkit.cycles compiles the aarch64 assembly with)."""
+    opt = ["-O0", "-g", "-fno-omit-frame-pointer"] if debug else ["-O3"]
+    return ["-std=gnu11", *opt, "-fPIC", "-Wall"]
+
+
+# ----------------------------------------------------------------------------- the build key
+
+_identities: dict[tuple, bytes] = {}
+
+
+def _compiler_identity(cc: str, flags: list[str]) -> bytes:
+    """The compiler's version and every macro it predefines with these flags: with
+    ``-march=native`` that lists the CPU's features (__AVX512F__, __ARM_FEATURE_DOTPROD, ...),
+    so the build key changes when the checkout moves to another CPU. Cached per process."""
+    arch = tuple(f for f in flags if f.startswith(("-m", "-f")) or f.startswith("-std"))
+    key = (cc, arch)
+    if key not in _identities:
+        try:
+            version = subprocess.run([*cc.split(), "--version"], capture_output=True, text=True,
+                                     timeout=60).stdout
+            macros = subprocess.run([*cc.split(), *arch, "-dM", "-E", "-x", "c", os.devnull],
+                                    capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            raise BuildError(tr(f"Could not run the C compiler {cc!r}: {e}. Check that it is installed "
+                                "and runs from a terminal (`cc --version`).",
+                                f"无法运行 C 编译器 {cc!r}：{e}。请检查它已安装，并能在终端里运行"
+                                "（`cc --version`）。")) from None
+        _identities[key] = (version + "\0" + "\n".join(sorted(macros.splitlines()))).encode()
+    return _identities[key]
+
+
+def _read_sources(src_dir: Path) -> dict[str, bytes]:
+    """The bytes of every ``*.c`` and ``*.h`` of src_dir, read once: what gets hashed is what gets
+    compiled."""
+    try:
+        names = sorted(p.name for p in src_dir.iterdir() if p.suffix in (".c", ".h") and p.is_file())
+        return {name: (src_dir / name).read_bytes() for name in names}
+    except OSError as e:
+        raise BuildError(tr(f"Could not read the sources in {src_dir}: {e.strerror or e}. "
+                            "Check that the folder exists and is readable.",
+                            f"无法读取 {src_dir} 里的源码：{e.strerror or e}。请检查这个文件夹存在并且可读。")) from None
+
+
+def _fingerprint(src_dir: Path) -> tuple:
+    """Cheap change detection: name, size and mtime of each source and header (one directory
+    scan: load() runs it before every kernel call)."""
+    try:
+        with os.scandir(src_dir) as entries:
+            files = [(e.name, e.stat()) for e in entries if e.name.endswith((".c", ".h")) and e.is_file()]
+    except OSError:
+        return ()
+    return tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in files))
+
+
+def _build_key(sources: dict[str, bytes], cc: str, flags: list[str], extra: dict[str, bytes]) -> str:
+    """A hash of everything that changes the binary: the source bytes, flags, compiler, CPU."""
+    h = hashlib.sha256()
+    h.update(_compiler_identity(cc, flags))
+    h.update("\0".join(flags).encode())
+    for name, data in [*sorted(sources.items()), *sorted(extra.items())]:
+        h.update(name.encode() + b"\0" + data + b"\0")
+    return h.hexdigest()[:16]
+
+
+def build_dir_for(src_dir: Path) -> Path:
+    """Where builds of src_dir go: ``$LESSONKIT_BUILD_DIR`` if set, else ``.build/`` beside it."""
+    env = os.environ.get("LESSONKIT_BUILD_DIR", "").strip()
+    return Path(env).resolve() if env else src_dir.parent / ".build"
+
+
+def build_program(main_source: Path | str, flags: list[str], stem: str,
+                  src_dir: Path | str | None = None) -> Path:
+    """Compile an executable from ``main_source`` and ``native/*.c`` with exactly ``flags``
+    (e.g. the valgrind driver of lessonkit.traffic, built without AVX-512); cached like build().
+    It runs in its own process, never in this one, so it is not checked like a library."""
+    src_dir = _native_dir(src_dir)
+    main_source = Path(main_source).resolve()
+    try:
+        main = {main_source.name: main_source.read_bytes()}
+    except OSError as e:
+        raise BuildError(tr(f"Could not read {main_source}: {e.strerror or e}",
+                            f"无法读取 {main_source}：{e.strerror or e}")) from None
+    cc = compiler()
+    flags = ["-std=gnu11", *flags]
+    sources = _read_sources(src_dir)
+    key = _build_key(sources, cc, flags, {"main:" + k: v for k, v in main.items()})
+    out = build_dir_for(src_dir) / f"{stem}_{key}"
+    if out.is_file() and os.access(out, os.X_OK) and out.stat().st_size > 0:
+        return out
+    with _workspace(build_dir_for(src_dir)) as work:
+        tmp_src = _write_copy(work, src_dir.name, {**sources, **main})
+        tmp_out = work / "program"
+        _run_compiler(cc, flags, tmp_src, [tmp_src / main_source.name, *_c_files(tmp_src, sources)],
+                      tmp_out, src_dir)
+        _publish(tmp_out, out)
+    return out
+
+
+def _native_dir(src_dir) -> Path:
+    src_dir = Path(src_dir or NATIVE_DIR).resolve()
+    if not (src_dir / HEADER).is_file():
+        raise BuildError(tr(f"{src_dir} has no {HEADER}: is this the workbook's native/ folder?",
+                            f"{src_dir} 里没有 {HEADER}：这是本项目的 native/ 文件夹吗？"))
+    return src_dir
+
+
+def _c_files(folder: Path, sources: dict[str, bytes]) -> list[Path]:
+    return [folder / name for name in sorted(sources) if name.endswith(".c")]
+
+
+class _workspace:
+    """A private temporary folder inside the build folder, removed whatever happens."""
+
+    def __init__(self, build_dir: Path):
+        self.build_dir = build_dir
+
+    def __enter__(self) -> Path:
+        try:
+            self.build_dir.mkdir(parents=True, exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix="tmp-", dir=self.build_dir))
+        except OSError as e:
+            raise _os_error(e, self.build_dir) from None
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _os_error(e: OSError, build_dir: Path) -> BuildError:
+    """An OS error of the build as a BuildError that says what to do."""
+    if e.errno == errno.ENOSPC:
+        what = tr("the disk is full. Free some space (`make clean` removes old builds) and run the cell again.",
+                  "磁盘满了。请腾出一些空间（`make clean` 会删掉旧的构建），再运行这个单元。")
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        what = tr("this folder cannot be written (a read-only checkout?). Make it writable, or set "
+                  "LESSONKIT_BUILD_DIR to a folder you can write, e.g. "
+                  "`os.environ['LESSONKIT_BUILD_DIR'] = '/tmp/lessonkit-build'`.",
+                  "这个文件夹不能写（只读的检出？）。请让它可写，或者把 LESSONKIT_BUILD_DIR "
+                  "设成一个你能写的文件夹，例如 `os.environ['LESSONKIT_BUILD_DIR'] = '/tmp/lessonkit-build'`。")
+    elif e.errno == errno.ENOENT:
+        what = tr("a file or folder disappeared during the build (did `make clean` run at the same "
+                  "time?). Run the cell again.",
+                  "构建途中有文件或文件夹不见了（是不是同时运行了 `make clean`？）。请再运行一次这个单元。")
+    else:
+        what = tr("see the error above; run the cell again once it is fixed.",
+                  "见上面的错误；改好后再运行这个单元。")
+    return BuildError(tr(f"Could not build in {build_dir}: {e.strerror or e} ({type(e).__name__}): {what}",
+                         f"无法在 {build_dir} 里构建：{e.strerror or e}（{type(e).__name__}）：{what}"))
+
+
+def _write_copy(work: Path, name: str, sources: dict[str, bytes]) -> Path:
+    folder = work / name
+    try:
+        folder.mkdir()
+        for fname, data in sources.items():
+            (folder / fname).write_bytes(data)
+    except OSError as e:
+        raise _os_error(e, work.parent) from None
+    return folder
+
+
+def _run_compiler(cc: str, flags: list[str], tmp_src: Path, sources: list[Path], out: Path,
+                  src_dir: Path) -> str:
+    """Compile; return the cleaned compiler warnings ('' if none), raise BuildError on errors."""
+    # Debug information names the real source folder, not the private copy, so that gdb and lldb
+    # list and break in the files the student reads.
+    prefix_map = [f"-fdebug-prefix-map={tmp_src}={src_dir}"]
+    base = [*cc.split(), *flags, *prefix_map, f"-I{tmp_src}"]
+    try:
+        proc = _compile_and_link(base, sources, out)
+    except subprocess.TimeoutExpired:
+        raise BuildError(tr(f"The compiler did not finish in {COMPILE_TIMEOUT_S:.0f} s; nothing new was "
+                            "loaded. Run the cell again; if it happens again, restart the machine's "
+                            "compiler jobs.",
+                            f"编译器 {COMPILE_TIMEOUT_S:.0f} s 内没有完成；没有载入任何新东西。请再运行一次这个单元；"
+                            "如果还是这样，请重启这台机器上的编译任务。")) from None
+    except OSError as e:
+        raise BuildError(tr(f"Could not run the C compiler {cc!r}: {e.strerror or e}. Check `cc --version` "
+                            "in a terminal.",
+                            f"无法运行 C 编译器 {cc!r}：{e.strerror or e}。请在终端里检查 `cc --version`。")) from None
+    text = clean_compiler_output(proc.stderr, tmp_src, src_dir.name)
+    if proc.returncode != 0:
+        if not tmp_src.is_dir():
+            raise BuildError(tr("The build folder was removed while the compiler ran (did `make clean` run "
+                                "at the same time?). Nothing new was loaded; run the cell again.",
+                                "编译器运行时构建文件夹被删掉了（是不是同时运行了 `make clean`？）。"
+                                "没有载入任何新东西；请再运行一次这个单元。"))
+        if "No space left on device" in proc.stderr:
+            raise _os_error(OSError(errno.ENOSPC, "No space left on device"), out.parent.parent)
+        raise BuildError(first_errors(text) + tr("\n\nThe C sources did not compile: fix the first error "
+                                                 "above and run the cell again. Nothing new was loaded; libraries "
+                                                 "loaded before keep working.",
+                                                 "\n\nC 源码没有编译通过：改好上面的第一个错误，再运行这个单元。"
+                                                 "没有载入任何新东西；之前载入的库照常可用。"))
+    return text.strip()
+
+
+def _compile_and_link(base: list[str], sources: list[Path], out: Path) -> subprocess.CompletedProcess:
+    """Compile each source to an object file, as many at a time as the machine has cores, then link
+    them into ``out``: a build takes about the time of its slowest file (flash_attn_q8_steps.c), not
+    the sum of all of them. Returns one result: the first failing step's return code (0 if none)
+    and every step's messages, in the order of ``sources`` (so the first error shown is the same
+    whatever finished first). Raises what subprocess.run raises (a time-out, a missing compiler)."""
+    obj_dir = out.parent / "obj"
+    try:
+        obj_dir.mkdir(exist_ok=True)
+    except OSError as e:  # the build folder went away (`make clean` meanwhile): a failed step, named by the caller
+        return subprocess.CompletedProcess([], 1, "", f"{obj_dir}: {e.strerror or e}\n")
+    objects = [obj_dir / f"{i:02d}_{src.stem}.o" for i, src in enumerate(sources)]
+
+    def run(cmd):
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+
+    jobs = [[*base, "-c", str(src), "-o", str(obj)] for src, obj in zip(sources, objects)]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        steps = list(pool.map(run, jobs))  # in order; re-raises a step's exception here
+    failed = next((p.returncode for p in steps if p.returncode != 0), 0)
+    if not failed:
+        steps.append(run([*base, *map(str, objects), "-o", str(out), "-lm"]))
+        failed = steps[-1].returncode
+    return subprocess.CompletedProcess(jobs, failed, "", "".join(p.stderr for p in steps))
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    try:
+        os.replace(tmp, out)  # atomic: a concurrent loader sees the old file or the new, never half
+    except OSError as e:
+        raise _os_error(e, out.parent) from None
+
+
+# ----------------------------------------------------------------------------- compiler messages
+
+_DIAG = re.compile(r"^(?P<where>[^:\s][^:]*:\d+(?::\d+)?): (?P<kind>fatal error|error|warning|note): ")
+
+
+def clean_compiler_output(text: str, tmp_src: Path | None = None, name: str = "native") -> str:
+    """The compiler's output as a student should read it: paths of the private build copy shown
+    as ``native/``, long paths of installed headers shortened, lines that only say where a file
+    was included from dropped (the traced build includes the kernel a second time)."""
+    if tmp_src is not None:
+        text = text.replace(str(tmp_src) + os.sep, name + "/")
+    inc = simde_include_dir() if not is_arm64() else None
+    if inc is not None:
+        text = text.replace(str(inc) + os.sep, "<SIMDe>/")
+    text = re.sub(r"\S*/site-packages/", "<site-packages>/", text)
+    keep = [l for l in text.splitlines()
+            if not re.match(r"^\s*(In file included from|from) \S", l)
+            and not re.match(r"^[^:\s]+: In (function|member function)", l)
+            and not re.match(r"^\S+\.(c|h): At top level:", l)]
+    return "\n".join(keep)
+
+
+def _diagnostics(text: str) -> list[tuple[str, str, list[str]]]:
+    """(kind, header, lines) per diagnostic: its header line and the source excerpt under it."""
+    diags: list[tuple[str, str, list[str]]] = []
+    for line in text.splitlines():
+        m = _DIAG.match(line)
+        if m:
+            diags.append((m.group("kind"), line, [line]))
+        elif diags:
+            diags[-1][2].append(line)
+        elif line.strip():
+            diags.append(("other", line, [line]))
+    return diags
+
+
+def first_errors(text: str, keep: int = MAX_ERRORS_SHOWN) -> str:
+    """The first ``keep`` distinct errors of cleaned compiler output, each with its source excerpt
+    and notes; the same error seen twice (the traced build compiles the kernel again) once."""
+    seen, shown, hidden = set(), [], 0
+    current_error = False
+    for kind, header, lines in _diagnostics(text):
+        if kind in ("error", "fatal error"):
+            current_error = header not in seen
+            if not current_error:
+                continue
+            seen.add(header)
+            if len(shown) >= keep:
+                hidden += 1
+                current_error = False
+                continue
+            shown.append(lines)
+        elif kind == "note" and current_error and shown:
+            shown[-1] = shown[-1] + lines
+    if not shown:  # no error with a file and line (a linker error, say): the output as it is
+        return "\n".join(text.splitlines()[:30])
+    out = "\n".join(l for block in shown for l in block)
+    if hidden:
+        out += tr(f"\n... and {hidden} more error{'s' if hidden > 1 else ''} (fix the first one first)",
+                  f"\n……还有 {hidden} 个错误（先改第一个）")
+    return out
+
+
+def _show_warnings(text: str) -> None:
+    """Compiler warnings of a library that did build: an uninitialized variable is what a student
+    needs to see. Shown at the first warning's file and line, once per process and library."""
+    diags, seen = [], set()
+    for d in _diagnostics(text):
+        if d[0] == "warning" and d[1] not in seen:  # once: the traced build compiles the kernel again
+            seen.add(d[1])
+            diags.append(d)
+    if not diags:
+        return
+    where = _DIAG.match(diags[0][1]).group("where").split(":")
+    body = "\n".join(l for d in diags[:MAX_ERRORS_SHOWN] for l in d[2])
+    more = len(diags) - MAX_ERRORS_SHOWN
+    msg = (tr("the C sources compiled, with warnings:\n", "C 源码编译通过了，但有警告：\n") + body
+           + (tr(f"\n... and {more} more warnings", f"\n……还有 {more} 条警告") if more > 0 else ""))
+    warnings.warn_explicit(BuildWarning(msg), BuildWarning, where[0], int(where[1]))
+
