@@ -121,7 +121,7 @@ def group_queries(seed: int = 1) -> np.ndarray:
 
 
 def _read_buffer(ffi, lib, nbytes, line: int):
-    ffi, lib = check.library(ffi, lib, ("fa_read_gbps",))
+    ffi, lib = native.library(ffi, lib, ("fa_read_gbps",))
     nbytes = check.integer("nbytes", nbytes, minimum=line)
     check.at_most("nbytes", nbytes, MAX_READ_BYTES, tr("bytes of the read-bandwidth buffer", "读带宽缓冲区的字节数"))
     if nbytes % line:

@@ -430,8 +430,3 @@ def attention_args(q, cache, kv_head, scale) -> tuple[np.ndarray, int, float]:
     """``attention_call``'s checks, and ``q`` float32 ``[head_dim]``: returns (q, kv_head, scale)."""
     kv_head, scale = attention_call(cache, kv_head, scale)
     return check.float32_array("q", q, (cache.head_dim,)), kv_head, scale
-
-
-# Until the lesson helpers (debug, layout, precision, rescales, roofline) call these from here, they
-# are also reachable as lessonkit.validate.kv_cache and .attention_call, without validate importing us.
-check.kv_cache, check.attention_call = kv_cache, attention_call

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import native, source, workspace
 from . import validate as check
-from .cache import KVCacheQ8
+from .cache import KVCacheQ8, attention_call
 from .kernels import attention
 from .language import tr
 from .synthetic import cache_with_scores
@@ -121,7 +121,7 @@ def break_kernel(kind: str) -> BrokenKernel:
 
 
 def _checked_call(q, cache: KVCacheQ8, kv_head: int, scale: float) -> tuple:
-    kv_head, scale = check.attention_call(cache, kv_head, scale)   # the cache first: q's shape is its head_dim
+    kv_head, scale = attention_call(cache, kv_head, scale)   # the cache first: q's shape is its head_dim
     return check.float32_like("q", q, (cache.head_dim,)), cache, kv_head, scale
 
 
@@ -130,7 +130,7 @@ def call_kernel(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> np
     workbook's) through ``lessonkit.kernels.attention``, after the checks: the kernel keeps the
     workbook's signature, q (converted to float32) is finite with head_dim values, kv_head is one of
     the cache's, scale is finite in float32."""
-    ffi, lib = check.library(ffi, lib, (KERNEL,))
+    ffi, lib = native.library(ffi, lib, (KERNEL,))
     q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
     return attention.call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale)
 
@@ -138,7 +138,7 @@ def call_kernel(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> np
 def trace_with(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> Trace:
     """The traced build of a library (an edited copy's is built from its edited source), checked as
     ``call_kernel``."""
-    ffi, lib = check.library(ffi, lib, TRACED_FUNCTIONS)
+    ffi, lib = native.library(ffi, lib, TRACED_FUNCTIONS)
     q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
     return run_traced(np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, ffi, lib)
 
@@ -156,7 +156,7 @@ def _weights_case(scores) -> tuple:
 
 def kernel_weights(ffi, lib, scores) -> np.ndarray:
     """The weights a library's kernel gives ``scores`` (float32 [n], 1 <= n <= 256), read from its output."""
-    ffi, lib = check.library(ffi, lib, (KERNEL,))
+    ffi, lib = native.library(ffi, lib, (KERNEL,))
     cache, q, scale = _weights_case(scores)
     out = np.empty(cache.head_dim, np.float32)
     return attention.call_kernel(ffi, lib, out, q, cache, 0, scale)[:cache.seq_len]

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import native, plotstyle
 from . import validate as check
-from .cache import KVCacheQ8
+from .cache import KVCacheQ8, kv_cache
 from .checks import Checks
 from .language import tr
 
@@ -45,7 +45,7 @@ def locate(t: int, kv_head: int, kv_bs: int, n_kv_heads: int, head_dim: int) -> 
 def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=None):
     """Token ``t`` of ``kv_head`` read through the raw pointer table as the kernel reads it:
     ``(codes int8 [head_dim], raw scale)``, the scale from the pointer the kernel is handed."""
-    check.kv_cache(cache)
+    kv_cache(cache)
     if which not in ("k", "v"):
         raise ValueError(tr(f"which must be 'k' or 'v'; got {check.short(which)}",
                             f"which 只能是 'k' 或 'v'；收到的是 {check.short(which)}"))

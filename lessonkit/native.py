@@ -430,8 +430,3 @@ def library(ffi, lib, functions: tuple[str, ...]):
     # the entry holds lib and ffi themselves, so that their id cannot be reused by another object
     _checked_libraries[id(lib)] = (lib, ffi, set(functions) | (done[2] if done else set()))
     return ffi, lib
-
-
-# Until the lesson helpers (bench, debug, toy) call it from here, it is also reachable as
-# lessonkit.validate.library, without validate importing us.
-check.library = library

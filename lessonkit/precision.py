@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import validate as check
-from .cache import KVCacheQ8
+from .cache import KVCacheQ8, kv_cache
 from .kernels.attention import attend
 from .language import tr
 from .llama_ggml import dequantize_q8_0, quantize_q8_0  # noqa: F401  (lesson 07 calls them here)
@@ -72,7 +72,7 @@ class ErrorSplit:
 def split_error(Q, cache: KVCacheQ8, kv_head: int, K, V, scale: float | None = None) -> ErrorSplit:
     """The compiled kernel for every query of ``Q [n, hd]``, its error against float64 attention on
     the rows ``K, V`` the cache was filled with, split into Q's and K/V's parts."""
-    check.kv_cache(cache)
+    kv_cache(cache)
     Q = check.float32_like("Q", np.atleast_2d(Q), (None, cache.head_dim))
     scale = check.scale(scale, cache.head_dim)
     kernel = np.stack([attend(q, cache, kv_head, scale=scale) for q in Q]).astype(np.float64)

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import native, plotstyle
 from . import validate as check
-from .cache import KVCacheQ8
+from .cache import KVCacheQ8, kv_cache
 from .kernels.attention import call_kernel
 from .language import tr
 from .synthetic import cache_with_scores
@@ -68,7 +68,7 @@ def records_variance(n: int) -> float:
 def attend_first(q: np.ndarray, cache: KVCacheQ8, kv_head: int, seq_len: int, scale: float) -> np.ndarray:
     """The compiled kernel over the first ``seq_len`` tokens of ``cache``, 0 included (the loop
     over t does not run; ``lessonkit.attend`` refuses an empty cache). float32 ``[head_dim]``."""
-    check.kv_cache(cache)
+    kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head = check.integer("kv_head", kv_head, minimum=0, below=cache.n_kv_heads)
     seq_len = check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)

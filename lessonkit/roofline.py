@@ -18,7 +18,7 @@ import numpy as np
 
 from . import cycles, env, native
 from . import validate as check
-from .cache import KVCacheQ8
+from .cache import KVCacheQ8, attention_call, kv_cache
 from .language import tr
 from .table import Table
 from .traffic import SYS_CACHE, size_bytes
@@ -65,9 +65,9 @@ def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale:
     if name not in BY_NAME:
         raise ValueError(tr(f"name must be one of {', '.join(map(repr, BY_NAME))}; got {check.short(name)}",
                             f"name 必须是 {', '.join(map(repr, BY_NAME))} 之一；实际是 {check.short(name)}"))
-    check.kv_cache(cache)
+    kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = check.attention_call(cache, kv_head, scale)
+    kv_head, scale = attention_call(cache, kv_head, scale)
     ffi, lib = native.load()
     out = np.full(cache.head_dim, np.nan, np.float32)  # a version that writes nothing fails the check
     lib.fa_time_calls(BY_NAME[name].version, 1, ffi.from_buffer("float[]", out, require_writable=True),

@@ -186,7 +186,7 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
             return out
         kind = "traced"
     else:
-        ffi, lib = check.library(*native.load(debug=debug, src_dir=src_dir, verify=verify), (KERNEL,))
+        ffi, lib = native.library(*native.load(debug=debug, src_dir=src_dir, verify=verify), (KERNEL,))
 
         def kernel(q, cache, kv_head, scale):
             return call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale)
