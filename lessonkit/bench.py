@@ -26,7 +26,7 @@ from . import env, kernels, native, reference, timing
 from . import validate as check
 from .cache import KVCacheQ8
 from .kernels import split
-from .language import tr
+from .language import _
 from .table import Table
 from .timing import time_kernel
 
@@ -59,14 +59,14 @@ def progress(msg: str) -> None:
 
 
 def _check_inputs(seq_len: int, n_kv_heads: int) -> None:
-    check.at_most("seq_len", seq_len, MAX_LENGTH, tr("tokens of one benchmark row", "一行基准测试的 token 数"))
-    check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, tr("kv heads of the benchmark's cache", "基准测试 KV 缓存的 kv 头数"))
+    check.at_most("seq_len", seq_len, MAX_LENGTH, _("tokens of one benchmark row"))
+    check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, _("kv heads of the benchmark's cache"))
     # fp32 K and V of the head, the q8 cache of every head, one chunk of fp32 K and V of every head
     nbytes = (2 * seq_len * HEAD_DIM * 4 + seq_len * (2 * n_kv_heads * HEAD_DIM + 2 * 4 * n_kv_heads)
               + 2 * min(seq_len, CHUNK) * n_kv_heads * HEAD_DIM * 4)
-    check.memory(tr(f"the inputs of seq_len {seq_len} with {n_kv_heads} kv heads",
-                    f"seq_len {seq_len}、{n_kv_heads} 个 kv 头的输入"), nbytes,
-                 MAX_BENCH_BYTES, tr("use a shorter seq_len or fewer kv heads", "请用更短的 seq_len 或更少的 kv 头"))
+    check.memory(_("the inputs of seq_len {seq_len} with {n_kv_heads} kv heads").format(
+                   seq_len=seq_len, n_kv_heads=n_kv_heads), nbytes,
+                 MAX_BENCH_BYTES, _("use a shorter seq_len or fewer kv heads"))
 
 
 def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
@@ -107,10 +107,9 @@ def median_ns(fn, repeats: int, cores: str | None = None) -> float:
     """Median ns of ``repeats`` calls of ``fn()`` from Python after a warm-up, pinned like the
     kernel timings (``cores``, as in ``lessonkit.env.timing_cores``)."""
     if not callable(fn):
-        raise TypeError(tr(f"fn must be a function of no arguments; got {type(fn).__name__}",
-                           f"fn 必须是一个不带参数的函数；实际是 {type(fn).__name__}"))
+        raise TypeError(_("fn must be a function of no arguments; got {fn}").format(fn=type(fn).__name__))
     repeats = check.integer("repeats", repeats, minimum=1)
-    check.at_most("repeats", repeats, timing.MAX_REPEATS, tr("repeats of one timing", "一次计时的重复次数"))
+    check.at_most("repeats", repeats, timing.MAX_REPEATS, _("repeats of one timing"))
     with env.pinned(cores):
         return _sampled({"fn": _per_call(fn, 1)}, repeats, np.median)["fn"]
 
@@ -123,12 +122,11 @@ def group_queries(seed: int = 1) -> np.ndarray:
 def _read_buffer(ffi, lib, nbytes, line: int):
     ffi, lib = native.library(ffi, lib, ("fa_read_gbps",))
     nbytes = check.integer("nbytes", nbytes, minimum=line)
-    check.at_most("nbytes", nbytes, MAX_READ_BYTES, tr("bytes of the read-bandwidth buffer", "读带宽缓冲区的字节数"))
+    check.at_most("nbytes", nbytes, MAX_READ_BYTES, _("bytes of the read-bandwidth buffer"))
     if nbytes % line:
-        raise ValueError(tr(f"nbytes must be a multiple of {line} (the probe reads whole 64-byte lines); "
-                            f"got {nbytes}: use {nbytes - nbytes % line}",
-                            f"nbytes 必须是 {line} 的倍数（探测按整条 64 字节的缓存行读）；"
-                            f"实际是 {nbytes}：请用 {nbytes - nbytes % line}"))
+        raise ValueError(_("nbytes must be a multiple of {line} (the probe reads whole 64-byte lines); got "
+                           "{nbytes}: use {nbytes_line}").format(
+                           line=line, nbytes=nbytes, nbytes_line=nbytes - nbytes % line))
     return ffi, lib, nbytes, np.ones(nbytes, np.uint8)  # numpy aligns it for the probe's 8-byte loads
 
 
@@ -147,11 +145,11 @@ def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: in
     ``reps`` passes."""
     ffi, lib, nbytes, buf = _read_buffer(ffi, lib, nbytes, 128)
     reps = check.integer("reps", reps, minimum=1)
-    check.at_most("reps", reps, 20, tr("passes of the read-bandwidth probe", "读带宽探测的遍数"))
+    check.at_most("reps", reps, 20, _("passes of the read-bandwidth probe"))
     half = nbytes // 2
     ptrs = [ffi.from_buffer("unsigned char[]", buf[i * half:(i + 1) * half]) for i in range(2)]
     start, done = threading.Barrier(3), threading.Barrier(3)
-    spans = [[None] * reps for _ in range(2)]
+    spans = [[None] * reps for unused in range(2)]
 
     def reader(i, p):  # each times its own pass: the main thread may be scheduled late after the barrier
         for r in range(reps):
@@ -178,12 +176,12 @@ def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: in
 
 def _lengths(name: str, values) -> list[int]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(tr(f"{name} must be a list of sequence lengths; got {type(values).__name__}",
-                           f"{name} 必须是一个序列长度的列表；实际是 {type(values).__name__}"))
-    check.at_most(f"len({name})", len(values), 64, tr("lengths of one benchmark run", "一次基准测试的长度个数"))
+        raise TypeError(_("{name} must be a list of sequence lengths; got {values}").format(
+                          name=name, values=type(values).__name__))
+    check.at_most(f"len({name})", len(values), 64, _("lengths of one benchmark run"))
     out = [check.integer(name[:-1] if name.endswith("s") else name, T, minimum=1) for T in values]
     for T in out:
-        check.at_most(name, T, MAX_LENGTH, tr("tokens of one benchmark row", "一行基准测试的 token 数"))
+        check.at_most(name, T, MAX_LENGTH, _("tokens of one benchmark row"))
     return out
 
 
@@ -198,14 +196,12 @@ def interleaved(contenders: dict, rounds: int, stat: str = "median", close=()) -
     alternation with the order rotated every round; then the objects of ``close`` are closed."""
     try:
         if stat not in ("median", "min"):
-            raise ValueError(tr(f"stat must be 'median' or 'min'; got {stat!r}",
-                                f"stat 必须是 'median' 或 'min'；实际是 {stat!r}"))
+            raise ValueError(_("stat must be 'median' or 'min'; got {stat!r}").format(stat=stat))
         rounds = check.integer("rounds", rounds, minimum=1)
-        check.at_most("rounds", rounds, MAX_BENCH_REPEATS, tr("rounds of one interleaved timing", "一次交替计时的轮数"))
+        check.at_most("rounds", rounds, MAX_BENCH_REPEATS, _("rounds of one interleaved timing"))
         for name, fn in contenders.items():
             if not callable(fn):
-                raise TypeError(tr(f"contender {name!r} must be a function of no arguments",
-                                   f"参赛者 {name!r} 必须是一个不带参数的函数"))
+                raise TypeError(_("contender {name!r} must be a function of no arguments").format(name=name))
         return _sampled(contenders, rounds, np.min if stat == "min" else np.median)
     finally:
         for c in close:
@@ -227,7 +223,7 @@ def _per_call(fn, number: int):
     """A sample: ns per call of ``number`` back-to-back calls of ``fn`` from Python."""
     def sample():
         t0 = time.perf_counter_ns()
-        for _ in range(number):
+        for unused in range(number):
             fn()
         return (time.perf_counter_ns() - t0) / number
     return sample
@@ -255,9 +251,9 @@ def ggml_contenders(q, K, V, scale, number: int):
     from . import llama_ggml
     if llama_ggml.load()[0] is None:
         return {}, [], None, llama_ggml.load()[1]
-    threads = tuple(sorted({t for _, t in GGML_ROWS.values() if t <= (os.cpu_count() or 1)}))
+    threads = tuple(sorted({t for unused, t in GGML_ROWS.values() if t <= (os.cpu_count() or 1)}))
     graphs, err = {}, 0.0
-    for heads in sorted({h for h, _ in GGML_ROWS.values()}):
+    for heads in sorted({h for h, unused in GGML_ROWS.values()}):
         qs = q[None] if heads == 1 else group_queries()
         graphs[heads] = fa = llama_ggml.FlashAttnQ8(qs, K, V, scale, threads)
         want = llama_ggml.expected(qs, K, V, scale)

@@ -12,7 +12,7 @@ from . import native, source
 from . import validate as check
 from .env import lldb_path
 from .kernels.attention import KERNELS
-from .language import tr
+from .language import _
 
 KERNEL = KERNELS["neon"]      # flash_attn_single_q_q8_neon, where every session stops
 DEBUGGERS = ("gdb", "lldb")
@@ -26,24 +26,19 @@ _PLACEHOLDER = re.compile(r"@(FUNCTION|FILE|DEBUG_LIBRARY|LINE\((.+?)\))@")
 
 def install_hint(debugger: str) -> str:
     if debugger == "gdb":
-        return tr("gdb is not installed (Debian/Ubuntu: sudo apt install gdb; on an Apple Silicon Mac gdb does "
-                  "not run: use debugger=\"lldb\", from Xcode's command line tools)",
-                  "没有安装 gdb（Debian/Ubuntu：sudo apt install gdb；在 Apple Silicon 的 Mac 上 gdb 跑不起来："
-                  "请用 debugger=\"lldb\"，它随 Xcode 的命令行工具提供）")
-    return tr("lldb is not installed (Debian/Ubuntu: sudo apt install lldb; macOS: lldb comes with Xcode's "
-              "command line tools: xcode-select --install)",
-              "没有安装 lldb（Debian/Ubuntu：sudo apt install lldb；macOS：lldb 随 Xcode 的命令行工具提供："
-              "xcode-select --install）")
+        return _("gdb is not installed (Debian/Ubuntu: sudo apt install gdb; on an Apple Silicon Mac gdb does not "
+                 "run: use debugger=\"lldb\", from Xcode's command line tools)")
+    return _("lldb is not installed (Debian/Ubuntu: sudo apt install lldb; macOS: lldb comes with Xcode's command "
+             "line tools: xcode-select --install)")
 
 
 def checked_debugger(debugger) -> str:
     if debugger not in DEBUGGERS:
-        raise ValueError(tr(f"debugger must be one of {', '.join(map(repr, DEBUGGERS))}; got "
-                            f"{check.short(debugger)}. Use debugger=\"lldb\" on macOS, \"gdb\" elsewhere; "
-                            "use_debugger=False makes the same records without a debugger (the traced build)",
-                            f"debugger 必须是 {', '.join(map(repr, DEBUGGERS))} 之一；你给的是 "
-                            f"{check.short(debugger)}。macOS 上用 debugger=\"lldb\"，其他系统用 \"gdb\"；"
-                            "use_debugger=False 不用调试器也能得到同样的记录（用跟踪构建）"))
+        raise ValueError(_("debugger must be one of {map_debuggers}; got {short_debugger_check}. Use "
+                           "debugger=\"lldb\" on macOS, \"gdb\" elsewhere; use_debugger=False makes the same "
+                           "records without a debugger (the traced build)").format(
+                           map_debuggers=', '.join(map(repr, DEBUGGERS)),
+                           short_debugger_check=check.short(debugger)))
     return debugger
 
 
@@ -84,7 +79,7 @@ def saved_transcript(debugger: str = "gdb") -> str:
 def engine_debug_recipe() -> str:
     """What to type to debug the real engine's kernel (``vllm_safetensors.c``; line 6594 according to
     the article): markdown labelled "not run here", in the workbook's language."""
-    return (TRANSCRIPTS_DIR / tr("06_engine_debug_recipe.md", "06_engine_debug_recipe.zh.md")).read_text()
+    return (TRANSCRIPTS_DIR / _("06_engine_debug_recipe.md")).read_text()
 
 
 # The session in steps, for the lesson to show one at a time: each step is named by the first command
@@ -123,8 +118,9 @@ def parse_transcript(text: str, debugger: str = "gdb") -> tuple[str, list[tuple[
 def _step(step: str, debugger: str) -> tuple[str, list[tuple[str, list[str]]]]:
     """(the start line, the commands of ``step`` with their output) of the committed transcript."""
     if step not in SESSION_STEPS:
-        raise ValueError(tr(f"step must be one of {', '.join(map(repr, SESSION_STEPS))}; got {check.short(step)}",
-                            f"step 必须是 {', '.join(map(repr, SESSION_STEPS))} 之一；你给的是 {check.short(step)}"))
+        raise ValueError(_("step must be one of {map_session_steps}; got {short_step_check}").format(
+                           map_session_steps=', '.join(map(repr, SESSION_STEPS)),
+                           short_step_check=check.short(step)))
     start, lines = parse_transcript(saved_transcript(debugger), debugger)
     col, names = DEBUGGERS.index(debugger), list(SESSION_STEPS)
 
@@ -133,10 +129,9 @@ def _step(step: str, debugger: str) -> tuple[str, list[tuple[str, list[str]]]]:
         for i in range(after, len(lines)):
             if lines[i][0].startswith(prefix):
                 return i
-        raise ValueError(tr(f"the {debugger} transcript has no command starting with {prefix!r} (step {name!r}); "
-                            f"re-run {REFRESH_COMMAND}",
-                            f"{debugger} 的会话记录里没有以 {prefix!r} 开头的命令（步骤 {name!r}）；"
-                            f"请重新运行 {REFRESH_COMMAND}"))
+        raise ValueError(_("the {debugger} transcript has no command starting with {prefix!r} (step {name!r}); "
+                           "re-run {REFRESH_COMMAND}").format(
+                           debugger=debugger, prefix=prefix, name=name, REFRESH_COMMAND=REFRESH_COMMAND))
 
     begin, nxt = first(step), names.index(step) + 1
     return start, lines[begin:first(names[nxt], begin + 1) if nxt < len(names) else len(lines)]
@@ -144,7 +139,7 @@ def _step(step: str, debugger: str) -> tuple[str, list[tuple[str, list[str]]]]:
 
 def step_commands(step: str, debugger: str = "gdb") -> list[str]:
     """The commands of one step of the session (``SESSION_STEPS``), as typed."""
-    return [command for command, _ in _step(step, checked_debugger(debugger))[1]]
+    return [command for command, unused in _step(step, checked_debugger(debugger))[1]]
 
 
 def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
@@ -159,8 +154,9 @@ def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
         out.append(f"({d}) {command}")
         body = [x for x in printed if x.strip() and not SHOWN_NOISE.match(x)]
         if len(body) > max_lines:
-            body = body[:max_lines] + [tr(f"   [... {len(body) - max_lines} more lines: {transcript_path(d).name}]",
-                                          f"   [……还有 {len(body) - max_lines} 行：{transcript_path(d).name}]")]
+            body = body[:max_lines] + [_("   [... {max_lines_body} more lines: {transcript_path_d}]").format(
+                                         max_lines_body=len(body) - max_lines,
+                                         transcript_path_d=transcript_path(d).name)]
         out.extend(body)
     return "\n".join(out)
 
@@ -168,4 +164,4 @@ def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
 def show_step(step: str, max_lines: int = 12) -> None:
     """Print one step of the gdb session with its output, then the lldb commands of the same step."""
     print(session_step(step, "gdb", max_lines))
-    print(tr("\nthe same step in lldb:  ", "\n同一步在 lldb 里：  ") + "  |  ".join(step_commands(step, "lldb")))
+    print(_("\nthe same step in lldb:  ") + "  |  ".join(step_commands(step, "lldb")))

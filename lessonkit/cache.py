@@ -21,7 +21,7 @@ import numpy as np
 
 from . import native
 from . import validate as check
-from .language import tr
+from .language import _
 from .header import KVQ_INV
 
 N_KV_HEADS_MAX = 256        # kv heads per cache
@@ -62,21 +62,20 @@ def _checked_shape(n_kv_heads, head_dim, block_size) -> tuple[int, int, int]:
     """(n_kv_heads, head_dim, block_size) within the limits of KVCacheQ8's docstring."""
     nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)
     if nkv > N_KV_HEADS_MAX:
-        raise ValueError(tr(f"n_kv_heads must be at most {N_KV_HEADS_MAX}; got {nkv}",
-                            f"n_kv_heads 最多为 {N_KV_HEADS_MAX}；收到的是 {nkv}"))
+        raise ValueError(_("n_kv_heads must be at most {N_KV_HEADS_MAX}; got {nkv}").format(
+                           N_KV_HEADS_MAX=N_KV_HEADS_MAX, nkv=nkv))
     hd = check.head_dim(head_dim)
     bs = check.integer("block_size", block_size, minimum=1)
     if bs > BLOCK_SIZE_MAX:
-        raise ValueError(tr(f"block_size must be at most {BLOCK_SIZE_MAX} tokens; got {bs}",
-                            f"block_size 最多为 {BLOCK_SIZE_MAX} 个 token；收到的是 {bs}"))
+        raise ValueError(_("block_size must be at most {BLOCK_SIZE_MAX} tokens; got {bs}").format(
+                           BLOCK_SIZE_MAX=BLOCK_SIZE_MAX, bs=bs))
     if bs * nkv * hd > BLOCK_BYTES_MAX:
-        raise ValueError(tr(
-            f"a block of block_size * kv_dim = {bs} * {nkv * hd} = {bs * nkv * hd} bytes is more "
-            f"than the limit of {BLOCK_BYTES_MAX} bytes ({BLOCK_BYTES_MAX >> 20} MiB) per block; "
-            f"use block_size <= {BLOCK_BYTES_MAX // (nkv * hd)} for kv_dim {nkv * hd}",
-            f"一块 block_size * kv_dim = {bs} * {nkv * hd} = {bs * nkv * hd} 字节，超过了每块 "
-            f"{BLOCK_BYTES_MAX} 字节（{BLOCK_BYTES_MAX >> 20} MiB）的上限；"
-            f"kv_dim 为 {nkv * hd} 时请用 block_size <= {BLOCK_BYTES_MAX // (nkv * hd)}"))
+        raise ValueError(_("a block of block_size * kv_dim = {bs} * {nkv_hd} = {hd_bs_nkv} bytes is more than the "
+                           "limit of {BLOCK_BYTES_MAX} bytes ({block_bytes_max} MiB) per block; use block_size <= "
+                           "{block_bytes_max_nkv_hd} for kv_dim {nkv_hd}").format(
+                           bs=bs, nkv_hd=nkv * hd, hd_bs_nkv=bs * nkv * hd, BLOCK_BYTES_MAX=BLOCK_BYTES_MAX,
+                           block_bytes_max=BLOCK_BYTES_MAX >> 20,
+                           block_bytes_max_nkv_hd=BLOCK_BYTES_MAX // (nkv * hd)))
     return nkv, hd, bs
 
 
@@ -205,14 +204,11 @@ class KVCacheQ8:
 
     def _check_room(self, seq_len: int, n: int) -> None:
         if seq_len + n > self._max_tokens:
-            raise ValueError(tr(
-                f"appending {n} tokens to {seq_len} would hold {seq_len + n}: a cache of "
-                f"{self.n_kv_heads} kv heads holds at most (2**31 - 1) // {self.n_kv_heads} = "
-                f"{self._max_tokens} tokens (the kernel reads the scale of token t at the C int "
-                f"index t * nkv)",
-                f"在 {seq_len} 个 token 之后再 append {n} 个，就有 {seq_len + n} 个：{self.n_kv_heads} 个 "
-                f"kv 头的缓存最多容纳 (2**31 - 1) // {self.n_kv_heads} = {self._max_tokens} 个 token"
-                f"（内核用 C 的 int 下标 t * nkv 读 token t 的 scale）"))
+            raise ValueError(_("appending {n} tokens to {seq_len} would hold {seq_len_n}: a cache of {n_kv_heads} "
+                               "kv heads holds at most (2**31 - 1) // {n_kv_heads} = {max_tokens} tokens (the "
+                               "kernel reads the scale of token t at the C int index t * nkv)").format(
+                               n=n, seq_len=seq_len, seq_len_n=seq_len + n, n_kv_heads=self.n_kv_heads,
+                               max_tokens=self._max_tokens))
 
     def _grow(self, n: int, write) -> None:
         """Append n tokens: allocate, let ``write`` fill rows seq_len ... seq_len + n - 1, publish.
@@ -268,10 +264,8 @@ class KVCacheQ8:
         """Rebuild blocks and pointer tables from ``__getstate__``'s codes and scales."""
         names = ("n_kv_heads", "head_dim", "block_size", "k_codes", "v_codes", "k_scales", "v_scales")
         if not isinstance(state, dict) or state.get("version") != 1 or not set(names) <= state.keys():
-            raise ValueError(tr("not a saved KVCacheQ8 state (version 1): "
-                                f"expected a dict with 'version': 1 and {', '.join(names)}",
-                                "这不是保存下来的 KVCacheQ8 状态（版本 1）："
-                                f"应是一个含 'version': 1 以及 {', '.join(names)} 的 dict"))
+            raise ValueError(_("not a saved KVCacheQ8 state (version 1): expected a dict with 'version': 1 and "
+                               "{names}").format(names=', '.join(names)))
         nkv, hd, bs = _checked_shape(state["n_kv_heads"], state["head_dim"], state["block_size"])
         arrays = []
         for name, dtype, width in (("k_codes", np.int8, nkv * hd), ("v_codes", np.int8, nkv * hd),
@@ -279,10 +273,9 @@ class KVCacheQ8:
             a = state[name]
             if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == 2
                     and a.shape[1] == width and a.shape[0] == state["k_codes"].shape[0]):
-                raise ValueError(tr(f"saved KVCacheQ8 state: {name} must be a numpy array of "
-                                    f"{np.dtype(dtype)}, shape [seq_len, {width}] (seq_len that of k_codes)",
-                                    f"保存的 KVCacheQ8 状态：{name} 应是 {np.dtype(dtype)} 的 numpy 数组，"
-                                    f"形状 [seq_len, {width}]（seq_len 与 k_codes 的相同）"))
+                raise ValueError(_("saved KVCacheQ8 state: {name} must be a numpy array of {dtype}, shape "
+                                   "[seq_len, {width}] (seq_len that of k_codes)").format(
+                                   name=name, dtype=np.dtype(dtype), width=width))
             arrays.append(np.ascontiguousarray(a))
         kc, vc, ks, vs = arrays
         self._setup(nkv, hd, bs)
@@ -326,7 +319,7 @@ class KVCacheQ8:
         """The block pointer table handed to the kernel as ``k_cache_q8`` (or ``v_cache_q8``):
         the address of each block, uint64 ``[n_blocks]`` (a copy)."""
         if which not in ("k", "v"):
-            raise ValueError(tr(f"which must be 'k' or 'v'; got {which!r}", f"which 只能是 'k' 或 'v'；收到的是 {which!r}"))
+            raise ValueError(_("which must be 'k' or 'v'; got {which!r}").format(which=which))
         s = self._state
         table = s.k_table if which == "k" else s.v_table
         return table[:s.n_blocks].astype(np.uint64, subok=False)
@@ -404,15 +397,13 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 def _not_empty(seq_len: int) -> None:
     if seq_len == 0:
-        raise ValueError(tr("the cache is empty: append at least one token before attending",
-                            "缓存是空的：先 append 至少一个 token，再做注意力计算"))
+        raise ValueError(_("the cache is empty: append at least one token before attending"))
 
 
 def kv_cache(cache) -> KVCacheQ8:
     """``cache`` itself if it is a KVCacheQ8; TypeError otherwise."""
     if not isinstance(cache, KVCacheQ8):
-        raise TypeError(tr(f"cache must be a lessonkit.KVCacheQ8; got {type(cache).__name__}",
-                           f"cache 必须是 lessonkit.KVCacheQ8；实际是 {type(cache).__name__}"))
+        raise TypeError(_("cache must be a lessonkit.KVCacheQ8; got {cache}").format(cache=type(cache).__name__))
     return cache
 
 

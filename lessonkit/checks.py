@@ -2,6 +2,8 @@
 of those that failed (introduced in lesson 03; every lesson's check cell uses it)."""
 from __future__ import annotations
 
+from .language import _
+
 
 class Checks:
     """Named checks of one lesson cell: ``add(name, ok, detail)``, then ``str()`` is one line,
@@ -28,9 +30,9 @@ class Checks:
         from .language import tr
         n = len(self.results)
         if not self.failed:
-            return tr(f"{n} checks passed", f"{n} 项检查全部通过")
-        lines = [tr(f"{len(self.failed)} of {n} checks FAILED:", f"{n} 项检查中有 {len(self.failed)} 项失败：")]
-        lines += [f"  {name}: {detail}" for name, _, detail in self.failed]
+            return _("{n} checks passed").format(n=n)
+        lines = [_("{failed} of {n} checks FAILED:").format(failed=len(self.failed), n=n)]
+        lines += [f"  {name}: {detail}" for name, unused, detail in self.failed]
         return "\n".join(lines)
 
     __repr__ = __str__

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import native
 from . import variants as registry
-from .language import tr
+from .language import _
 from .table import Table
 from .variants import Variant
 
@@ -251,8 +251,8 @@ def token_loops(exe: Path, which: int, function: str, tokens=TOKENS) -> list[dic
         if r1 is None or reps == r1[2]:
             continue  # not a loop over the tokens: it repeats as often at both lengths
         pairs = [pw for pc in seq2[s:s + p] for pw in blocks[pc]]
-        loops.append({"tokens_per_period": (t2 - t1) / (reps - r1[2]), "words": [w for _, w in pairs],
-                      "pcs": [pc for pc, _ in pairs]})
+        loops.append({"tokens_per_period": (t2 - t1) / (reps - r1[2]), "words": [w for unused, w in pairs],
+                      "pcs": [pc for pc, unused in pairs]})
     if not loops:
         if tokens == TOKENS:
             return token_loops(exe, which, function, LONG_TOKENS)
@@ -277,7 +277,7 @@ _MIX_BRANCH = re.compile(r"^(b|b\.\w+|bl|blr|br|ret|cbn?z|tbn?z)$")
 def instruction_mix(ins: list[str]) -> dict:
     mix = dict(loads=0, stores=0, simd=0, scalar=0, branches=0, total=len(ins))
     for i in ins:
-        op, _, args = i.partition("\t")
+        op, unused, args = i.partition("\t")
         kind = ("branches" if _MIX_BRANCH.match(op) else "loads" if op.startswith(("ld", "prfm"))
                 else "stores" if op.startswith("st") else "simd" if re.search(r"\b[vqdshb]\d+\b", args) else "scalar")
         mix[kind] += 1
@@ -321,7 +321,7 @@ def estimate(variant: str | None = None, cpu: str = "neoverse-n1", dotprod: bool
              iterations: int = ITERATIONS, native_dir: Path | None = None, tokens=TOKENS) -> list[Estimate]:
     """llvm-mca's estimated cycles per token of each variant (or the one named) on ``cpu``, hd 128."""
     if cpu not in CPUS:
-        raise ValueError(tr(f"cpu must be one of {CPUS}; got {cpu!r}", f"cpu 必须是 {CPUS} 之一；实际是 {cpu!r}"))
+        raise ValueError(_("cpu must be one of {CPUS}; got {cpu!r}").format(CPUS=CPUS, cpu=cpu))
     return estimate_all([cpu], [dotprod], variant, iterations, native_dir, tokens)
 
 
@@ -329,12 +329,12 @@ def estimate_all(cpus=CPUS, dotprods=(True, False), variant: str | None = None,
                  iterations: int = ITERATIONS, native_dir: Path | None = None, tokens=TOKENS) -> list[Estimate]:
     missing = missing_tools()
     if missing:
-        raise ToolMissing(tr(f"needs {', '.join(missing)} (Debian: {INSTALL})",
-                             f"需要 {', '.join(missing)}（Debian：{INSTALL}）"))
+        raise ToolMissing(_("needs {missing} (Debian: {INSTALL})").format(
+                            missing=', '.join(missing), INSTALL=INSTALL))
     vs = variants(native_dir)
     if variant is not None and variant not in [v.name for v in vs]:
-        raise ValueError(tr(f"unknown variant {variant!r}; known: {', '.join(v.name for v in vs)}",
-                            f"没有版本 {variant!r}；已有的版本：{', '.join(v.name for v in vs)}"))
+        raise ValueError(_("unknown variant {variant!r}; known: {v_vs}").format(
+                           variant=variant, v_vs=', '.join((v.name for v in vs))))
     results = []
     with tempfile.TemporaryDirectory() as d:
         for dotprod in dotprods:
@@ -356,8 +356,8 @@ def estimate_all(cpus=CPUS, dotprods=(True, False), variant: str | None = None,
                     results.append(Estimate(v.name, cpu, dotprod, sum(r["cycles_per_iteration"] / per
                                                                       for per, r in reports),
                                             main["bottleneck"], {k: round(n, 2) for k, n in mix.items()},
-                                            [per for per, _ in blocks], 2 * HD + 8,  # K, V rows and scales
-                                            [r["cycles_per_iteration"] for _, r in reports]))
+                                            [per for per, unused in blocks], 2 * HD + 8,  # K, V rows and scales
+                                            [r["cycles_per_iteration"] for unused, r in reports]))
     return results
 
 

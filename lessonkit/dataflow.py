@@ -11,7 +11,7 @@ import numpy as np
 
 from . import plotstyle
 from . import validate as check
-from .language import tr
+from .language import _
 from .quant import KVQ_INV
 from .source import SIMD_HEADER
 from .table import Table
@@ -44,8 +44,8 @@ def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER)
                 break
             depth -= 1
     if not marks or not marks[-1][0].lstrip("#").strip().startswith("endif"):
-        raise ValueError(tr(f"no complete #if ... #endif between lines {first} and {last}",
-                            f"第 {first} 行到第 {last} 行之间没有完整的 #if ... #endif"))
+        raise ValueError(_("no complete #if ... #endif between lines {first} and {last}").format(
+                           first=first, last=last))
     return [Branch(c, n, marks[i + 1][1] - 1) for i, (c, n) in enumerate(marks[:-1])]
 
 
@@ -57,13 +57,13 @@ DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "
 def compiled_branch(branches: list[Branch], dot_path: str) -> int:
     """Index of the branch of ``i8x16_dot_s32`` this build compiled, by ``native.simd_paths()["dot"]``."""
     if dot_path not in DOT_PATH_CONDITION:
-        raise ValueError(tr(f"unknown dot path {dot_path!r}",
-                            f"未知的点积路径 {dot_path!r}（可选：{', '.join(DOT_PATH_CONDITION)}）"))
+        raise ValueError(_("unknown dot path {dot_path!r} (one of: {paths})").format(
+                           dot_path=dot_path, paths=", ".join(DOT_PATH_CONDITION)))
     want = DOT_PATH_CONDITION[dot_path]
     for i, b in enumerate(branches):
         if want in b.condition:
             return i
-    raise ValueError(tr(f"no branch of the helper is selected by {want}", f"辅助函数没有由 {want} 选中的分支"))
+    raise ValueError(_("no branch of the helper is selected by {want}").format(want=want))
 
 
 def marked_lines(first: int, last: int, marked: tuple[int, int], path: Path | str = SIMD_HEADER,
@@ -109,9 +109,9 @@ def score_steps(t: int, dots, q_scales, k_scales_raw, scale: float, kernel_s: fl
     s_ks = np.float32(s * ks)
     rows += [["x ks", "", f"kscale[t*nkv]/127 = {float(k_scales_raw[t]):.6f}/127", ks, s_ks],
              ["x scale", "", "", np.float32(scale), np.float32(s_ks * np.float32(scale))],
-             [tr(f"the kernel's trace.s[{t}]", f"内核记录的 trace.s[{t}]"), "", "", "", np.float32(kernel_s)]]
-    return Table(rows, header=[tr("block b", "块 b"), "dot32 (int32)", "qsc[b]", "dot32*qsc[b]",
-                               tr("running s", "累加中的 s")], formats={2: ".6f", 3: ".6f", 4: ".6f"})
+             [_("the kernel's trace.s[{t}]").format(t=t), "", "", "", np.float32(kernel_s)]]
+    return Table(rows, header=[_("block b"), "dot32 (int32)", "qsc[b]", "dot32*qsc[b]",
+                               _("running s")], formats={2: ".6f", 3: ".6f", 4: ".6f"})
 
 
 @dataclass
@@ -161,28 +161,27 @@ def kib(n: int) -> str:
 def cost_table(c: PassCounts, segments: dict) -> Table:
     """Per segment of the kernel, what it read and computed in this call."""
     s1, s2, s3, s4 = (segments[i] for i in (1, 2, 3, 4))
-    once, per_token = tr("once", "一次"), tr("per token", "每 token")
+    once, per_token = _("once"), _("per token")
     rows = [
-        (tr(f"1 Q -> int8 (lines {s1.begin}-{s1.end})", f"1 Q -> int8（第 {s1.begin}-{s1.end} 行）"), once,
-         tr(f"reads Q: {c.q_bytes} B fp32; {c.n_blocks_q} max-abs scales, {c.head_dim} codes; "
-            f"ran {c.n_q_quantized} time(s)",
-            f"读 Q：{c.q_bytes} B fp32；{c.n_blocks_q} 个 max-abs scale，{c.head_dim} 个码值；"
-            f"运行了 {c.n_q_quantized} 次")),
-        (tr(f"2 score (lines {s2.begin}-{s2.end})", f"2 打分（第 {s2.begin}-{s2.end} 行）"), per_token,
-         tr(f"reads K: {c.k_rows_read} rows x {c.head_dim} B = {kib(c.k_bytes)} + scales {kib(c.k_scale_bytes)}; "
-            f"{c.block_dots} int32 block dots ({2 * c.block_dots} i8x16_dot_s32)",
-            f"读 K：{c.k_rows_read} 行 x {c.head_dim} B = {kib(c.k_bytes)} + scale {kib(c.k_scale_bytes)}；"
-            f"{c.block_dots} 次 int32 块点积（{2 * c.block_dots} 次 i8x16_dot_s32）")),
-        (tr(f"3 online softmax (lines {s3.begin}-{s3.end})", f"3 在线 softmax（第 {s3.begin}-{s3.end} 行）"), per_token,
-         tr(f"reads V: {c.v_rows_read} rows x {c.head_dim} B = {kib(c.v_bytes)} + scales {kib(c.v_scale_bytes)}; "
-            f"{c.expf_calls} expf; {c.rescales} rescales ({c.rescale_multiplies} multiplies); {c.v_fmas} FMAs",
-            f"读 V：{c.v_rows_read} 行 x {c.head_dim} B = {kib(c.v_bytes)} + scale {kib(c.v_scale_bytes)}；"
-            f"{c.expf_calls} 次 expf；{c.rescales} 次 rescale（{c.rescale_multiplies} 次乘法）；{c.v_fmas} 次 FMA")),
-        (tr(f"4 normalize (lines {s4.begin}-{s4.end})", f"4 归一（第 {s4.begin}-{s4.end} 行）"), once,
-         tr(f"{c.divisions} division (1/S), {c.out_multiplies} multiplies",
-            f"{c.divisions} 次除法（1/S），{c.out_multiplies} 次乘法"))]
-    return Table(rows, header=[tr("segment", "segment"), tr("runs", "运行"),
-                               tr("what it read and computed in this call", "这次调用读了什么、算了什么")])
+        (_("1 Q -> int8 (lines {begin}-{end})").format(begin=s1.begin, end=s1.end), once,
+         _("reads Q: {q_bytes} B fp32; {n_blocks_q} max-abs scales, {head_dim} codes; ran {n_q_quantized} time(s)").format(
+           q_bytes=c.q_bytes, n_blocks_q=c.n_blocks_q, head_dim=c.head_dim, n_q_quantized=c.n_q_quantized)),
+        (_("2 score (lines {begin}-{end})").format(begin=s2.begin, end=s2.end), per_token,
+         _("reads K: {k_rows_read} rows x {head_dim} B = {kib_k_bytes_c} + scales {kib_k_scale_bytes_c}; "
+           "{block_dots} int32 block dots ({block_dots_c} i8x16_dot_s32)").format(
+           k_rows_read=c.k_rows_read, head_dim=c.head_dim, kib_k_bytes_c=kib(c.k_bytes),
+           kib_k_scale_bytes_c=kib(c.k_scale_bytes), block_dots=c.block_dots, block_dots_c=2 * c.block_dots)),
+        (_("3 online softmax (lines {begin}-{end})").format(begin=s3.begin, end=s3.end), per_token,
+         _("reads V: {v_rows_read} rows x {head_dim} B = {kib_v_bytes_c} + scales {kib_v_scale_bytes_c}; "
+           "{expf_calls} expf; {rescales} rescales ({rescale_multiplies} multiplies); {v_fmas} FMAs").format(
+           v_rows_read=c.v_rows_read, head_dim=c.head_dim, kib_v_bytes_c=kib(c.v_bytes),
+           kib_v_scale_bytes_c=kib(c.v_scale_bytes), expf_calls=c.expf_calls, rescales=c.rescales,
+           rescale_multiplies=c.rescale_multiplies, v_fmas=c.v_fmas)),
+        (_("4 normalize (lines {begin}-{end})").format(begin=s4.begin, end=s4.end), once,
+         _("{divisions} division (1/S), {out_multiplies} multiplies").format(
+           divisions=c.divisions, out_multiplies=c.out_multiplies))]
+    return Table(rows, header=[_("segment"), _("runs"),
+                               _("what it read and computed in this call")])
 
 
 SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
@@ -197,12 +196,13 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     from matplotlib.patches import FancyBboxPatch
     plotstyle.use()
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 7))
+        unused, ax = plt.subplots(figsize=(10, 7))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 7)
     ax.axis("off")
     hd, T, nblk, pt = c.head_dim, c.seq_len, c.n_blocks_q, plotstyle.MIN_PT
-    lines = {n: tr(f"lines {segments[n].begin}-{segments[n].end}", f"第 {segments[n].begin}-{segments[n].end} 行")
+    lines = {n: _("lines {begin_segments_n}-{end_segments_n}").format(
+                  begin_segments_n=segments[n].begin, end_segments_n=segments[n].end)
              for n in (1, 2, 3, 4)}
 
     def box(x, y, w, h, text, seg=None):
@@ -217,53 +217,45 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
 
     # segment 1, once
     box(0.1, 6.0, 1.7, 0.8, f"q  fp32 [{hd}]\n{c.q_bytes} B")
-    box(2.3, 5.85, 4.5, 1.1, tr(f"segment 1 ({lines[1]}), once\nQ -> int8 codes [{hd}]\n+ {nblk} block scales qsc",
-                                f"segment 1（{lines[1]}），一次\nQ -> int8 码值 [{hd}]\n+ {nblk} 个块 scale qsc"), seg=1)
+    box(2.3, 5.85, 4.5, 1.1, _("segment 1 ({lines}), once\nQ -> int8 codes [{hd}]\n+ {nblk} block scales qsc").format(
+                               lines=lines[1], hd=hd, nblk=nblk), seg=1)
     arrow(1.85, 6.4, 2.25, 6.4)
     arrow(3.4, 5.8, 3.4, 4.3)
-    ax.text(3.55, 5.35, tr("int8 Q codes + qsc,\nkept for the whole loop", "int8 Q 码值 + qsc，\n整个循环里一直保留"),
+    ax.text(3.55, 5.35, _("int8 Q codes + qsc,\nkept for the whole loop"),
             ha="left", va="center", fontsize=pt, color="0.15")
     # the token loop: segments 2 and 3, once per token
     ax.add_patch(FancyBboxPatch((0.05, 1.75), 9.9, 3.1, boxstyle="round,pad=0.05", fc="none", ec="0.35", lw=1.4,
                                 ls="--"))
-    ax.text(9.85, 4.55, tr(f"for t = 0 ... {T - 1}: each K and V row read once",
-                           f"for t = 0 ... {T - 1}：每行 K 和 V 只读一次"), fontsize=pt, weight="bold", ha="right",
+    ax.text(9.85, 4.55, _("for t = 0 ... {t}: each K and V row read once").format(t=T - 1), fontsize=pt, weight="bold", ha="right",
             va="center")
-    box(0.2, 2.1, 1.7, 2.1, tr(f"K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B",
-                               f"K 的第 t 行\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B"))
-    box(2.3, 2.1, 2.3, 2.1, tr(f"segment 2\n({lines[2]})\n{nblk} int32 dots\ns += dot32 * qsc[b]\ns *= ks * scale",
-                               f"segment 2\n（{lines[2]}）\n{nblk} 次 int32 点积\ns += dot32 * qsc[b]\ns *= ks * scale"),
+    box(0.2, 2.1, 1.7, 2.1, _("K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B").format(hd=hd))
+    box(2.3, 2.1, 2.3, 2.1, _("segment 2\n({lines})\n{nblk} int32 dots\ns += dot32 * qsc[b]\ns *= ks * scale").format(
+                              lines=lines[2], nblk=nblk),
         seg=2)
-    box(5.0, 2.1, 2.3, 2.1, tr(f"segment 3\n({lines[3]})\nnew max: rescale\n({c.rescales} of {T} tokens)\n"
-                               "1 expf per token",
-                               f"segment 3\n（{lines[3]}）\n新最大值：rescale\n（{T} 个中 {c.rescales} 个）\n"
-                               "每 token 1 次 expf"), seg=3)
-    box(7.7, 2.1, 2.15, 2.1, tr(f"VKQ += V row t\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B",
-                                f"VKQ += V 的第 t 行\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B"), seg=3)
+    box(5.0, 2.1, 2.3, 2.1, _("segment 3\n({lines})\nnew max: rescale\n({rescales} of {T} tokens)\n1 expf per token").format(
+                              lines=lines[3], rescales=c.rescales, T=T), seg=3)
+    box(7.7, 2.1, 2.15, 2.1, _("VKQ += V row t\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B").format(
+                               hd=hd), seg=3)
     arrow(1.95, 3.15, 2.25, 3.15)
     arrow(4.65, 3.15, 4.95, 3.15, text="s")
     arrow(7.35, 3.15, 7.65, 3.15, text="w")
     # after the loop: what it read, and segment 4, once
-    ax.text(0.1, 0.85, tr(f"K read: {T} x {hd} B = {kib(c.k_bytes)} + {kib(c.k_scale_bytes)} scales\n"
-                          f"          {c.block_dots} int32 block dots\n"
-                          f"V read: {T} x {hd} B = {kib(c.v_bytes)} + {kib(c.v_scale_bytes)} scales\n"
-                          f"          {c.expf_calls} expf, {c.rescales} rescales",
-                          f"读 K：{T} x {hd} B = {kib(c.k_bytes)} + {kib(c.k_scale_bytes)} scale\n"
-                          f"          {c.block_dots} 次 int32 块点积\n"
-                          f"读 V：{T} x {hd} B = {kib(c.v_bytes)} + {kib(c.v_scale_bytes)} scale\n"
-                          f"          {c.expf_calls} 次 expf，{c.rescales} 次 rescale"),
+    ax.text(0.1, 0.85, _("K read: {T} x {hd} B = {kib_k_bytes_c} + {kib_k_scale_bytes_c} scales\n          "
+                         "{block_dots} int32 block dots\nV read: {T} x {hd} B = {kib_v_bytes_c} + "
+                         "{kib_v_scale_bytes_c} scales\n          {expf_calls} expf, {rescales} rescales").format(
+                         T=T, hd=hd, kib_k_bytes_c=kib(c.k_bytes), kib_k_scale_bytes_c=kib(c.k_scale_bytes),
+                         block_dots=c.block_dots, kib_v_bytes_c=kib(c.v_bytes),
+                         kib_v_scale_bytes_c=kib(c.v_scale_bytes), expf_calls=c.expf_calls, rescales=c.rescales),
             fontsize=pt, color="0.1", va="center")
     sval = "" if final_S is None else f" (S = {final_S:.4g})"
-    box(6.3, 0.1, 3.55, 1.35, tr(f"segment 4 ({lines[4]}), once\nx 1/S{sval}: {c.divisions} division\n"
-                                 f"+ {c.out_multiplies} multiplies\n-> attn_out fp32 [{hd}]",
-                                 f"segment 4（{lines[4]}），一次\nx 1/S{sval}：{c.divisions} 次除法\n"
-                                 f"+ {c.out_multiplies} 次乘法\n-> attn_out fp32 [{hd}]"), seg=4)
+    box(6.3, 0.1, 3.55, 1.35, _("segment 4 ({lines}), once\nx 1/S{sval}: {divisions} division\n+ {out_multiplies} "
+                                "multiplies\n-> attn_out fp32 [{hd}]").format(
+                                lines=lines[4], sval=sval, divisions=c.divisions, out_multiplies=c.out_multiplies,
+                                hd=hd), seg=4)
     arrow(8.8, 2.0, 8.8, 1.5)
-    kh = "" if kv_head is None else tr(f", kv head {kv_head}", f"，kv 头 {kv_head}")
-    ax.set_title(tr(f"One traced call of the kernel (head_dim {hd}, seq_len {T}{kh}):\n"
-                    f"{kib(c.kv_bytes)} of K, V and scales read, once",
-                    f"内核的一次跟踪调用（head_dim {hd}，seq_len {T}{kh}）：\n"
-                    f"K、V 和 scale 共 {kib(c.kv_bytes)}，只读一次"), fontsize=13)
+    kh = "" if kv_head is None else _(", kv head {kv_head}").format(kv_head=kv_head)
+    ax.set_title(_("One traced call of the kernel (head_dim {hd}, seq_len {T}{kh}):\n{kib_kv_bytes_c} of K, V and "
+                   "scales read, once").format(hd=hd, T=T, kh=kh, kib_kv_bytes_c=kib(c.kv_bytes)), fontsize=13)
     return ax
 
 
@@ -288,7 +280,7 @@ def check_walkthrough(seed: int = 0):
     rng = np.random.default_rng(seed)
     out = Checks()
     for nkv, hd, kv_bs, T, kh, zero_block in WALK_CASES:
-        case = f"hd={hd} kv_bs={kv_bs} T={T} kh={kh}" + (tr(" zero Q block", " Q 有全零块") if zero_block else "")
+        case = f"hd={hd} kv_bs={kv_bs} T={T} kh={kh}" + (_(" zero Q block") if zero_block else "")
         K = rng.standard_normal((T, nkv, hd), dtype=np.float32)
         V = rng.standard_normal((T, nkv, hd), dtype=np.float32)
         q = rng.standard_normal(hd, dtype=np.float32)
@@ -305,29 +297,28 @@ def check_walkthrough(seed: int = 0):
         rep = online(trc.s, cache.dequantized(kh)[1], dtype=np.float32)
         c = pass_counts(trc, cache)
         for name, ok in (
-                (tr("traced == untraced, bit for bit", "带跟踪 == 不带跟踪，逐位相同"),
+                (_("traced == untraced, bit for bit"),
                  res.tobytes() == attend(q, cache, kh, scale=scale).tobytes()),
-                (tr("segment 1: Q codes and scales exact", "segment 1：Q 的码值和 scale 完全一致"),
+                (_("segment 1: Q codes and scales exact"),
                  np.array_equal(trc.q_codes, codes) and np.array_equal(trc.q_scales, qsc) and trc.n_q_quantized == 1),
-                (tr("segment 2: int32 block dots exact", "segment 2：int32 块点积完全一致"),
+                (_("segment 2: int32 block dots exact"),
                  np.array_equal(trc.dots, np.einsum("tbi,bi->tb", kc, codes.astype(np.int32).reshape(-1, 32)))),
-                (tr("segment 2: scores within 1e-6 of their terms", "segment 2：分数误差在其各项大小的 1e-6 以内"),
+                (_("segment 2: scores within 1e-6 of their terms"),
                  all((np.abs(replay_scores(trc.dots, trc.q_scales, k_raw, scale, fused=f).astype(np.float64) - trc.s)
                       <= 1e-6 * m_t).all() for f in (False, True))),
-                (tr("segment 3: M and the rescaled tokens exact", "segment 3：M 和发生 rescale 的 token 完全一致"),
+                (_("segment 3: M and the rescaled tokens exact"),
                  np.array_equal(trc.M, rep.M) and np.array_equal(trc.rescaled, rep.rescaled)),
-                (tr("segment 3: S and VKQ within 1e-5 after every token",
-                    "segment 3：每个 token 之后 S 和 VKQ 的误差在 1e-5 以内"),
+                (_("segment 3: S and VKQ within 1e-5 after every token"),
                  bool((np.abs(rep.S - trc.S) <= 1e-5 * trc.S).all()
                       and (np.abs(rep.acc - trc.vkq).max(axis=1) <= 1e-5 * np.abs(trc.vkq).max(axis=1)).all())),
-                (tr("segment 4: out == VKQ * (1/S), bit for bit", "segment 4：out == VKQ * (1/S)，逐位相同"),
+                (_("segment 4: out == VKQ * (1/S), bit for bit"),
                  np.array_equal(trc.vkq[-1] * (np.float32(1) / trc.S[-1]), res)),
-                (tr("each K and V row read once, one expf per token", "每行 K 和 V 只读一次，每 token 一次 expf"),
+                (_("each K and V row read once, one expf per token"),
                  c.k_rows_read == c.v_rows_read == T and c.expf_calls == T)):
-            out.add(f"{name} ({case})", ok, tr("differs from the numpy replay", "与 numpy 重放不一致"))
+            out.add(f"{name} ({case})", ok, _("differs from the numpy replay"))
     low_cache, low_q, low_scale = cache_with_scores(np.array([-2e9, -3e9], np.float32), head_dim=32)
     low_out = attend(low_q, low_cache, 0, scale=low_scale)
-    out.add(tr("segment 4 guard: scores below -1e9 give zeros, not NaN", "segment 4 的保护：分数低于 -1e9 时输出 0，不是 NaN"),
+    out.add(_("segment 4 guard: scores below -1e9 give zeros, not NaN"),
             (low_out == 0).all(), f"out {low_out[:4]}")
     return out
 
@@ -341,8 +332,8 @@ class LineCode:
 
     def __str__(self) -> str:
         ins = ", ".join(f"{n} {m}" for m, n in sorted(self.mnemonics.items()))
-        return tr(f"{self.compiler} {self.flags}: line {self.line} compiles to {ins}",
-                  f"{self.compiler} {self.flags}：第 {self.line} 行编译成 {ins}")
+        return _("{compiler} {flags}: line {line} compiles to {ins}").format(
+                 compiler=self.compiler, flags=self.flags, line=self.line, ins=ins)
 
 
 def aarch64_line_code(text: str, segment: int | None = None, function: str = "flash_attn_single_q_q8_neon",

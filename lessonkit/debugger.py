@@ -19,7 +19,7 @@ import numpy as np
 from . import native, source
 from . import validate as check
 from .by_hand import KERNEL, checked_debugger, debugger_path, install_hint
-from .language import tr
+from .language import _
 from .toy import ToyConfig, checked_config, generate
 
 MAX_OBSERVED_TOKENS = 256   # the records grow with the square of the generation's length
@@ -182,8 +182,7 @@ class Observation:
 
 def checked_tokens(n_tokens) -> int:
     return check.at_most("n_tokens", check.integer("n_tokens", n_tokens, minimum=1), MAX_OBSERVED_TOKENS,
-                         tr("tokens of an observed generation: its records grow with the square of its length",
-                            "一次观察的生成最多的 token 数：记录随长度的平方增长"))
+                         _("tokens of an observed generation: its records grow with the square of its length"))
 
 
 def records_from_trace(n_tokens: int, config: ToyConfig | None = None) -> tuple[list[CallRecord], list[int]]:
@@ -254,22 +253,20 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
     debugger = checked_debugger(debugger)
     n_tokens, timeout, config = checked_tokens(n_tokens), checked_timeout(timeout), checked_config(config)
     if use_gdb is not None and use_debugger is not None:
-        raise TypeError(tr("give use_debugger or its older name use_gdb, not both",
-                           "use_debugger 和它的旧名字 use_gdb 只能给一个"))
+        raise TypeError(_("give use_debugger or its older name use_gdb, not both"))
     use = use_gdb if use_debugger is None else use_debugger
     if use is not None and not isinstance(use, bool):
-        raise TypeError(tr(f"use_debugger must be None, True or False; got {check.short(use)}",
-                           f"use_debugger 必须是 None、True 或 False；你给的是 {check.short(use)}"))
+        raise TypeError(_("use_debugger must be None, True or False; got {short_use_check}").format(
+                          short_use_check=check.short(use)))
 
     def from_trace(why: str) -> Observation:
         records, tokens = _records_from_trace(n_tokens, config)
         return Observation(records, "trace", n_tokens, config, tokens,
-                           message=why + tr("; the records come from the traced build of the kernel instead",
-                                            "；所以记录改由内核的跟踪构建得出"))
+                           message=why + _("; the records come from the traced build of the kernel instead"))
 
     exe = debugger_path(debugger)
     if use is False:
-        return from_trace(tr(f"{debugger} not requested", f"没有要求用 {debugger}"))
+        return from_trace(_("{debugger} not requested").format(debugger=debugger))
     if exe is None:
         if use:
             raise RuntimeError(install_hint(debugger))
@@ -280,15 +277,14 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
         records = (parse_gdb_output if debugger == "gdb" else parse_lldb_output)(out)
         if len(records) != expected:
             tail = "\n".join((out + err).strip().splitlines()[-15:])
-            raise RuntimeError(tr(f"{debugger} saw {len(records)} kernel calls, expected {expected}; "
-                                  f"the end of its output:\n{tail}",
-                                  f"{debugger} 看到 {len(records)} 次内核调用，应为 {expected} 次；"
-                                  f"它输出的末尾：\n{tail}"))
+            raise RuntimeError(_("{debugger} saw {records} kernel calls, expected {expected}; the end of its "
+                                 "output:\n{tail}").format(
+                                 debugger=debugger, records=len(records), expected=expected, tail=tail))
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
         if use:
-            raise RuntimeError(tr(f"the {debugger} run failed: {e}", f"{debugger} 运行失败：{e}")) from e
-        return from_trace(tr(f"{debugger} could not run the generation ({str(e).splitlines()[0]})",
-                             f"{debugger} 无法运行这次生成（{str(e).splitlines()[0]}）"))
+            raise RuntimeError(_("the {debugger} run failed: {e}").format(debugger=debugger, e=e)) from e
+        return from_trace(_("{debugger} could not run the generation ({splitlines_e})").format(
+                            debugger=debugger, splitlines_e=str(e).splitlines()[0]))
     for i, r in enumerate(records):   # the toy's call order: step by step, query head by query head
         r.step, r.q_head = divmod(i, config.n_q_heads)
     m = re.search(r"generated token ids: \[([\d, ]*)\]", out)
@@ -301,9 +297,9 @@ def same_records(observation: Observation, rtol: float = 1e-5, atol: float = 1e-
     order, and M within ``rtol``? The debugged build is -O0, the traced one -O3 with FMA contraction,
     so M may differ in its last bits: 1e-5 relative is about 100 float32 steps."""
     if not isinstance(observation, Observation):
-        raise TypeError(tr(f"observation must be what observe_generation returns; got {type(observation).__name__}",
-                           f"observation 应是 observe_generation 的返回值；你给的是 {type(observation).__name__}"))
-    traced, _ = _records_from_trace(observation.n_tokens, observation.config)
+        raise TypeError(_("observation must be what observe_generation returns; got {observation}").format(
+                          observation=type(observation).__name__))
+    traced, unused = _records_from_trace(observation.n_tokens, observation.config)
     got = observation.records
     return (len(got) == len(traced)
             and all((g.seq_len, g.kv_head, g.t) == (t.seq_len, t.kv_head, t.t) for g, t in zip(got, traced))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import native
-from .language import tr
+from .language import _
 from .table import Table, show
 
 
@@ -87,7 +87,7 @@ def core_types(cpuinfo_path: Path | str | None = None) -> dict[str, frozenset[in
     types: dict[str, set[int]] = {}
     cpu, implementer = None, None
     for line in text.splitlines():
-        key, _, value = (part.strip() for part in line.partition(":"))
+        key, unused, value = (part.strip() for part in line.partition(":"))
         key = key.lower()
         try:
             if key == "processor":
@@ -114,11 +114,11 @@ class TimingCores:
     def describe(self) -> str:
         if not self.cpus:
             kinds = "; ".join(f"{len(c)}x {n}" for n, c in self.types.items())
-            return f"{self.why}{tr(': ', '：')}{kinds}" if len(self.types) > 1 else self.why
+            return f"{self.why}{_(': ')}{kinds}" if len(self.types) > 1 else self.why
         others = "; ".join(f"{len(c)}x {n}" for n, c in self.types.items() if n != self.name)
-        return (tr(f"timed on the {self.name} cores (CPUs {_cpu_list(self.cpus)}, pinned)",
-                   f"在 {self.name} 核上计时（CPU {_cpu_list(self.cpus)}，已绑定）")
-                + (tr(f"; also here: {others}", f"；本机还有：{others}") if others else ""))
+        return (_("timed on the {name} cores (CPUs {cpu_list_cpus}, pinned)").format(
+                  name=self.name, cpu_list_cpus=_cpu_list(self.cpus))
+                + (_("; also here: {others}").format(others=others) if others else ""))
 
 
 def _cpu_list(cpus) -> str:
@@ -152,7 +152,7 @@ def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | st
     if cores is not None and not isinstance(cores, str):
         raise TypeError(f"cores must be None, 'any' or a core type's name such as 'Cortex-A76'; got {cores!r}")
     if cores == NO_PINNING:
-        return TimingCores(None, frozenset(), types, tr("not pinned (cores='any')", "未绑定核（cores='any'）"))
+        return TimingCores(None, frozenset(), types, _("not pinned (cores='any')"))
     if cores is not None:
         wanted = cores.strip().lower()
         try:  # a hex part id names the same type as its name: "0xd05" is "Cortex-A55"
@@ -166,12 +166,10 @@ def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | st
         name = match[0]
     if len(types) < 2:
         return TimingCores(next(iter(types), None), frozenset(), types,
-                           tr("not pinned: all cores are one type", "未绑定核：所有核是同一种")
-                           if types else tr("not pinned: /proc/cpuinfo names no core types here",
-                                            "未绑定核：这里的 /proc/cpuinfo 没有列出核的类型"))
+                           _("not pinned: all cores are one type")
+                           if types else _("not pinned: /proc/cpuinfo names no core types here"))
     if not hasattr(os, "sched_setaffinity"):
-        return TimingCores(None, frozenset(), types, tr("not pinned: this system has no os.sched_setaffinity",
-                                                        "未绑定核：这个系统没有 os.sched_setaffinity"))
+        return TimingCores(None, frozenset(), types, _("not pinned: this system has no os.sched_setaffinity"))
     if cores is None:
         big = [n for n in types if n not in LITTLE] or list(types)
         name = max(big, key=lambda n: max(types[n]))
@@ -246,7 +244,7 @@ def machine_label(cores: str | None = None, cpuinfo_path: Path | str | None = No
         name = f"{board_name(model_path) or name}, {plan.describe()}"
     elif len(plan.types) == 1 and plan.name not in name:
         name = f"{name} ({plan.name})"
-    return f"{name}, {platform.machine()}, " + tr("kernel backend ", "内核后端 ") + native.backend()
+    return f"{name}, {platform.machine()}, " + _("kernel backend ") + native.backend()
 
 
 def _version(cmd: list[str]) -> str | None:
@@ -260,49 +258,45 @@ def check_setup() -> list[Check]:
     """Check the compiler, the compiled backend, SIMDe or NEON, and the tools later lessons use."""
     inst = "brew install" if sys.platform == "darwin" else "sudo apt install"
     checks = []
-    every = tr("every lesson", "每一课")
-    missing = tr("missing", "缺少")
+    every = _("every lesson")
+    missing = _("missing")
     try:
         cc = native.compiler()
-        checks.append(Check(tr("C compiler", "C 编译器"), True, _version([*cc.split(), "--version"]) or cc,
+        checks.append(Check(_("C compiler"), True, _version([*cc.split(), "--version"]) or cc,
                             every, ""))
     except native.BuildError as e:
-        checks.append(Check(tr("C compiler", "C 编译器"), False, missing, every, str(e)))
+        checks.append(Check(_("C compiler"), False, missing, every, str(e)))
     try:
         name = native.backend()
-        checks.append(Check(tr("kernel build", "内核构建"), True, name, every, ""))
+        checks.append(Check(_("kernel build"), True, name, every, ""))
     except native.BuildError as e:
-        checks.append(Check(tr("kernel build", "内核构建"), False, tr("failed", "失败"), every,
+        checks.append(Check(_("kernel build"), False, _("failed"), every,
                             str(e).splitlines()[0]))
     if native.is_arm64():
-        checks.append(Check("NEON", True, tr("arm_neon.h (native)", "arm_neon.h（原生）"), every, ""))
+        checks.append(Check("NEON", True, _("arm_neon.h (native)"), every, ""))
     else:
         inc = native.simde_include_dir()
-        checks.append(Check(tr("SIMDe headers", "SIMDe 头文件"), inc is not None,
-                            tr("found", "已找到") if inc else missing,
-                            tr("every lesson (NEON off ARM)", "每一课（非 ARM 机器上的 NEON）"),
-                            tr("pip install cmeel-simde  (or conda install -c conda-forge simde)",
-                               "pip install cmeel-simde  （或 conda install -c conda-forge simde）")))
+        checks.append(Check(_("SIMDe headers"), inc is not None,
+                            _("found") if inc else missing,
+                            _("every lesson (NEON off ARM)"),
+                            _("pip install cmeel-simde  (or conda install -c conda-forge simde)")))
     # Homebrew's gdb cannot debug native programs on Apple Silicon; lldb (Xcode's command line
     # tools) does (docs/references.md, "Debuggers on macOS")
-    gdb_install = (tr("gdb cannot debug native programs on Apple Silicon: use lldb in lesson 06 "
-                      "(xcode-select --install)",
-                      "gdb 在 Apple Silicon 上调试不了本机程序：第 06 课请用 lldb（xcode-select --install）")
+    gdb_install = (_("gdb cannot debug native programs on Apple Silicon: use lldb in lesson 06 (xcode-select "
+                     "--install)")
                    if sys.platform == "darwin" else f"{inst} gdb")
     lldb_install = "xcode-select --install" if sys.platform == "darwin" else f"{inst} lldb"
-    optional = tr("make test-aarch64 (optional)", "make test-aarch64（可选）")
-    tools = [("gdb", ["gdb", "--version"], tr("lesson 06 (debugger exercise)", "第 06 课（调试器练习）"), gdb_install),
-             ("lldb", [lldb_path() or "lldb", "--version"], tr("lesson 06 (the lldb track)", "第 06 课（lldb 路线）"),
+    optional = _("make test-aarch64 (optional)")
+    tools = [("gdb", ["gdb", "--version"], _("lesson 06 (debugger exercise)"), gdb_install),
+             ("lldb", [lldb_path() or "lldb", "--version"], _("lesson 06 (the lldb track)"),
               lldb_install),
              ("llvm-mca-19", ["llvm-mca-19", "--version"],
-              tr("lesson 09 (A76 estimates, make bench-a76)", "第 09 课（A76 估计，make bench-a76）"),
+              _("lesson 09 (A76 estimates, make bench-a76)"),
               f"{inst} llvm-19" if sys.platform != "darwin" else
-              tr("not packaged as llvm-mca-19 on macOS: lesson 09 shows saved estimates",
-                 "macOS 上没有 llvm-mca-19 这个包：第 09 课显示保存好的估计结果")),
-             ("valgrind", ["valgrind", "--version"], tr("lesson 05 (cache simulation)", "第 05 课（缓存模拟）"),
-              tr("sudo apt install valgrind  (not available on macOS: lesson 05 shows saved results)",
-                 "sudo apt install valgrind  （macOS 上没有 valgrind：第 05 课显示保存好的结果）")),
-             (tr("aarch64 cross compiler", "aarch64 交叉编译器"), ["aarch64-linux-gnu-gcc", "--version"],
+              _("not packaged as llvm-mca-19 on macOS: lesson 09 shows saved estimates")),
+             ("valgrind", ["valgrind", "--version"], _("lesson 05 (cache simulation)"),
+              _("sudo apt install valgrind  (not available on macOS: lesson 05 shows saved results)")),
+             (_("aarch64 cross compiler"), ["aarch64-linux-gnu-gcc", "--version"],
               optional, "sudo apt install gcc-aarch64-linux-gnu"),
              ("qemu-aarch64", ["qemu-aarch64", "--version"], optional,
               "sudo apt install qemu-user")]
@@ -346,10 +340,10 @@ def lldb_path() -> str | None:
 def print_setup(checks: list[Check] | None = None) -> None:
     """Show check_setup() as a table, then what to install for anything missing."""
     checks = check_setup() if checks is None else checks
-    show(Table([(tr("ok", "有") if c.ok else tr("MISSING", "缺少"), c.what, c.found, c.needed_for) for c in checks],
-               header=[tr("status", "状态"), tr("what", "项目"), tr("found", "找到的"), tr("needed for", "用于")]))
+    show(Table([(_("ok") if c.ok else _("MISSING"), c.what, c.found, c.needed_for) for c in checks],
+               header=[_("status"), _("what"), _("what was found"), _("needed for")]))
     for c in checks:
         if not c.ok:
-            print(f"\n-> {c.what}{tr(': ', '：')}{c.install}")
+            print(f"\n-> {c.what}{_(': ')}{c.install}")
     if all(c.ok for c in checks):
-        print(tr("\nEverything the workbook uses is here.", "\n练习册要用的东西都齐了。"))
+        print(_("\nEverything the workbook uses is here."))

@@ -21,7 +21,7 @@ from . import native, source, workspace
 from . import validate as check
 from .cache import KVCacheQ8, attention_call
 from .kernels import attention
-from .language import tr
+from .language import _
 from .synthetic import cache_with_scores
 from .trace import TRACED_FUNCTIONS, Trace, run_traced
 
@@ -58,13 +58,11 @@ class Change:
 def edit_line(copy: Path | str, edit: Edit) -> Change:
     """Apply one Edit to a copy of native/ (never to native/ itself) and return what changed."""
     if not isinstance(edit, Edit):
-        raise TypeError(tr(f"edit must be a lessonkit.debug.Edit; got {type(edit).__name__}",
-                           f"edit 应是一个 lessonkit.debug.Edit；你给的是 {type(edit).__name__}"))
+        raise TypeError(_("edit must be a lessonkit.debug.Edit; got {edit}").format(edit=type(edit).__name__))
     copy = Path(copy).resolve()
     path = (copy / edit.file).resolve()
     if copy == native.NATIVE_DIR.resolve() or not path.is_relative_to(copy):
-        raise ValueError(tr("edit a copy (lessonkit.debug.copy_native()), not the workbook's native/",
-                            "请改副本（lessonkit.debug.copy_native()），不要改项目里的 native/"))
+        raise ValueError(_("edit a copy (lessonkit.debug.copy_native()), not the workbook's native/"))
     n = source.find_line(edit.text, segment=edit.segment, path=path)
     lines = path.read_text().splitlines(keepends=True)
     old = lines[n - 1].rstrip("\n")
@@ -107,8 +105,8 @@ def break_kernel(kind: str) -> BrokenKernel:
     notebook and the exercise checks share it). Loaded with ``verify="crashes"``: its check in a
     child process still refuses a crash or a hang, and lets the wrong results through."""
     if kind not in BREAKS:
-        raise ValueError(tr(f"kind must be one of {', '.join(map(repr, BREAKS))}; got {check.short(kind)}",
-                            f"kind 必须是 {', '.join(map(repr, BREAKS))} 之一；你给的是 {check.short(kind)}"))
+        raise ValueError(_("kind must be one of {map_breaks}; got {short_kind_check}").format(
+                           map_breaks=', '.join(map(repr, BREAKS)), short_kind_check=check.short(kind)))
     if kind not in _broken or not _broken[kind].copy.is_dir():
         folder = tempfile.TemporaryDirectory(prefix="native_copy_")
         copy = copy_native(folder.name)
@@ -148,8 +146,7 @@ def _weights_case(scores) -> tuple:
     so that output element t of a call IS the softmax weight the kernel gave token t."""
     s = check.float32_like("scores", scores, (None,))
     if not 1 <= s.shape[0] <= 256:
-        raise ValueError(tr(f"kernel_weights takes 1 to 256 scores; got {s.shape[0]}",
-                            f"kernel_weights 接受 1 到 256 个分数；你给了 {s.shape[0]} 个"))
+        raise ValueError(_("kernel_weights takes 1 to 256 scores; got {shape_s}").format(shape_s=s.shape[0]))
     hd = 32 * math.ceil(s.shape[0] / 32)   # one column per token
     return cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32), seed=0)
 
@@ -195,7 +192,7 @@ def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KE
     or not at all."""
     dest = Path(dest) if dest is not None else workspace.WORK_DIR / UNMARKED_NAME
     dest.parent.mkdir(parents=True, exist_ok=True)
-    kept, _ = _unmarked(Path(path))
+    kept, unused = _unmarked(Path(path))
     fd, tmp = tempfile.mkstemp(prefix=".unmarked-", dir=dest.parent)
     with os.fdopen(fd, "w") as f:
         f.write("\n".join(kept) + "\n")
@@ -207,7 +204,7 @@ def unmarked_segments(path: Path | str = source.KERNEL_FILE) -> dict[int, tuple[
     """For each part, in ``unmarked_kernel``'s line numbers: the accepted start lines and end lines
     (inclusive ranges); a blank line, a comment or a TRACE_ hook at a part's edge may be in or out."""
     lines = Path(path).read_text().splitlines()
-    _, new_of = _unmarked(Path(path))
+    unused, new_of = _unmarked(Path(path))
 
     def edge(line: str) -> bool:
         s = line.strip()

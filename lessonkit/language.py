@@ -89,6 +89,13 @@ def _(message: str) -> str:
     return _translations.gettext(message)
 
 
+def from_c(message: str) -> str:
+    """``_(message)`` for an English text that native/ holds, not Python (a segment's title, what a
+    version adds): the catalog has those of the shipped sources, which tests/test_catalog.py reads
+    from there; a text a student wrote into the C is shown as written."""
+    return _translations.gettext(message)
+
+
 class N_:
     """A message defined now and translated each time it is shown: ``str(N_("Correct"))`` and
     ``f"{N_('Correct')}"`` are the current language's text; ``.msgid`` is the English. Fields given

@@ -12,7 +12,7 @@ from . import native, plotstyle
 from . import validate as check
 from .cache import KVCacheQ8, kv_cache
 from .checks import Checks
-from .language import tr
+from .language import _
 
 MAX_GROW_BYTES = 4 << 30  # what grow_layer may allocate: the cache at its last checkpoint and one fp32 chunk
 MAX_DRAWN_ROWS = 48
@@ -47,16 +47,16 @@ def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=Non
     ``(codes int8 [head_dim], raw scale)``, the scale from the pointer the kernel is handed."""
     kv_cache(cache)
     if which not in ("k", "v"):
-        raise ValueError(tr(f"which must be 'k' or 'v'; got {check.short(which)}",
-                            f"which 只能是 'k' 或 'v'；收到的是 {check.short(which)}"))
+        raise ValueError(_("which must be 'k' or 'v'; got {short_which_check}").format(
+                           short_which_check=check.short(which)))
     t = check.integer("t", t, minimum=0, below=cache.seq_len)
     if ffi is None:
         ffi = native.load()[0]
     else:
         import cffi
         if not isinstance(ffi, cffi.FFI):
-            raise TypeError(tr(f"ffi must be the cffi.FFI of lessonkit.native.load(); got {type(ffi).__name__}",
-                               f"ffi 应是 lessonkit.native.load() 返回的 cffi.FFI；收到的是 {type(ffi).__name__}"))
+            raise TypeError(_("ffi must be the cffi.FFI of lessonkit.native.load(); got {ffi}").format(
+                              ffi=type(ffi).__name__))
     w = locate(t, kv_head, cache.block_size, cache.n_kv_heads, cache.head_dim)
     row = ffi.cast("int8_t *", int(cache.pointer_table(which)[w.block])) + w.offset
     codes = np.frombuffer(ffi.unpack(ffi.cast("char *", row), cache.head_dim), np.int8).copy()
@@ -81,22 +81,20 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
     each of the increasing ``checkpoints``: ``(cache, rows)``, one dict per checkpoint with
     ``seq_len, n_blocks, nbytes`` (codes + scales held), ``block_bytes``, ``allocated_nbytes``."""
     if isinstance(checkpoints, (str, bytes)) or not hasattr(checkpoints, "__len__"):
-        raise TypeError(tr(f"checkpoints must be a list of sequence lengths; got {type(checkpoints).__name__}",
-                           f"checkpoints 应是一组序列长度（list）；收到的是 {type(checkpoints).__name__}"))
+        raise TypeError(_("checkpoints must be a list of sequence lengths; got {checkpoints}").format(
+                          checkpoints=type(checkpoints).__name__))
     check.at_most("len(checkpoints)", len(checkpoints), 1000, "checkpoints of one growth")
     points = [check.integer("checkpoint", c, minimum=1) for c in checkpoints]
     if not points or any(b <= a for a, b in zip(points, points[1:])):
-        raise ValueError(tr("checkpoints must be a non-empty increasing list of sequence lengths",
-                            "checkpoints 应是非空、严格递增的一组序列长度"))
+        raise ValueError(_("checkpoints must be a non-empty increasing list of sequence lengths"))
     chunk = check.integer("chunk", chunk, minimum=1)
     nkv = check.integer("n_kv_heads", n_kv_heads, minimum=1)  # before KVCacheQ8 allocates its scales
     hd = check.head_dim(head_dim)
     bs = check.integer("block_size", block_size, minimum=1)
-    check.memory(tr(f"a layer of {points[-1]} tokens ({nkv} kv heads x {hd}, blocks of {bs})",
-                    f"一层 {points[-1]} 个 token（{nkv} 个 kv 头 x {hd}，每块 {bs} 个 token）"),
+    check.memory(_("a layer of {points} tokens ({nkv} kv heads x {hd}, blocks of {bs})").format(
+                   points=points[-1], nkv=nkv, hd=hd, bs=bs),
                  -(-points[-1] // bs) * bs * (2 * nkv * hd + 2 * 4 * nkv) + 2 * chunk * nkv * hd * 4, MAX_GROW_BYTES,
-                 tr("use a shorter last checkpoint, fewer kv heads or a smaller chunk",
-                    "请把最后一个 checkpoint 改短，或减少 kv 头，或用更小的 chunk"))
+                 _("use a shorter last checkpoint, fewer kv heads or a smaller chunk"))
     cache = KVCacheQ8(nkv, hd, bs)
     rng = np.random.default_rng(seed)
     K = rng.standard_normal((chunk, nkv, hd), dtype=np.float32)
@@ -121,16 +119,14 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     from matplotlib.patches import ConnectionPatch, Rectangle
     plotstyle.use()
     if which not in ("k", "v"):
-        raise ValueError(tr(f"which must be 'k' or 'v'; got {which!r}", f"which 只能是 'k' 或 'v'；收到的是 {which!r}"))
+        raise ValueError(_("which must be 'k' or 'v'; got {which!r}").format(which=which))
     if cache.seq_len == 0:
-        raise ValueError(tr("the cache is empty: append at least one token before drawing it",
-                            "缓存是空的：先 append 至少一个 token 再画"))
+        raise ValueError(_("the cache is empty: append at least one token before drawing it"))
     bs, nkv, hd, T, kv_dim, nb = (cache.block_size, cache.n_kv_heads, cache.head_dim, cache.seq_len, cache.kv_dim,
                                   cache.n_blocks)
     if nb * bs > MAX_DRAWN_ROWS:
-        raise ValueError(tr(f"draw_cache draws small caches: at most {MAX_DRAWN_ROWS} allocated rows; "
-                            f"this one has {nb * bs}",
-                            f"draw_cache 只画小缓存：最多 {MAX_DRAWN_ROWS} 个已分配的行；这个缓存有 {nb * bs} 行"))
+        raise ValueError(_("draw_cache draws small caches: at most {MAX_DRAWN_ROWS} allocated rows; this one has "
+                           "{nb_bs}").format(MAX_DRAWN_ROWS=MAX_DRAWN_ROWS, nb_bs=nb * bs))
     w = locate(check.integer("t", highlight[0], minimum=0, below=T), highlight[1], bs, nkv, hd)
     name, sname = f"{which}_cache_q8", f"{which}scale"
     blocks = cache.k_blocks if which == "k" else cache.v_blocks
@@ -157,7 +153,7 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
             if t >= T:
                 ax_b.add_patch(Rectangle((0, top(b) + r), kv_dim, 1, facecolor="0.85", edgecolor="0.6", hatch="//",
                                          lw=0.5))
-                ax_b.text(kv_dim / 2, y, tr("allocated, unused", "已分配，未使用"), ha="center", va="center",
+                ax_b.text(kv_dim / 2, y, _("allocated, unused"), ha="center", va="center",
                           fontsize=pt, color="0.3", bbox=dict(fc="0.85", ec="none", pad=0.5), zorder=3)
             ax_b.text(kv_dim * 1.02, y, f"t={t}" if t < T else "-", ha="left", va="center", fontsize=pt,
                       **hot(t == w.t))
@@ -165,21 +161,21 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     for kh in range(nkv):
         if kh:
             ax_b.axvline(kh * hd, color="black", lw=2)
-        ax_b.text((kh + 0.5) * hd, -0.35, tr(f"head {kh}", f"头 {kh}"), ha="center", va="bottom", fontsize=pt,
+        ax_b.text((kh + 0.5) * hd, -0.35, _("head {kh}").format(kh=kh), ha="center", va="bottom", fontsize=pt,
                   color=red if kh == w.kv_head else "black")
     ax_b.add_patch(Rectangle((w.kh_off, top(w.block) + w.row), hd, 1, fill=False, edgecolor=red, lw=3.5))
     ax_b.set_xlim(0, kv_dim * 1.17)
     ax_b.set_ylim(height + 0.2, -1.6)
     ax_b.set_xticks([kh * hd for kh in range(nkv + 1)])
     ax_b.spines["bottom"].set_bounds(0, kv_dim)
-    ax_b.set_xlabel(tr(f"byte offset in a row (kv_dim = {nkv} x {hd} = {kv_dim} bytes)",
-                       f"行内的字节偏移（kv_dim = {nkv} x {hd} = {kv_dim} 字节）"), fontsize=pt)
+    ax_b.set_xlabel(_("byte offset in a row (kv_dim = {nkv} x {hd} = {kv_dim} bytes)").format(
+                      nkv=nkv, hd=hd, kv_dim=kv_dim), fontsize=pt)
     ax_b.set_yticks([])
     cax = ax_p.inset_axes((0.62, 0.0, 0.1, 0.24))
     cb = fig.colorbar(im, cax=cax, orientation="vertical")
     cax.yaxis.set_ticks_position("left")
     cax.yaxis.set_label_position("left")
-    cb.set_label(tr("int8 code", "int8 码"), fontsize=pt)
+    cb.set_label(_("int8 code"), fontsize=pt)
     cb.set_ticks([-127, 0, 127])
 
     # the pointer table: one labelled entry per block, arrows to the blocks
@@ -192,7 +188,7 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
         fig.add_artist(ConnectionPatch((0.95, y + 0.5), (0, top(b)), "data", "data", axesA=ax_p, axesB=ax_b,
                                        arrowstyle="-|>", mutation_scale=14, lw=2 if hit else 1,
                                        color=red if hit else "0.3"))
-    ax_p.text(0.5, y0 - 0.3, tr(f"{name}\n(one pointer\nper block)", f"{name}\n（每块\n一个指针）"), ha="center",
+    ax_p.text(0.5, y0 - 0.3, _("{name}\n(one pointer\nper block)").format(name=name), ha="center",
               va="bottom", fontsize=pt)
     ax_p.set_xlim(0, 1)
     ax_p.set_ylim(height + 0.2, -1.6)
@@ -211,8 +207,8 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     ax_s.set_xticks(np.arange(nkv) + 0.5, [f"{kh}" for kh in range(nkv)], fontsize=pt)
     ax_s.set_yticks(np.arange(T) + 0.5, [f"t={t}" for t in range(T)], fontsize=pt)
     ax_s.tick_params(axis="y", labelright=True, labelleft=False, right=True, left=False)
-    ax_s.set_xlabel(tr("kv head", "kv 头"), fontsize=pt)
-    ax_s.set_title(tr(f"{which}_scale: raw max|x|", f"{which}_scale：原始 max|x|"), fontsize=pt)
+    ax_s.set_xlabel(_("kv head"), fontsize=pt)
+    ax_s.set_title(_("{which}_scale: raw max|x|").format(which=which), fontsize=pt)
 
     # the same scales in memory: the kernel hops nkv floats per token
     n = T * nkv
@@ -238,14 +234,12 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
             ax.spines[s].set_visible(False)
     for ax in (ax_s, ax_f):
         ax.grid(False)
-    ax_f.set_title(tr(f"{which}_scale in memory, by index; red arcs: the kernel's steps of nkv = {nkv} "
-                      f"from {sname} = {which}_scale + {w.kv_head}",
-                      f"{which}_scale 在内存中的排布（按下标）；红色弧线：内核从 {sname} = {which}_scale + {w.kv_head} "
-                      f"出发，每步跨 nkv = {nkv}"), fontsize=pt, pad=12)
-    fig.suptitle(tr(f"{T} tokens, {nkv} kv heads x {hd}, kv_bs {bs}: token {w.t} of kv head {w.kv_head} in red\n",
-                    f"{T} 个 token，{nkv} 个 kv 头 x {hd}，kv_bs {bs}：红框是 kv 头 {w.kv_head} 的 token {w.t}\n")
+    ax_f.set_title(_("{which}_scale in memory, by index; red arcs: the kernel's steps of nkv = {nkv} from {sname} "
+                     "= {which}_scale + {kv_head}").format(which=which, nkv=nkv, sname=sname, kv_head=w.kv_head), fontsize=pt, pad=12)
+    fig.suptitle(_("{T} tokens, {nkv} kv heads x {hd}, kv_bs {bs}: token {t} of kv head {kv_head} in red\n").format(
+                   T=T, nkv=nkv, hd=hd, bs=bs, t=w.t, kv_head=w.kv_head)
                  + f"{name}[{w.t} / {bs} = {w.block}] + ({w.t} % {bs} = {w.row}) * {kv_dim} + {w.kh_off}"
-                 + tr(f" = block {w.block} + {w.offset} bytes", f" = 块 {w.block} + {w.offset} 字节"),
+                 + _(" = block {block} + {offset} bytes").format(block=w.block, offset=w.offset),
                  fontsize=13, color="black")
     return fig
 
@@ -275,7 +269,7 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
         tt = np.arange(T)
         addr_ok = read_ok = score_ok = True
         for kh in range(nkv):
-            _, trc = attend(q, cache, kh, trace=True)
+            unused, trc = attend(q, cache, kh, trace=True)
             for rows, which in ((trc.k_rows, "k"), (trc.v_rows, "v")):
                 b, o = kernel_reads(rows, cache, which)
                 addr_ok &= bool((b == tt // kv_bs).all() and (o == (tt % kv_bs) * cache.kv_dim + kh * hd).all())
@@ -289,29 +283,28 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
                 s += trc.dots[:, blk].astype(np.float32) * trc.q_scales[blk]
             s = s * (cache.k_scales(kh) / np.float32(127)) * np.float32(1 / np.sqrt(hd))
             score_ok &= bool(np.allclose(trc.s, s, rtol=1e-6, atol=1e-7))
-        out.add(tr(f"rows read at the layout's address ({case})", f"按布局的地址读取各行（{case}）"), addr_ok,
-                tr("a K or V row was read elsewhere", "有一行 K 或 V 是从别处读的"))
-        out.add(tr(f"codes and raw scales through the pointer table ({case})", f"经块指针表读回的码和原始 scale（{case}）"),
-                read_ok, tr("a row read back differs from the C quantizer's", "读回的某一行与 C 量化器的结果不同"))
-        out.add(tr(f"scores = dots * qsc * (raw max / 127) * scale ({case})",
-                   f"分数 = dots * qsc * (raw max / 127) * scale（{case}）"), score_ok,
-                tr("the kernel's scores do not follow the raw-max scale", "内核的分数不符合原始 max 的 scale"))
+        out.add(_("rows read at the layout's address ({case})").format(case=case), addr_ok,
+                _("a K or V row was read elsewhere"))
+        out.add(_("codes and raw scales through the pointer table ({case})").format(case=case),
+                read_ok, _("a row read back differs from the C quantizer's"))
+        out.add(_("scores = dots * qsc * (raw max / 127) * scale ({case})").format(case=case), score_ok,
+                _("the kernel's scores do not follow the raw-max scale"))
     # an all-zero K row: the quantizer's guard writes scale 0 and codes 0; the kernel needs no guard
     K = rng.standard_normal((6, 2, 32), dtype=np.float32)
     K[2, 1] = 0.0
     zc = KVCacheQ8(2, 32, 4)
     zc.append(K, K)
     zout, ztr = attend(rng.standard_normal(32, dtype=np.float32), zc, 1, trace=True)
-    out.add(tr("all-zero row: scale 0 and codes 0", "全零行：scale 为 0，码全为 0"),
+    out.add(_("all-zero row: scale 0 and codes 0"),
             zc.k_scales(1)[2] == 0 and not zc.k_codes(1)[2].any(), f"scale {float(zc.k_scales(1)[2])}")
-    out.add(tr("all-zero row: score exactly 0, output finite", "全零行：分数恰好为 0，输出有限"),
-            ztr.s[2] == 0 and np.isfinite(zout).all(), tr(f"score {float(ztr.s[2])}", f"分数 {float(ztr.s[2])}"))
+    out.add(_("all-zero row: score exactly 0, output finite"),
+            ztr.s[2] == 0 and np.isfinite(zout).all(), _("score {s_ztr}").format(s_ztr=float(ztr.s[2])))
     # the error bound, with a channel 20x louder than the rest (it sets every row's step)
     X = rng.standard_normal((256, 1, 128), dtype=np.float32)
     X[:, 0, 7] *= 20
     ec = KVCacheQ8(1, 128, 16)
     ec.append(X, X)
     err = np.abs(ec.dequantized(0)[0] - X[:, 0]) / (ec.k_scales(0)[:, None] / 127)
-    out.add(tr("|error| <= half a step (+1e-5 for float32 rounding)", "|误差| <= 半步（另加 1e-5 留给 float32 舍入）"),
+    out.add(_("|error| <= half a step (+1e-5 for float32 rounding)"),
             err.max() <= 0.5 + 1e-5, f"max |error| / step = {err.max():.6f}")
     return out

@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from . import validate as check
-from .language import tr
+from .language import _
 
 INSTALL_HINT = "pip install -e '.[bench]'"
 QK8_0 = 32                 # values per q8_0 block (ggml-common.h, block_q8_0)
@@ -32,13 +32,13 @@ def load():
     try:
         import ggml
     except ImportError as e:
-        return None, tr(f"skipped: {INSTALL_HINT} ({e})", f"已跳过：需要 {INSTALL_HINT}（{e}）")
+        return None, _("skipped: {INSTALL_HINT} ({e})").format(INSTALL_HINT=INSTALL_HINT, e=e)
     return ggml, None
 
 
 def version() -> str:
     """'ggml-python X' of the installed package, '' when missing."""
-    ggml, _ = load()
+    ggml, unused = load()
     if ggml is None:
         return ""
     from importlib import metadata
@@ -59,39 +59,37 @@ class FlashAttnQ8:
         qs = np.asarray(qs)
         qs = qs[None] if qs.ndim == 1 else qs
         if qs.ndim != 2:
-            raise ValueError(tr(f"qs must have shape [G, head_dim] or [head_dim]; got {list(qs.shape)}",
-                                f"qs 的形状必须是 [G, head_dim] 或 [head_dim]；实际是 {list(qs.shape)}"))
+            raise ValueError(_("qs must have shape [G, head_dim] or [head_dim]; got {shape_qs}").format(
+                               shape_qs=list(qs.shape)))
         G, hd = qs.shape
-        check.at_most("G (query heads)", G, MAX_HEADS, tr("query heads of one ggml graph", "一个 ggml 计算图的查询头数"))
-        check.at_most("head_dim", hd, MAX_HEAD_DIM, tr("head_dim of one ggml graph", "一个 ggml 计算图的 head_dim"))
+        check.at_most("G (query heads)", G, MAX_HEADS, _("query heads of one ggml graph"))
+        check.at_most("head_dim", hd, MAX_HEAD_DIM, _("head_dim of one ggml graph"))
         if hd < QK8_0 or hd % QK8_0:
-            raise ValueError(tr(f"head_dim must be a multiple of {QK8_0} (ggml's q8_0 block); got {hd}",
-                                f"head_dim 必须是 {QK8_0} 的倍数（ggml 的 q8_0 块）；实际是 {hd}"))
+            raise ValueError(_("head_dim must be a multiple of {QK8_0} (ggml's q8_0 block); got {hd}").format(
+                               QK8_0=QK8_0, hd=hd))
         K, V = np.ascontiguousarray(K, dtype=np.float32), np.ascontiguousarray(V, dtype=np.float32)
         if K.ndim != 2 or K.shape[1] != hd or V.shape != K.shape:
-            raise ValueError(tr(f"K and V must both have shape [seq_len, {hd}]; "
-                                f"got {list(K.shape)} and {list(V.shape)}",
-                                f"K 和 V 的形状都必须是 [seq_len, {hd}]；实际是 {list(K.shape)} 和 {list(V.shape)}"))
+            raise ValueError(_("K and V must both have shape [seq_len, {hd}]; got {shape_k} and {shape_v}").format(
+                               hd=hd, shape_k=list(K.shape), shape_v=list(V.shape)))
         T = K.shape[0]
         if T < 1:
-            raise ValueError(tr("seq_len must be at least 1", "seq_len 至少是 1"))
-        check.at_most("seq_len", T, MAX_TOKENS, tr("tokens of one ggml graph", "一个 ggml 计算图的 token 数"))
+            raise ValueError(_("seq_len must be at least 1"))
+        check.at_most("seq_len", T, MAX_TOKENS, _("tokens of one ggml graph"))
         qs = np.ascontiguousarray(qs, dtype=np.float32)
         for name, a in (("qs", qs), ("K", K), ("V", V)):
             if not np.isfinite(a).all():
-                raise ValueError(tr(f"{name} must be finite (ggml's quantizer and exp do not check)",
-                                    f"{name} 必须是有限值（ggml 的量化和 exp 不做检查）"))
+                raise ValueError(_("{name} must be finite (ggml's quantizer and exp do not check)").format(
+                                   name=name))
         threads = (threads,) if isinstance(threads, (int, np.integer)) else threads
         self.threads = tuple(check.integer("n_threads", n, minimum=1) for n in threads)
         if not self.threads:
-            raise ValueError(tr("threads must name at least one thread count", "threads 至少要给出一个线程数"))
+            raise ValueError(_("threads must name at least one thread count"))
         for n in self.threads:
             check.at_most("n_threads", n, min(MAX_THREADS, os.cpu_count() or 1),
-                          tr("threads of this machine", "本机的线程数"))
+                          _("threads of this machine"))
         self.scale = float(1 / np.sqrt(hd) if scale is None else scale)
         if not np.isfinite(self.scale) or self.scale <= 0:
-            raise ValueError(tr(f"scale must be a positive finite number; got {scale!r}",
-                                f"scale 必须是一个有限的正数；实际是 {scale!r}"))
+            raise ValueError(_("scale must be a positive finite number; got {scale!r}").format(scale=scale))
         self.G, self.head_dim, self.seq_len, self._g = G, hd, T, ggml
         mem = (2 * ggml.ggml_row_size(ggml.GGML_TYPE_Q8_0, hd) * T + 2 * G * hd * 4 + 8 * ggml.ggml_tensor_overhead()
                + ggml.ggml_graph_overhead() + _CONTEXT_SLACK)
@@ -128,15 +126,15 @@ class FlashAttnQ8:
 
     def _open(self):
         if self._ctx is None:
-            raise RuntimeError(tr("this FlashAttnQ8 is closed", "这个 FlashAttnQ8 已经关闭"))
+            raise RuntimeError(_("this FlashAttnQ8 is closed"))
 
     def compute(self, n_threads: int | None = None) -> None:
         """One ``ggml_graph_compute`` on ``n_threads`` (one of ``threads``; default the first)."""
         self._open()
         n = self.threads[0] if n_threads is None else n_threads
         if n not in self._plans:
-            raise ValueError(tr(f"n_threads must be one of {self.threads} (the plans built); got {check.short(n)}",
-                                f"n_threads 必须是 {self.threads} 之一（已建好的计划）；实际是 {check.short(n)}"))
+            raise ValueError(_("n_threads must be one of {threads} (the plans built); got {short_n_check}").format(
+                               threads=self.threads, short_n_check=check.short(n)))
         status = self._g.ggml_graph_compute(self._graph, ctypes.byref(self._plans[n]))
         if status != 0:
             raise RuntimeError(f"ggml_graph_compute returned status {status}")
@@ -167,8 +165,7 @@ def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, np.float32)
     hd = x.shape[-1]
     if hd % QK8_0:
-        raise ValueError(tr(f"the last axis must be a multiple of {QK8_0}; got {hd}",
-                            f"最后一维必须是 {QK8_0} 的倍数；实际是 {hd}"))
+        raise ValueError(_("the last axis must be a multiple of {QK8_0}; got {hd}").format(QK8_0=QK8_0, hd=hd))
     blocks = x.reshape(*x.shape[:-1], hd // QK8_0, QK8_0)
     d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
     with np.errstate(divide="ignore"):
@@ -196,10 +193,10 @@ def check_output(got, want, what: str = "ggml_flash_attn_ext") -> float:
     """max |got - want| / max |want|; AssertionError above CHECK_RTOL (or NaN)."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     if got.shape != want.shape:
-        raise AssertionError(tr(f"{what}: shape {list(got.shape)}, expected {list(want.shape)}",
-                                f"{what}：形状是 {list(got.shape)}，应为 {list(want.shape)}"))
+        raise AssertionError(_("{what}: shape {shape_got}, expected {shape_want}").format(
+                               what=what, shape_got=list(got.shape), shape_want=list(want.shape)))
     err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
     if not err <= CHECK_RTOL:
-        raise AssertionError(tr(f"{what}: max error {err:.2e} of max|out| is above {CHECK_RTOL:g}",
-                                f"{what}：最大误差为 max|out| 的 {err:.2e}，超过了 {CHECK_RTOL:g}"))
+        raise AssertionError(_("{what}: max error {err:.2e} of max|out| is above {CHECK_RTOL:g}").format(
+                               what=what, err=err, CHECK_RTOL=CHECK_RTOL))
     return err

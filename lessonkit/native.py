@@ -28,7 +28,7 @@ from pathlib import Path
 import cffi
 
 from . import validate as check
-from .language import tr
+from .language import _
 from .toolchain import (DEFINES, HEADER, MAX_ERRORS_SHOWN, NATIVE_DIR, REPO_DIR, AARCH64_MARCH,  # noqa: F401
                         BuildError, BuildWarning, KernelCheckError, arch_flags, build_dir_for, build_program,
                         check_defines, clean_compiler_output, compile_flags, compiler, first_errors, is_arm64,
@@ -177,28 +177,27 @@ def _smoke(lib: Path, header: str, verify: str) -> dict:
                               capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
         return {"verified": verify, "failures": [], "crash": _while(
-            tr(f"did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)",
-               f"在 {SMOKE_TIMEOUT_S:.0f} s 内没有跑完（卡住了：死循环？）"), e.stderr)}
+            _("did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)").format(
+              SMOKE_TIMEOUT_S=SMOKE_TIMEOUT_S), e.stderr)}
     except OSError as e:
-        raise BuildError(tr(f"Could not start the check of the new build ({sys.executable}): {e}",
-                            f"无法启动对新构建的检查（{sys.executable}）：{e}")) from None
+        raise BuildError(_("Could not start the check of the new build ({executable}): {e}").format(
+                           executable=sys.executable, e=e)) from None
     if proc.returncode < 0:
         try:
             name = signal.Signals(-proc.returncode).name
         except ValueError:
             name = f"signal {-proc.returncode}"
-        what = {"SIGSEGV": tr("segmentation fault: a read or write outside the memory it owns",
-                              "段错误：读写了不属于它的内存"),
-                "SIGBUS": tr("bus error: a bad address", "总线错误：地址不对"), "SIGILL": tr("illegal instruction", "非法指令"),
-                "SIGFPE": tr("arithmetic exception", "算术异常"), "SIGABRT": tr("abort", "中止")}.get(name)
-        crash = tr(f"crashed with {name} ({what})", f"崩溃了，信号 {name}（{what}）") if what else \
-            tr(f"crashed with {name}", f"崩溃了，信号 {name}")
+        what = {"SIGSEGV": _("segmentation fault: a read or write outside the memory it owns"),
+                "SIGBUS": _("bus error: a bad address"), "SIGILL": _("illegal instruction"),
+                "SIGFPE": _("arithmetic exception"), "SIGABRT": _("abort")}.get(name)
+        crash = _("crashed with {name} ({what})").format(name=name, what=what) if what else \
+            _("crashed with {name}").format(name=name)
         return {"verified": verify, "failures": [], "crash": _while(crash, proc.stderr)}
     try:
         report = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-        crash = _while(tr(f"stopped with exit code {proc.returncode}", f"以退出码 {proc.returncode} 停止"), proc.stderr)
+        crash = _while(_("stopped with exit code {returncode}").format(returncode=proc.returncode), proc.stderr)
         return {"verified": verify, "failures": [], "crash": crash + (f":\n{tail}" if tail else "")}
     return {"verified": verify, "failures": report["failures"], "crash": None}
 
@@ -212,36 +211,34 @@ def _while(what: str, stderr) -> str:
         step = _subject(*json.loads(steps[-1]))
     except (IndexError, ValueError, TypeError, KeyError):
         return what
-    return tr(f"{what} while running {step}", f"{what}，当时在运行 {step}")
+    return _("{what} while running {step}").format(what=what, step=step)
 
 
 # The words of smoke.py's codes, with their numbers: one table.
 _SMOKE_WORDS = {
-    "case": lambda T, nkv, hd, bs, kh: tr(
-        f" on case '{T} tokens, head_dim {hd}, blocks of {bs}, kv head {kh} of {nkv}'",
-        f"（用例 '{T} 个 token，head_dim {hd}，块大小 {bs}，{nkv} 个 kv 头中的第 {kh} 个'）"),
-    "case_rising": lambda T, nkv, hd, bs, kh: tr(
-        f" on case '{T} rising scores (a new max at every token), head_dim {hd}, blocks of {bs}, "
-        f"kv head {kh} of {nkv}'",
-        f"（用例 '{T} 个递增的分数（每个 token 都是新最大值），head_dim {hd}，块大小 {bs}，{nkv} 个 kv 头中的第 {kh} 个'）"),
-    "rows": lambda: tr(" on 5 rows (zeros, huge, tiny)", "（5 行：全零、极大、极小）"),
-    "recording": lambda: tr(" (recording)", "（记录中）"),
-    "not_recording": lambda: tr(" (not recording)", "（不记录）"),
-    "group": lambda G: tr(f" (G = {G} query heads)", f"（G = {G} 个查询头）"),
-    "tokens": lambda t0, t1: tr(f" (tokens [{t0}, {t1}))", f"（token [{t0}, {t1})）"),
-    "merged": lambda: tr(" (chunks merged)", "（各区间合并）"),
-    "two_ranges": lambda: tr(" (two ranges)", "（两个区间）"),
-    "variant": lambda v: tr(f" (variant {v})", f"（变体 {v}）"),
-    "nan": lambda: tr(": the output holds NaN or Inf", "：输出里有 NaN 或 Inf"),
-    "off": lambda err, tol: tr(f": off by {err:.1e} of max|reference| (tolerance {tol:.0e})",
-                               f"：与参考值相差 {err:.1e} 倍 max|reference|（容差 {tol:.0e}）"),
-    "returned": lambda value: tr(f": returned {value}", f"：返回了 {value}"),
-    "scales": lambda: tr(": the scales are not the raw max|x| of each row", "：scale 不是每行原始的 max|x|"),
-    "codes": lambda bad, n: tr(f": {bad} of {n} codes differ from floor(x * 127 / max + 0.5)",
-                               f"：{n} 个编码中有 {bad} 个与 floor(x * 127 / max + 0.5) 不同"),
-    "not_positive": lambda: tr(": did not return a positive bandwidth", "：没有返回正的带宽"),
-    "empty_string": lambda: tr(": returned an empty string", "：返回了空字符串"),
-    "missing": lambda why: tr(f"missing function: {why}", f"缺少函数：{why}"),
+    "case": lambda T, nkv, hd, bs, kh: _(" on case '{T} tokens, head_dim {hd}, blocks of {bs}, kv head {kh} of "
+                                         "{nkv}'").format(T=T, hd=hd, bs=bs, kh=kh, nkv=nkv),
+    "case_rising": lambda T, nkv, hd, bs, kh: _(" on case '{T} rising scores (a new max at every token), head_dim "
+                                                "{hd}, blocks of {bs}, kv head {kh} of {nkv}'").format(
+                                                T=T, hd=hd, bs=bs, kh=kh, nkv=nkv),
+    "rows": lambda: _(" on 5 rows (zeros, huge, tiny)"),
+    "recording": lambda: _(" (recording)"),
+    "not_recording": lambda: _(" (not recording)"),
+    "group": lambda G: _(" (G = {G} query heads)").format(G=G),
+    "tokens": lambda t0, t1: _(" (tokens [{t0}, {t1}))").format(t0=t0, t1=t1),
+    "merged": lambda: _(" (chunks merged)"),
+    "two_ranges": lambda: _(" (two ranges)"),
+    "variant": lambda v: _(" (variant {v})").format(v=v),
+    "nan": lambda: _(": the output holds NaN or Inf"),
+    "off": lambda err, tol: _(": off by {err:.1e} of max|reference| (tolerance {tol:.0e})").format(
+                              err=err, tol=tol),
+    "returned": lambda value: _(": returned {value}").format(value=value),
+    "scales": lambda: _(": the scales are not the raw max|x| of each row"),
+    "codes": lambda bad, n: _(": {bad} of {n} codes differ from floor(x * 127 / max + 0.5)").format(
+                              bad=bad, n=n),
+    "not_positive": lambda: _(": did not return a positive bandwidth"),
+    "empty_string": lambda: _(": returned an empty string"),
+    "missing": lambda why: _("missing function: {why}").format(why=why),
 }
 
 
@@ -263,22 +260,17 @@ def _failure(f) -> str:
 def _judge(result: dict, verify: str) -> None:
     """Raise KernelCheckError for a crash or hang (always) and for wrong results (verify="results").
     Wrong results allowed by verify="crashes" are shown by load() as a warning."""
-    keep = tr("Nothing new was loaded; what was loaded before keeps working. Fix the edit and run the "
-              "cell again.",
-              "没有载入任何新东西；之前载入的照常可用。改好你的修改，再运行这个单元。")
+    keep = _("Nothing new was loaded; what was loaded before keeps working. Fix the edit and run the cell again.")
     if result.get("crash"):
-        raise KernelCheckError(tr(f"The new build of the kernel {result['crash']}.\n{keep}",
-                                  f"内核的新构建{result['crash']}。\n{keep}"))
+        raise KernelCheckError(_("The new build of the kernel {result}.\n{keep}").format(
+                                 result=result['crash'], keep=keep))
     failures = result.get("failures") or []
     if failures and verify == "results":
-        raise KernelCheckError(tr(
-            "The new build of the kernel gives wrong results against the reference (the engine's "
-            f"quantized math in numpy, float64):\n{_failure_lines(failures)}\n{keep} To load a kernel "
-            "you broke on purpose, pass verify='crashes' (crashes and hangs are still caught; "
-            "results are not).",
-            "内核的新构建与参考结果（引擎的量化算法，用 numpy 的 float64 重算）对不上，结果是错的："
-            f"\n{_failure_lines(failures)}\n{keep}要载入你故意改坏的内核，请传 verify='crashes'"
-            "（仍会捕获崩溃和卡死，但不再检查结果）。"))
+        raise KernelCheckError(_("The new build of the kernel gives wrong results against the reference (the "
+                                 "engine's quantized math in numpy, float64):\n{failure_lines_failures}\n{keep} To "
+                                 "load a kernel you broke on purpose, pass verify='crashes' (crashes and hangs are "
+                                 "still caught; results are not).").format(
+                                 failure_lines_failures=_failure_lines(failures), keep=keep))
 
 
 def _failure_lines(failures: list, keep: int = 5) -> str:
@@ -289,8 +281,8 @@ def _failure_lines(failures: list, keep: int = 5) -> str:
         firsts.setdefault(f[0] if isinstance(f, list) else re.split(r" on | \(|:", f, maxsplit=1)[0], _failure(f))
     shown = list(firsts.values())[:keep]
     more = len(failures) - len(shown)
-    return "\n".join(f"  {f}" for f in shown) + (tr(f"\n  ({more} more failed checks not shown)",
-                                                     f"\n  （另有 {more} 项未通过的检查没有列出）") if more else "")
+    return "\n".join(f"  {f}" for f in shown) + (_("\n  ({more} more failed checks not shown)").format(
+                                                   more=more) if more else "")
 
 
 def _prune(build_dir: Path, stem: str) -> None:
@@ -324,9 +316,8 @@ def _ffi_for(header: str) -> cffi.FFI:
         try:
             ffi.cdef("\n".join(l for l in header.splitlines() if not l.lstrip().startswith("#")))
         except cffi.CDefError as e:
-            raise BuildError(tr(f"cffi cannot read {HEADER}: {e}. Keep its declarations plain C "
-                                "(no macros, no inline code).",
-                                f"cffi 读不懂 {HEADER}：{e}。请让其中的声明保持为普通 C（不用宏，不写内联代码）。")) from None
+            raise BuildError(_("cffi cannot read {HEADER}: {e}. Keep its declarations plain C (no macros, no "
+                               "inline code).").format(HEADER=HEADER, e=e)) from None
         _ffis[header] = ffi
     return _ffis[header]
 
@@ -357,17 +348,14 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
             # The file passed its check in a child process, so this is the environment (a
             # sanitizer runtime not preloaded, say), not the code: say so, and forget the file.
             _record_path(path).unlink(missing_ok=True)
-            raise BuildError(tr(f"The library {path.name} could not be loaded: {e}. It was removed; run "
-                                "the cell again to rebuild it.",
-                                f"库 {path.name} 无法载入：{e}。它已被删除；请再运行一次这个单元来重新构建。")) from None
+            raise BuildError(_("The library {name} could not be loaded: {e}. It was removed; run the cell again to "
+                               "rebuild it.").format(name=path.name, e=e)) from None
         if record.get("warnings"):
             _show_warnings(record["warnings"])
         if record.get("failures"):
             # named after the call, not the caller's file: a notebook's cell has a temporary path
-            warnings.warn_explicit(BuildWarning(tr(f"loaded with verify={verify!r}: this build computes wrong "
-                                                   "results (as you meant it to?):",
-                                                   f"已用 verify={verify!r} 载入：这个构建算出的结果是错的"
-                                                   "（正如你的本意？）：")
+            warnings.warn_explicit(BuildWarning(_("loaded with verify={verify!r}: this build computes wrong "
+                                                  "results (as you meant it to?):").format(verify=verify)
                                                 + f"\n{_failure_lines(record['failures'])}"),
                                    BuildWarning, "lessonkit.native.load", 0)
     ffi, lib = _libs[path]
@@ -404,11 +392,10 @@ def library(ffi, lib, functions: tuple[str, ...]):
     if ffi is None and lib is None:
         return load()
     if ffi is None or lib is None:
-        raise TypeError(tr("pass both ffi and lib (ffi, lib = lessonkit.native.load(...)), or neither",
-                           "ffi 和 lib 要么都传（ffi, lib = lessonkit.native.load(...)），要么都不传"))
+        raise TypeError(_("pass both ffi and lib (ffi, lib = lessonkit.native.load(...)), or neither"))
     if not isinstance(ffi, cffi.FFI):
-        raise TypeError(tr(f"ffi must be the cffi.FFI of lessonkit.native.load(); got {type(ffi).__name__}",
-                           f"ffi 必须是 lessonkit.native.load() 返回的 cffi.FFI；收到的是 {type(ffi).__name__}"))
+        raise TypeError(_("ffi must be the cffi.FFI of lessonkit.native.load(); got {ffi}").format(
+                          ffi=type(ffi).__name__))
     done = _checked_libraries.get(id(lib))
     done = done if done is not None and done[0] is lib and done[1] is ffi else None
     if done is not None and set(functions) <= done[2]:
@@ -419,14 +406,13 @@ def library(ffi, lib, functions: tuple[str, ...]):
             theirs = ffi.getctype(ffi.typeof(getattr(lib, fn)))
         except (AttributeError, TypeError, cffi.FFIError) as e:
             why = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise TypeError(tr(f"lib has no C function {fn} (lib must come from lessonkit.native.load(...)): {why}",
-                               f"lib 里没有 C 函数 {fn}（lib 必须来自 lessonkit.native.load(...)）：{why}")) from None
+            raise TypeError(_("lib has no C function {fn} (lib must come from lessonkit.native.load(...)): {why}").format(
+                              fn=fn, why=why)) from None
         ours = own_ffi.getctype(own_ffi.typeof(getattr(own_lib, fn)))
         if theirs != ours:
-            raise TypeError(tr(f"lib's {fn} has the C type {theirs}, not the workbook's {ours}: "
-                               "an edited header changed its signature; restore it in the copy",
-                               f"lib 里 {fn} 的 C 类型是 {theirs}，不是练习册的 {ours}：改过的头文件改变了它的签名；"
-                               "请在副本里把签名改回去"))
+            raise TypeError(_("lib's {fn} has the C type {theirs}, not the workbook's {ours}: an edited header "
+                              "changed its signature; restore it in the copy").format(
+                              fn=fn, theirs=theirs, ours=ours))
     # the entry holds lib and ffi themselves, so that their id cannot be reused by another object
     _checked_libraries[id(lib)] = (lib, ffi, set(functions) | (done[2] if done else set()))
     return ffi, lib

@@ -3,6 +3,7 @@ to at least 12 pt at the figure's size, 2-pt lines, and the Okabe-Ito palette (r
 common colour-vision deficiencies: Okabe and Ito, "Color Universal Design", 2008)."""
 from __future__ import annotations
 
+from .language import _
 from . import language
 
 MIN_PT = 12  # no text smaller than this at the figure's size (tests/test_plotstyle.py checks it)
@@ -108,7 +109,7 @@ def labelled(ax, xlabel: str, xunit: str | None = None, ylabel: str | None = Non
              title: str | None = None):
     """Name the axes as ``quantity (unit)``, e.g. ``labelled(ax, "seq_len", "tokens", "time", "ns")``."""
     def unit(quantity, u):  # Chinese puts the unit in full-width brackets
-        return language.tr(f"{quantity} ({u})", f"{quantity}（{u}）") if u else quantity
+        return _("{quantity} ({u})").format(quantity=quantity, u=u) if u else quantity
     ax.set_xlabel(unit(xlabel, xunit), fontsize=SIZES["label"])
     if ylabel is not None:
         ax.set_ylabel(unit(ylabel, yunit), fontsize=SIZES["label"])
@@ -124,4 +125,4 @@ def token_axis(ax, ticks=TOKEN_TICKS) -> None:
     """The seq_len axis of the timing plots: log base 2, ticks 1K, 2K, ..."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [f"{t // 1024}K" for t in ticks])
-    ax.set_xlabel(language.tr("seq_len, tokens (log scale)", "seq_len，token 数（对数坐标）"))
+    ax.set_xlabel(_("seq_len, tokens (log scale)"))

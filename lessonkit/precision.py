@@ -16,7 +16,7 @@ import numpy as np
 from . import validate as check
 from .cache import KVCacheQ8, kv_cache
 from .kernels.attention import attend
-from .language import tr
+from .language import _
 from .llama_ggml import dequantize_q8_0, quantize_q8_0  # noqa: F401  (lesson 07 calls them here)
 from .quant import KVQ_INV
 from .reference import attention
@@ -46,8 +46,8 @@ def kl_from_scores(s_p, s_q) -> float:
     of softmax(s_q) underflows to 0 (very peaked attention)."""
     lp, lq = log_softmax(s_p), log_softmax(s_q)
     if lp.shape != lq.shape:
-        raise ValueError(tr(f"the score vectors must have the same shape; got {lp.shape} and {lq.shape}",
-                            f"两个分数向量的形状必须相同；实际是 {lp.shape} 和 {lq.shape}"))
+        raise ValueError(_("the score vectors must have the same shape; got {shape} and {shape2}").format(
+                           shape=lp.shape, shape2=lq.shape))
     return float(np.sum(np.exp(lp) * (lp - lq)))
 
 
@@ -107,8 +107,8 @@ def dequantized(x, scheme: str = "engine", channels=()) -> np.ndarray:
         out[..., ch] = x[..., ch].astype(np.float16).astype(np.float32)
         out[..., rest] = dequantized(x[..., rest], "engine")
         return out
-    raise ValueError(tr(f"scheme must be one of {', '.join(map(repr, SCHEMES))}; got {scheme!r}",
-                        f"scheme 只能是 {', '.join(map(repr, SCHEMES))} 之一；你给的是 {scheme!r}"))
+    raise ValueError(_("scheme must be one of {map_schemes}; got {scheme!r}").format(
+                       map_schemes=', '.join(map(repr, SCHEMES)), scheme=scheme))
 
 
 def bytes_per_row(head_dim: int, scheme: str, n_fp16_channels: int = 0) -> int:
@@ -117,7 +117,7 @@ def bytes_per_row(head_dim: int, scheme: str, n_fp16_channels: int = 0) -> int:
     sizes = {"engine": head_dim + 4, "q8_0": head_dim + 2 * (head_dim // QBLOCK),
              "fp16_channels": head_dim + n_fp16_channels + 4, "fp16": 2 * head_dim, "fp32": 4 * head_dim}
     if scheme not in sizes:
-        raise ValueError(tr(f"unknown scheme {scheme!r}", f"未知的 scheme {scheme!r}"))
+        raise ValueError(_("unknown scheme {scheme!r}").format(scheme=scheme))
     return sizes[scheme]
 
 

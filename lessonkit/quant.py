@@ -12,7 +12,7 @@ import numpy as np
 from . import native
 from . import validate as check
 from .header import KVQ_INV
-from .language import tr
+from .language import _
 
 
 def quantize_q(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -54,15 +54,14 @@ def quantize_kv_rows_into(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, 
     codes = check.int8_array("codes", codes, (n, hd), writable=True)
     scales = check.float32_array("scales", scales, (n,), writable=True)
     if np.may_share_memory(codes, x) or np.may_share_memory(scales, x) or np.may_share_memory(codes, scales):
-        raise ValueError(tr("x, codes and scales must not overlap: C reads x while it writes the others",
-                            "x、codes 和 scales 的内存不能重叠：C 一边读 x，一边写另外两个"))
+        raise ValueError(_("x, codes and scales must not overlap: C reads x while it writes the others"))
     _quantize_rows(x, codes, scales, *native.library(ffi, lib, ("kvq8_quantize_rows",)))
 
 
 def _rows(x) -> np.ndarray:
     x = check.float32_array("x", x, (None, None))
-    check.c_int(tr("x.shape[0] (rows)", "x.shape[0]（行数）"), x.shape[0])  # C counts them with int
-    check.c_int(tr("x.shape[1] (values per row)", "x.shape[1]（每行的值数）"), x.shape[1])
+    check.c_int(_("x.shape[0] (rows)"), x.shape[0])  # C counts them with int
+    check.c_int(_("x.shape[1] (values per row)"), x.shape[1])
     return x
 
 

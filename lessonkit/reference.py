@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from . import validate as check
-from .language import tr
+from .language import _
 from .quant import KVQ_INV, quantize_q
 
 M_START = -1e9  # the kernel's starting value of M (llama.cpp starts at -INFINITY)
@@ -34,17 +34,15 @@ def attention(q, K, V, scale: float | None = None, dtype=np.float64) -> np.ndarr
     ``make bench`` times against the kernel (float32 inputs are then used without a copy)."""
     q, K, V = (np.asarray(x, dtype=dtype) for x in (q, K, V))
     if q.ndim not in (1, 2):
-        raise ValueError(tr(f"q must have shape [hd] or [n, hd]; got {list(q.shape)}",
-                            f"q 的形状必须是 [hd] 或 [n, hd]；收到的是 {list(q.shape)}"))
+        raise ValueError(_("q must have shape [hd] or [n, hd]; got {shape_q}").format(shape_q=list(q.shape)))
     hd = q.shape[-1]
     for name, x in (("K", K), ("V", V)):
         if x.ndim != 2 or x.shape[1] != hd:
-            raise ValueError(tr(f"{name} must have shape [seq_len, {hd}]; got {list(x.shape)}",
-                                f"{name} 的形状必须是 [seq_len, {hd}]；收到的是 {list(x.shape)}"))
+            raise ValueError(_("{name} must have shape [seq_len, {hd}]; got {shape_x}").format(
+                               name=name, hd=hd, shape_x=list(x.shape)))
     if K.shape[0] != V.shape[0] or K.shape[0] == 0:
-        raise ValueError(tr(f"K and V must hold the same number (>= 1) of tokens; got "
-                            f"{K.shape[0]} and {V.shape[0]}",
-                            f"K 和 V 的 token 数必须相同（且 >= 1）；收到的是 {K.shape[0]} 和 {V.shape[0]}"))
+        raise ValueError(_("K and V must hold the same number (>= 1) of tokens; got {shape_k} and {shape_v}").format(
+                           shape_k=K.shape[0], shape_v=V.shape[0]))
     scale = 1.0 / math.sqrt(hd) if scale is None else check.scale(scale, hd)
     scale = q.dtype.type(scale)  # a Python float would promote float32 products to float64
     if q.ndim == 2:

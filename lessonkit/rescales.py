@@ -8,7 +8,7 @@ from . import native, plotstyle
 from . import validate as check
 from .cache import KVCacheQ8, kv_cache
 from .kernels.attention import call_kernel
-from .language import tr
+from .language import _
 from .synthetic import cache_with_scores
 from .trace import run_traced
 
@@ -47,13 +47,12 @@ def random_order_counts(ns, trials: int = 50, seed: int = 0, head_dim: int = 32)
     standard-normal scores per n of ``ns``; at most MAX_COUNTED tokens in all."""
     trials = check.integer("trials", trials, minimum=1)
     if isinstance(ns, (str, bytes)) or not hasattr(ns, "__len__"):
-        raise TypeError(tr(f"ns must be a list of sequence lengths; got {type(ns).__name__}",
-                           f"ns 应是一组序列长度（list）；收到的是 {type(ns).__name__}"))
+        raise TypeError(_("ns must be a list of sequence lengths; got {ns}").format(ns=type(ns).__name__))
     check.at_most("len(ns)", len(ns), 10_000, "sequence lengths of one call")
     ns = [check.integer("n", n, minimum=1) for n in ns]
     check.at_most("sum(ns) x trials", sum(ns) * trials, MAX_COUNTED, "tokens run through the traced kernel")
     rng = np.random.default_rng(seed)
-    return np.array([[count_rescales(rng.standard_normal(n, dtype=np.float32), head_dim) for _ in range(trials)]
+    return np.array([[count_rescales(rng.standard_normal(n, dtype=np.float32), head_dim) for unused in range(trials)]
                      for n in ns], np.int64)
 
 
@@ -88,24 +87,24 @@ def plot_running_max(trace, ax_m, ax_s, title: str = "") -> None:
     ax_m.step(t, trace.M, where="post", color="C0", lw=2)
     ax_m.plot(ev, trace.M[ev], "v", color="C3", ms=9, ls="none")
     # legend handles of their own: a 2.5-pt dot is invisible in a legend
-    handles = [Line2D([], [], marker="o", ms=7, ls="none", color="0.6", label=tr("score $s_t$", "分数 sₜ")),
-               Line2D([], [], color="C0", lw=2, label=tr("running max $M_t$", "运行最大值 Mₜ")),
+    handles = [Line2D([], [], marker="o", ms=7, ls="none", color="0.6", label=_("score $s_t$")),
+               Line2D([], [], color="C0", lw=2, label=_("running max $M_t$")),
                Line2D([], [], marker="v", ms=9, ls="none", color="C3",
-                      label=tr(f"rescale (new max): {ev.size}", f"rescale（新最大值）：{ev.size} 次"))]
+                      label=_("rescale (new max): {size}").format(size=ev.size))]
     lo, hi = float(min(trace.s.min(), trace.M.min())), float(trace.M.max())
     span = max(hi - lo, 1e-6)
     ax_m.set_ylim(lo - 0.05 * span, hi + 0.35 * span)  # headroom for the legend: it hides no point
     ax_m.legend(handles=handles, loc="upper center", ncol=3, fontsize=plotstyle.MIN_PT)
-    ax_m.set_ylabel(tr("score (logit, no unit)", "分数（logit，无单位）"))
+    ax_m.set_ylabel(_("score (logit, no unit)"))
     ax_m.set_title(title)
-    ax_s.plot(t, trace.S, color="C2", lw=1.8, label=tr("running sum $S_t$", "运行和 Sₜ"))
-    ax_s.plot(ev, trace.S[ev], "v", color="C3", ms=9, ls="none", label=tr("rescale", "rescale"))
+    ax_s.plot(t, trace.S, color="C2", lw=1.8, label=_("running sum $S_t$"))
+    ax_s.plot(ev, trace.S[ev], "v", color="C3", ms=9, ls="none", label=_("rescale"))
     ax_s.set_yscale("log")
     ax_s.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax_s.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax_s.yaxis.set_major_formatter(FuncFormatter(lambda v, unused: f"{v:g}"))
     ax_s.yaxis.set_minor_formatter(NullFormatter())
-    ax_s.set_xlabel(tr("token t (position in the KV cache)", "token t（在 KV 缓存中的位置）"))
-    ax_s.set_ylabel(tr("$S_t$ (no unit, log scale)", "Sₜ（无单位，对数坐标）"))
+    ax_s.set_xlabel(_("token t (position in the KV cache)"))
+    ax_s.set_ylabel(_("$S_t$ (no unit, log scale)"))
     ax_s.legend(loc="lower right", fontsize=plotstyle.MIN_PT)
     for ax in (ax_m, ax_s):  # made by the caller, perhaps before the style was applied
         plotstyle.apply(ax)

@@ -19,7 +19,7 @@ import numpy as np
 from . import cycles, env, native
 from . import validate as check
 from .cache import KVCacheQ8, attention_call, kv_cache
-from .language import tr
+from .language import _
 from .table import Table
 from .traffic import SYS_CACHE, size_bytes
 from .variants import BY_NAME, VARIANTS, adds_text as what_it_adds  # noqa: F401  (lesson 09 calls it here)
@@ -63,8 +63,8 @@ def path() -> list[str]:
 def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
     """One call of registry version ``name`` through the library's table (fa_time_calls(version, 1, ...))."""
     if name not in BY_NAME:
-        raise ValueError(tr(f"name must be one of {', '.join(map(repr, BY_NAME))}; got {check.short(name)}",
-                            f"name 必须是 {', '.join(map(repr, BY_NAME))} 之一；实际是 {check.short(name)}"))
+        raise ValueError(_("name must be one of {map_by_name}; got {short_check}").format(
+                           map_by_name=', '.join(map(repr, BY_NAME)), short_check=check.short(name)))
     kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = attention_call(cache, kv_head, scale)
@@ -94,10 +94,9 @@ def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, 
             if err <= tol:
                 passed += 1
             else:
-                failures.append(tr(f"{name} at seq_len {T}, {nkv} kv heads, hd {hd}, blocks of {bs}: "
-                                   f"max error {err:.3g} > {tol:.3g}",
-                                   f"{name} 在 seq_len {T}、{nkv} 个 kv 头、hd {hd}、块大小 {bs} 时："
-                                   f"最大误差 {err:.3g} > {tol:.3g}"))
+                failures.append(_("{name} at seq_len {T}, {nkv} kv heads, hd {hd}, blocks of {bs}: max error "
+                                  "{err:.3g} > {tol:.3g}").format(
+                                  name=name, T=T, nkv=nkv, hd=hd, bs=bs, err=err, tol=tol))
     return passed, failures
 
 
@@ -133,7 +132,7 @@ def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None =
         number = max(1, 65536 // T)
         cont = bench.beyond_contenders(q, bench.group_queries(), cache, kh, number)
         cont.update(bench.kernel_contenders(["fast"], q, cache, kh, number))
-        gc, closing, _, why = bench.ggml_contenders(q, K, V, 1 / math.sqrt(HEAD_DIM), number)
+        gc, closing, unused, why = bench.ggml_contenders(q, K, V, 1 / math.sqrt(HEAD_DIM), number)
         cont.update({k: gc[k] for k in ("ggml_h1_t1", "ggml_h4_t1") if k in gc})
         if why:
             res["skipped"]["ggml"] = why
@@ -173,22 +172,22 @@ def results(saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
         res = collect()
         saved.parent.mkdir(parents=True, exist_ok=True)
         saved.write_text(json.dumps(res, indent=1) + "\n")
-        return res, tr(f"measured now and saved to {saved.name}", f"现在测得，已保存到 {saved.name}")
+        return res, _("measured now and saved to {name}").format(name=saved.name)
     if not saved.is_file():
-        raise RuntimeError(tr(f"no saved results in {saved.name}: run the notebook with {SAVE_ENV}=1",
-                              f"{saved.name} 里没有保存的结果：请设置 {SAVE_ENV}=1 运行本课"))
+        raise RuntimeError(_("no saved results in {name}: run the notebook with {SAVE_ENV}=1").format(
+                             name=saved.name, SAVE_ENV=SAVE_ENV))
     res = json.loads(saved.read_text())
     res["rows"] = {int(k): v for k, v in res["rows"].items()}
     # the machine label was saved in English (env.machine_label); its words follow the language
-    res["machine"] = res.get("machine", "").replace("kernel backend ", tr("kernel backend ", "内核后端 "))
-    return res, tr(f"saved in {saved.name} (run the notebook with {SAVE_ENV}=1 to measure them on your machine)",
-                   f"读自保存的 {saved.name}（设置 {SAVE_ENV}=1 运行本课，即可在你的机器上重测）")
+    res["machine"] = res.get("machine", "").replace("kernel backend ", _("kernel backend "))
+    return res, _("saved in {name} (run the notebook with {SAVE_ENV}=1 to measure them on your machine)").format(
+                  name=saved.name, SAVE_ENV=SAVE_ENV)
 
 
 def table(res: dict) -> Table:
     """One row per version: ns/token at each length, the A76 estimate and its instruction mix."""
     lengths = sorted(res["rows"])
-    rounds = (tr(f", fastest of {res['rounds']} interleaved rounds", f"，交替计时 {res['rounds']} 轮取最快")
+    rounds = (_(", fastest of {res} interleaved rounds").format(res=res['rounds'])
               if res.get("rounds") else "")
     rows = []
     for n in (n for n in path() if n in res["rows"][lengths[0]]):
@@ -197,14 +196,13 @@ def table(res: dict) -> Table:
             est = [e["cycles_per_token"], e["mix"]["total"],
                    f"{e['mix']['loads']:.0f}/{e['mix']['simd']:.0f}/{e['mix']['scalar']:.0f}"]
         else:
-            est = ["-", "-", tr("no estimate", "没有估计值") if e else tr("no llvm-mca here", "本机没有 llvm-mca")]
+            est = ["-", "-", _("no estimate") if e else _("no llvm-mca here")]
         rows.append([n, *(res["rows"][T][n] for T in lengths), *est])
     k = len(lengths)
-    return Table(rows, header=[tr("version", "版本"), *(f"{T // 1024}K" for T in lengths), tr("A76 est.", "A76 估计"),
-                               tr("instr.", "指令数"),
-                               tr("mix per token (loads/simd/scalar)", "每 token 指令构成（加载/SIMD/标量）")],
-                 caption=tr(f"ns/token on {res['machine']}{rounds} (x86 runs SIMDe's build of the NEON source, not "
-                            "NEON); A76 est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token",
-                            f"{res['machine']} 上的 ns/token{rounds}（x86 运行的是 SIMDe 构建的 NEON 源码，不是 NEON）；"
-                            "A76 估计：llvm-mca 的估计值（不是实测），Neoverse N1 模型，周期/token"),
+    return Table(rows, header=[_("version"), *(f"{T // 1024}K" for T in lengths), _("A76 est."),
+                               _("instr."),
+                               _("mix per token (loads/simd/scalar)")],
+                 caption=_("ns/token on {res}{rounds} (x86 runs SIMDe's build of the NEON source, not NEON); A76 "
+                           "est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token").format(
+                           res=res['machine'], rounds=rounds),
                  formats={**{1 + i: ".1f" for i in range(k)}, 1 + k: ".0f", 2 + k: ".0f"})

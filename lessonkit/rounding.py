@@ -6,7 +6,7 @@ import numpy as np
 
 from . import validate as check
 from .cache import KVCacheQ8
-from .language import tr
+from .language import _
 from .quant import KVQ_INV
 from .reference import attention, scores_from_q_codes, softmax_weighted_v
 from .validate import QBLOCK
@@ -18,8 +18,7 @@ def q_block_scaled(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The float32 values segment 1 rounds, ``q * (127 / qm)`` per 32-block (``qm < 1e-6 -> 1``), for
     ``q [hd]`` or ``[n, hd]``, and the block scales ``qm / 127`` as the kernel stores them."""
     if not isinstance(q, np.ndarray) or q.ndim not in (1, 2):
-        raise ValueError(tr("q must be a float32 numpy array of shape [hd] or [n, hd]",
-                            "q 必须是形状为 [hd] 或 [n, hd] 的 float32 numpy 数组"))
+        raise ValueError(_("q must be a float32 numpy array of shape [hd] or [n, hd]"))
     q = check.float32_array("q", q, (None,) * q.ndim)
     blocks = q.reshape(*q.shape[:-1], check.head_dim(q.shape[-1]) // QBLOCK, QBLOCK)
     qm = np.abs(blocks).max(axis=-1)
@@ -42,8 +41,8 @@ def round_codes(v: np.ndarray, rule: str) -> np.ndarray:
     elif rule == "trunc":
         r = np.trunc(v)
     else:
-        raise ValueError(tr(f"rule must be one of {', '.join(map(repr, RULES))}; got {rule!r}",
-                            f"rule 必须是 {', '.join(map(repr, RULES))} 之一；收到的是 {rule!r}"))
+        raise ValueError(_("rule must be one of {map_rules}; got {rule!r}").format(
+                           map_rules=', '.join(map(repr, RULES)), rule=rule))
     return np.clip(r, -128, 127).astype(np.int8)
 
 
@@ -60,7 +59,7 @@ def attend_with_q_codes(codes, q_scales, cache: KVCacheQ8, kv_head: int, scale: 
 
 def attend_float_q(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
     """Unquantized q (float64) against the cache's int8 K and V: Q's quantization left out."""
-    K, _ = cache.dequantized(kv_head)
+    K, unused = cache.dequantized(kv_head)
     s = (K.astype(np.float64) @ np.asarray(q, np.float64)) * check.scale(scale, cache.head_dim)
     return softmax_weighted_v(s, cache, kv_head)
 

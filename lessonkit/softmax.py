@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import validate as check
-from .language import tr
+from .language import _
 
 MAX_ONLINE = 1 << 20  # scores online() replays one by one in Python (about a second per 10^6)
 M_START = -1e9  # the kernel's start value of M (llama.cpp starts at -INFINITY)
@@ -34,12 +34,10 @@ def online(s, V=None, m_start: float = M_START, dtype=np.float64) -> OnlineRun:
     """The kernel's online softmax, one score at a time in ``dtype``: a new max multiplies S and acc
     by exp(M_old - s) and weighs 1; any other score weighs exp(s - M)."""
     if isinstance(s, np.ma.MaskedArray) or isinstance(V, np.ma.MaskedArray):
-        raise TypeError(tr("online() takes plain arrays: pass s.filled(value) (and V.filled(value))",
-                           "online() 只收普通数组：请传入 s.filled(value)（以及 V.filled(value)）"))
+        raise TypeError(_("online() takes plain arrays: pass s.filled(value) (and V.filled(value))"))
     s = np.asarray(s, dtype)
     if s.ndim != 1:
-        raise ValueError(tr(f"s must be a 1-D array of scores; got shape {list(s.shape)}",
-                            f"s 应是一维的分数数组；收到的形状是 {list(s.shape)}"))
+        raise ValueError(_("s must be a 1-D array of scores; got shape {shape_s}").format(shape_s=list(s.shape)))
     n = check.at_most("len(s)", s.shape[0], MAX_ONLINE, "scores replayed one by one in Python")
     V = None if V is None else np.asarray(V, dtype)
     M, S = dtype(m_start), dtype(0)

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .language import tr
+from .language import _, from_c
 from .native import NATIVE_DIR
 
 KERNEL_FILE = NATIVE_DIR / "flash_attn_q8_neon.c"
@@ -21,16 +21,6 @@ _END = re.compile(r"/\*\s*== end segment (\d+) ==\s*\*/")
 _HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
 
 
-# The kernel file's segment titles in Chinese, for the Chinese lessons (the C comments stay English, as
-# C source does); a title not listed here (an edited marker) is shown as the file has it.
-TITLES_ZH = {
-    "Q -> int8, once per call": "Q 转成 int8，每次调用一次",
-    "score token t": "给 token t 打分",
-    "online softmax: rescale on a new max, accumulate V": "在线 softmax：遇到新最大值就 rescale，累加 V",
-    "normalize once": "最后归一一次",
-}
-
-
 @dataclass(frozen=True)
 class Segment:
     number: int
@@ -40,8 +30,8 @@ class Segment:
 
     @property
     def shown_title(self) -> str:
-        """The title in the current language (lessonkit.language): the file's, or TITLES_ZH's in Chinese."""
-        return tr(self.title, TITLES_ZH.get(self.title, self.title))
+        """The title in the current language (the C comment stays English, as C source does)."""
+        return from_c(self.title)
 
 
 def kernel_segments(path: Path | str = KERNEL_FILE) -> dict[int, Segment]:
@@ -53,19 +43,18 @@ def kernel_segments(path: Path | str = KERNEL_FILE) -> dict[int, Segment]:
         if m := _BEGIN.search(line):
             n = int(m.group(1))
             if n in opened or n in found:
-                raise ValueError(tr(f"{path}:{lineno}: segment {n} opened twice",
-                                    f"{path}:{lineno}：segment {n} 的开始标记出现了两次"))
+                raise ValueError(_("{path}:{lineno}: segment {n} opened twice").format(
+                                   path=path, lineno=lineno, n=n))
             opened[n] = (m.group(2), lineno)
         elif m := _END.search(line):
             n = int(m.group(1))
             if n not in opened:
-                raise ValueError(tr(f"{path}:{lineno}: segment {n} closed but never opened",
-                                    f"{path}:{lineno}：segment {n} 有结束标记，却没有开始标记"))
+                raise ValueError(_("{path}:{lineno}: segment {n} closed but never opened").format(
+                                   path=path, lineno=lineno, n=n))
             title, begin = opened.pop(n)
             found[n] = Segment(n, title, begin, lineno)
     if opened:
-        raise ValueError(tr(f"{path}: segment(s) {sorted(opened)} never closed",
-                            f"{path}：segment {sorted(opened)} 没有结束标记"))
+        raise ValueError(_("{path}: segment(s) {opened} never closed").format(path=path, opened=sorted(opened)))
     return dict(sorted(found.items()))
 
 
@@ -81,7 +70,7 @@ def declaration(name: str, path: Path | str = NATIVE_DIR / "flash_attn_q8.h") ->
     lines = Path(path).read_text().splitlines()
     first = next((i for i, l in enumerate(lines) if re.search(rf"\b{re.escape(name)}\s*\(", l)), None)
     if first is None:
-        raise ValueError(tr(f"{name} is not declared in {Path(path).name}", f"{Path(path).name} 里没有声明 {name}"))
+        raise ValueError(_("{name} is not declared in {path}").format(name=name, path=Path(path).name))
     last = next(i for i in range(first, len(lines)) if lines[i].rstrip().endswith(";"))
     return numbered_lines(first + 1, last + 1, path)
 
@@ -108,10 +97,10 @@ def function_lines(name: str, path: Path | str = KERNEL_FILE) -> tuple[int, int]
         brace = text.count("\n", 0, nxt.start())
         last = next((k for k in range(brace, len(lines)) if lines[k].rstrip() == "}"), None)
         if last is None:
-            raise ValueError(tr(f"{name}: no closing '}}' at column 0 in {Path(path).name}",
-                                f"{name}：{Path(path).name} 里没有位于第 0 列的结束 '}}'"))
+            raise ValueError(_("{name}: no closing '}}' at column 0 in {path}").format(
+                               name=name, path=Path(path).name))
         return first + 1, last + 1
-    raise ValueError(tr(f"no definition of {name} in {Path(path).name}", f"{Path(path).name} 里没有 {name} 的定义"))
+    raise ValueError(_("no definition of {name} in {path}").format(name=name, path=Path(path).name))
 
 
 def _commented_function(name: str, path: Path | str) -> tuple[int, list[str]]:
@@ -153,13 +142,13 @@ def find_line(text: str, segment: int | None = None, path: Path | str = KERNEL_F
     else:
         segs = kernel_segments(path)
         if segment not in segs:
-            raise ValueError(tr(f"no segment {segment} in {Path(path).name}", f"{Path(path).name} 里没有 segment {segment}"))
+            raise ValueError(_("no segment {segment} in {path}").format(segment=segment, path=Path(path).name))
         first, last = segs[segment].begin, segs[segment].end
     for n in range(first, last + 1):
         if text in lines[n - 1]:
             return n
     if segment is None:
-        raise ValueError(tr(f"no line of the file of {Path(path).name} contains {text!r}",
-                            f"{Path(path).name} 里没有哪一行包含 {text!r}"))
-    raise ValueError(tr(f"no line of segment {segment} of {Path(path).name} contains {text!r}",
-                        f"{Path(path).name} 的 segment {segment} 里没有哪一行包含 {text!r}"))
+        raise ValueError(_("no line of the file of {path} contains {text!r}").format(
+                           path=Path(path).name, text=text))
+    raise ValueError(_("no line of segment {segment} of {path} contains {text!r}").format(
+                       segment=segment, path=Path(path).name, text=text))

@@ -36,7 +36,7 @@ from . import validate as check
 from .cache import KVCacheQ8, kv_cache
 from .kernels.attention import KERNELS, call_kernel, kernel_inputs
 from .kernels.split import Partial, chunk_bounds, empty, finish, merge, merge_all  # noqa: F401 (lesson 05's names)
-from .language import tr
+from .language import _
 from .trace import run_traced
 
 MAX_STREAM_CHUNKS = 4096    # chunks of one streaming run
@@ -133,19 +133,15 @@ def _next_chunk(announce: queue.Queue, producer: threading.Thread, i: int, n_chu
                 msg = announce.get_nowait()  # announced just before it ended
             except queue.Empty:
                 if producer.is_alive():
-                    raise RuntimeError(tr(f"the producer thread announced no chunk for {wait_s:.1f} s (the consumer "
-                                          f"waited for chunk {i + 1} of {n_chunks}): it stalled",
-                                          f"生产者线程 {wait_s:.1f} s 内没有通知新块（消费者在等 {n_chunks} 块中的"
-                                          f"第 {i + 1} 块）：它卡住了")) from None
-                raise RuntimeError(tr(f"the producer thread ended after announcing {i} of {n_chunks} chunks, "
-                                      "without an error",
-                                      f"生产者线程通知了 {n_chunks} 块中的 {i} 块后就结束了，没有报错")) from None
+                    raise RuntimeError(_("the producer thread announced no chunk for {wait_s:.1f} s (the consumer "
+                                         "waited for chunk {i} of {n_chunks}): it stalled").format(
+                                         wait_s=wait_s, i=i + 1, n_chunks=n_chunks)) from None
+                raise RuntimeError(_("the producer thread ended after announcing {i} of {n_chunks} chunks, without "
+                                     "an error").format(i=i, n_chunks=n_chunks)) from None
         if msg[0] == "error":
             e = msg[2]
-            raise RuntimeError(tr(f"the producer thread failed after writing {msg[1]} of {n_chunks} chunks: "
-                                  f"{type(e).__name__}: {e}",
-                                  f"生产者线程写完 {n_chunks} 块中的 {msg[1]} 块后出错："
-                                  f"{type(e).__name__}: {e}")) from e
+            raise RuntimeError(_("the producer thread failed after writing {msg} of {n_chunks} chunks: {e}: {e2}").format(
+                                 msg=msg[1], n_chunks=n_chunks, e=type(e).__name__, e2=e)) from e
         return msg[1], msg[2]
 
 
@@ -163,10 +159,9 @@ def _file_of(path: Path, nbytes: int) -> None:
             if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 f.truncate(nbytes)  # this file system cannot reserve blocks
             else:
-                raise OSError(e.errno, tr(f"cannot make a file of {nbytes / 2**20:.1f} MiB in {path.parent} "
-                                          f"({e.strerror}): pass directory= a folder with room",
-                                          f"无法在 {path.parent} 里建一个 {nbytes / 2**20:.1f} MiB 的文件"
-                                          f"（{e.strerror}）：用 directory= 指定一个空间够的文件夹")) from None
+                raise OSError(e.errno, _("cannot make a file of {nbytes:.1f} MiB in {parent} ({strerror}): pass "
+                                         "directory= a folder with room").format(
+                                         nbytes=nbytes / 2 ** 20, parent=path.parent, strerror=e.strerror)) from None
 
 
 def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024,
@@ -195,21 +190,21 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     V = check.float32_array("V", V, K.shape)
     T, hd = K.shape
     if T == 0:
-        raise ValueError(tr("K and V hold no token: give at least one row", "K 和 V 里没有 token：至少给一行"))
+        raise ValueError(_("K and V hold no token: give at least one row"))
     check.head_dim(hd)
     q = check.float32_array("q", q, (hd,))
     scale = check.scale(scale, hd)
     chunk = check.integer("chunk", chunk, minimum=1, below=T + 1)
     n_chunks = -(-T // chunk)
-    check.at_most(tr(f"the number of chunks (seq_len {T} / chunk {chunk})", f"块数（seq_len {T} / chunk {chunk}）"),
+    check.at_most(_("the number of chunks (seq_len {T} / chunk {chunk})").format(T=T, chunk=chunk),
                   n_chunks, MAX_STREAM_CHUNKS,
-                  tr("chunks of one streaming run; use a larger chunk", "一次流式运行的块数；请用更大的 chunk"))
+                  _("chunks of one streaming run; use a larger chunk"))
     interval_s = check.finite_float("interval_s", interval_s, minimum=0.0, maximum=MAX_INTERVAL_S)
     if n_chunks * interval_s > MAX_STREAM_S:
-        raise ValueError(tr(f"{n_chunks} chunks x interval_s {interval_s:g} s = {n_chunks * interval_s:.0f} s, above the "
-                            f"cap of {MAX_STREAM_S:g} s per run; use a shorter interval or larger chunks",
-                            f"{n_chunks} 块 x interval_s {interval_s:g} s = {n_chunks * interval_s:.0f} s，超过每次运行 "
-                            f"{MAX_STREAM_S:g} s 的上限；请缩短间隔或加大块"))
+        raise ValueError(_("{n_chunks} chunks x interval_s {interval_s:g} s = {n_chunks_interval_s:.0f} s, above "
+                           "the cap of {MAX_STREAM_S:g} s per run; use a shorter interval or larger chunks").format(
+                           n_chunks=n_chunks, interval_s=interval_s, n_chunks_interval_s=n_chunks * interval_s,
+                           MAX_STREAM_S=MAX_STREAM_S))
     block_size = check.integer("block_size", block_size, minimum=1, below=max(T, 4096) + 1)
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         path = Path(tmp) / "kv.f32"
@@ -290,19 +285,18 @@ class ChunkedAttention:
         self.scores = np.empty(0, np.float32)
 
     def _args(self):
-        qbuf, k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(self.ffi, self.q, self.cache, self.kv_head)
+        qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(self.ffi, self.q, self.cache, self.kv_head)
         return qbuf, k, v, ks, vs, (kv_dim, kv_bs, nkv, kh_off, self.cache.head_dim)
 
     def fold(self, t1: int) -> None:
         """Run the first pass on tokens [n_folded, t1) of the cache."""
         if self.finished:
-            raise RuntimeError(tr("finish() has run: this object's passes are done; make a new ChunkedAttention",
-                                  "finish() 已经运行过：这个对象的各遍已做完；请新建一个 ChunkedAttention"))
+            raise RuntimeError(_("finish() has run: this object's passes are done; make a new ChunkedAttention"))
         t0 = self.n_folded
         t1 = check.integer("t1", t1, minimum=t0 + 1)
         if t1 > self.cache.seq_len:
-            raise ValueError(tr(f"t1 = {t1} is past the cache's {self.cache.seq_len} tokens: append the chunk first",
-                                f"t1 = {t1} 超出了缓存现有的 {self.cache.seq_len} 个 token：先 append 这一块"))
+            raise ValueError(_("t1 = {t1} is past the cache's {seq_len} tokens: append the chunk first").format(
+                               t1=t1, seq_len=self.cache.seq_len))
         ffi, lib = self.ffi, self.lib
         qbuf, k, v, ks, vs, layout = self._args()
         if self.variant == "single":
@@ -322,9 +316,9 @@ class ChunkedAttention:
     def finish(self) -> np.ndarray:
         """What waits for the last chunk; returns the output float32 [head_dim] over all folded tokens."""
         if self.finished:
-            raise RuntimeError(tr("finish() has already run once for this object", "这个对象的 finish() 已经运行过一次"))
+            raise RuntimeError(_("finish() has already run once for this object"))
         if self.n_folded == 0:
-            raise ValueError(tr("no token has been folded in: call fold(t1) first", "还没有折入任何 token：先调用 fold(t1)"))
+            raise ValueError(_("no token has been folded in: call fold(t1) first"))
         ffi, lib, T = self.ffi, self.lib, self.n_folded
         out = np.zeros(self.cache.head_dim, np.float32)
         obuf = ffi.from_buffer("float[]", out, require_writable=True)
@@ -407,29 +401,27 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
     default 1). ``load_only``: read the saved results even where valgrind is installed (the
     long simulations a lesson does not recompute in CI)."""
     if isinstance(configs, (str, bytes)) or not hasattr(configs, "__len__"):
-        raise TypeError(tr(f"configs must be a list of (variant, seq_len, preset_name); got {type(configs).__name__}",
-                           f"configs 应是 (variant, seq_len, preset_name) 的 list；你给的是 {type(configs).__name__}"))
+        raise TypeError(_("configs must be a list of (variant, seq_len, preset_name); got {configs}").format(
+                          configs=type(configs).__name__))
     check.at_most("len(configs)", len(configs), MAX_SIMULATIONS,
-                  tr("valgrind simulations of one call", "一次调用的 valgrind 模拟次数"))
+                  _("valgrind simulations of one call"))
     try:
         configs = [(c[0], check.integer("seq_len", c[1], minimum=1), c[2],
                     *([check.integer("n_kv_heads", c[3], minimum=1, below=33)] if len(c) == 4 else []))
                    for c in configs if len(c) in (3, 4)] if all(len(c) in (3, 4) for c in configs) else None
     except (TypeError, ValueError) as e:
-        raise type(e)(tr(f"configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples: {e}",
-                         f"configs 的每一项应是 (variant, seq_len, preset_name[, n_kv_heads]) 元组：{e}")) from None
+        raise type(e)(_("configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples: {e}").format(e=e)) from None
     if configs is None:
-        raise ValueError(tr("configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples",
-                            "configs 的每一项应是 (variant, seq_len, preset_name[, n_kv_heads]) 元组"))
+        raise ValueError(_("configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples"))
     for c in configs:
         check.at_most("seq_len", c[1], MAX_SIMULATED_TOKENS,
-                      tr("tokens of one valgrind simulation", "一次 valgrind 模拟的 token 数"))
+                      _("tokens of one valgrind simulation"))
     saved = Path(saved)
     if traffic.valgrind_available() and not load_only:
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
                    for c in configs}
-        note = tr(f"simulated now with {_valgrind_version()} (callgrind --cache-sim=yes)",
-                  f"现场用 {_valgrind_version()} 模拟（callgrind --cache-sim=yes）")
+        note = _("simulated now with {valgrind_version} (callgrind --cache-sim=yes)").format(
+                 valgrind_version=_valgrind_version())
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
             saved.parent.mkdir(parents=True, exist_ok=True)
             # merged into what the file holds: a lesson saves its configurations in several calls,
@@ -442,13 +434,12 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
                         machine=platform.machine(),
                         results=[r for r in kept if key(r) not in new_keys] + fresh)
             saved.write_text(json.dumps(data, indent=1) + "\n")
-            note += tr(f"; saved to {saved.name}", f"；已存入 {saved.name}")
+            note += _("; saved to {name}").format(name=saved.name)
         return results, note
     if not saved.is_file():
-        raise RuntimeError(tr(f"{'valgrind was not run' if load_only else 'valgrind is not installed'} and there "
-                              f"are no saved results in {saved}",
-                              f"{'没有运行 valgrind' if load_only else '没有安装 valgrind'}，"
-                              f"{saved} 里也没有保存的结果"))
+        raise RuntimeError(_("{load_only} and there are no saved results in {saved}").format(
+                             load_only=_('valgrind was not run') if load_only else _('valgrind is not installed'),
+                             saved=saved))
     data = json.loads(saved.read_text())
     names = {f.name for f in fields(traffic.Simulated)}
     have = {}
@@ -459,16 +450,14 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
         have[(sim.variant, sim.seq_len, sim.preset, sim.n_kv_heads)] = sim
     missing = [c for c in configs if c not in have]
     if missing:
-        raise RuntimeError(tr(f"{saved.name} has no saved results for {missing}; run the notebook where "
-                              f"valgrind is installed with {SAVE_ENV}=1 to save them",
-                              f"{saved.name} 里没有 {missing} 的结果；请在装有 valgrind 的机器上以 "
-                              f"{SAVE_ENV}=1 运行这个 notebook 来保存"))
+        raise RuntimeError(_("{name} has no saved results for {missing}; run the notebook where valgrind is "
+                             "installed with {SAVE_ENV}=1 to save them").format(
+                             name=saved.name, missing=missing, SAVE_ENV=SAVE_ENV))
     if traffic.valgrind_available():
-        why = tr("loaded as asked", "按要求读入")
+        why = _("loaded as asked")
     else:
-        why = tr("valgrind is not installed here", "这台机器没有安装 valgrind")
-    note = tr(f"{why}: these are the results saved in {saved.name} "
-              f"({data.get('valgrind', 'valgrind')} on {data.get('machine', 'another machine')})",
-              f"{why}：以下是 {saved.name} 里保存的结果（{data.get('valgrind', 'valgrind')}，"
-              f"在 {data.get('machine', '另一台机器')} 上）")
+        why = _("valgrind is not installed here")
+    note = _("{why}: these are the results saved in {name} ({get_data} on {get_data2})").format(
+             why=why, name=saved.name, get_data=data.get('valgrind', 'valgrind'),
+             get_data2=data.get('machine', _('another machine')))
     return {c: have[c] for c in configs}, note

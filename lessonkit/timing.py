@@ -20,7 +20,7 @@ from . import env, native
 from .variants import BY_NAME
 from . import validate as check
 from .cache import KVCacheQ8, attention_args
-from .language import tr
+from .language import _
 
 # backend name -> fa_time_calls index, from the one registry (native/fa_variants.h)
 VARIANTS = {name: v.version for name, v in BY_NAME.items()}
@@ -57,7 +57,7 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     plan = env.timing_cores(cores)
     ffi, lib = native.load(defines=defines)
     out = np.empty(cache.head_dim, np.float32)
-    k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
+    k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
     args = (ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
             k, v, ks, vs, T, kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
 
@@ -80,10 +80,9 @@ def check_counts(repeats, number, min_repeat_s) -> tuple[int, int | None, float]
         check.at_most("number", number, MAX_CALLS, "calls in one uninterruptible C loop")
     min_repeat_s = check.finite_float("min_repeat_s", min_repeat_s, minimum=0.0, maximum=MAX_MIN_REPEAT_S)
     if repeats * min_repeat_s > MAX_SECONDS:
-        raise ValueError(tr(f"repeats x min_repeat_s = {repeats * min_repeat_s:g} s is above the cap of "
-                            f"{MAX_SECONDS:g} s per timing call; use fewer repeats or a smaller min_repeat_s",
-                            f"repeats × min_repeat_s = {repeats * min_repeat_s:g} s，超过每次计时调用 "
-                            f"{MAX_SECONDS:g} s 的上限；请减少 repeats 或减小 min_repeat_s"))
+        raise ValueError(_("repeats x min_repeat_s = {repeats_min_repeat_s:g} s is above the cap of "
+                           "{MAX_SECONDS:g} s per timing call; use fewer repeats or a smaller min_repeat_s").format(
+                           repeats_min_repeat_s=repeats * min_repeat_s, MAX_SECONDS=MAX_SECONDS))
     return repeats, number, min_repeat_s
 
 
@@ -113,14 +112,13 @@ def median_calls(run, repeats: int, number: int | None, min_repeat_s: float) -> 
     if need > MAX_SECONDS:
         fit_repeats = int(MAX_SECONDS // per_repeat)
         fit_number = int((MAX_SECONDS / repeats - overhead_s) // max(call_s, 1e-12))
-        raise ValueError(tr(f"{repeats} repeats x {number} calls of about {call_s * 1e3:.3g} ms would take about "
-                            f"{need:.0f} s, above the cap of {MAX_SECONDS:g} s per timing call; use "
-                            + (f"repeats <= {fit_repeats} or " if fit_repeats >= 1 else "")
-                            + (f"number <= {fit_number}" if fit_number >= 1 else "a shorter seq_len"),
-                            f"{repeats} 次重复 × {number} 次调用（每次约 {call_s * 1e3:.3g} ms）大约要 {need:.0f} s，"
-                            f"超过每次计时调用 {MAX_SECONDS:g} s 的上限；请用 "
-                            + (f"repeats <= {fit_repeats} 或 " if fit_repeats >= 1 else "")
-                            + (f"number <= {fit_number}" if fit_number >= 1 else "更短的 seq_len")))
+        raise ValueError(_("{repeats} repeats x {number} calls of about {call_s:.3g} ms would take about "
+                           "{need:.0f} s, above the cap of {MAX_SECONDS:g} s per timing call; use "
+                           "{fit_repeats}{fit_number}").format(
+                           repeats=repeats, number=number, call_s=call_s * 1000.0, need=need,
+                           MAX_SECONDS=MAX_SECONDS,
+                           fit_repeats=_('repeats <= {fit_repeats} or ').format(fit_repeats=fit_repeats) if fit_repeats >= 1 else '',
+                           fit_number=f'number <= {fit_number}' if fit_number >= 1 else _('a shorter seq_len')))
     results = []
     deadline = start + MAX_SECONDS
     for i in range(repeats):
@@ -133,10 +131,9 @@ def median_calls(run, repeats: int, number: int | None, min_repeat_s: float) -> 
 
 def stopped_early(done: int, repeats: int) -> None:
     """The warning of a timing whose repeats stopped at MAX_SECONDS."""
-    warnings.warn(tr(f"timing stopped after {done} of {repeats} repeats at the cap of {MAX_SECONDS:g} s: "
-                     "the machine ran slower than the probe call said",
-                     f"计时在 {repeats} 次重复中的第 {done} 次后停止，到了 {MAX_SECONDS:g} s 的上限："
-                     "机器跑得比试探调用显示的慢"), RuntimeWarning, stacklevel=3)
+    warnings.warn(_("timing stopped after {done} of {repeats} repeats at the cap of {MAX_SECONDS:g} s: the machine "
+                    "ran slower than the probe call said").format(
+                    done=done, repeats=repeats, MAX_SECONDS=MAX_SECONDS), RuntimeWarning, stacklevel=3)
 
 
 def _last_level_bytes() -> int:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .language import tr
+from .language import _
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 NATIVE_DIR = REPO_DIR / "native"
@@ -69,19 +69,13 @@ def compiler() -> str:
     """The C compiler: $CC if set, else cc."""
     cc = os.environ.get("CC", "cc")
     if not cc.strip():
-        raise BuildError(tr("CC is set to an empty string, so there is no compiler to call. Unset it "
-                            "(`unset CC` in the shell, or `os.environ.pop('CC')` in the notebook) or set "
-                            "it to a compiler such as cc, gcc or clang.",
-                            "CC 被设成了空字符串，所以没有编译器可调用。请取消它（在 shell 里 `unset CC`，"
-                            "或在 notebook 里 `os.environ.pop('CC')`），或把它设成一个编译器，比如 cc、gcc 或 clang。"))
+        raise BuildError(_("CC is set to an empty string, so there is no compiler to call. Unset it (`unset CC` in "
+                           "the shell, or `os.environ.pop('CC')` in the notebook) or set it to a compiler such as "
+                           "cc, gcc or clang."))
     if shutil.which(cc.split()[0]) is None:
-        raise BuildError(tr(
-            f"No C compiler found (looked for {cc!r}). Install one: Debian/Ubuntu "
-            "`sudo apt install build-essential`, macOS `xcode-select --install`, conda "
-            "`conda install -c conda-forge c-compiler`.",
-            f"找不到 C 编译器（找的是 {cc!r}）。请装一个：Debian/Ubuntu 用 "
-            "`sudo apt install build-essential`，macOS 用 `xcode-select --install`，conda 用 "
-            "`conda install -c conda-forge c-compiler`。"))
+        raise BuildError(_("No C compiler found (looked for {cc!r}). Install one: Debian/Ubuntu `sudo apt install "
+                           "build-essential`, macOS `xcode-select --install`, conda `conda install -c conda-forge "
+                           "c-compiler`.").format(cc=cc))
     return cc
 
 
@@ -92,8 +86,8 @@ def _cpu_has_dotprod() -> bool:
     forced = os.environ.get("LESSONKIT_DOTPROD", "").strip()
     if forced:
         if forced not in ("0", "1"):
-            raise BuildError(tr(f"LESSONKIT_DOTPROD must be 1 (build with sdot) or 0 (without); got {forced!r}",
-                                f"LESSONKIT_DOTPROD 必须是 1（用 sdot 构建）或 0（不用）；现在是 {forced!r}"))
+            raise BuildError(_("LESSONKIT_DOTPROD must be 1 (build with sdot) or 0 (without); got {forced!r}").format(
+                               forced=forced))
         return forced == "1"
     if sys.platform == "darwin":
         try:
@@ -145,15 +139,10 @@ def arch_flags(dotprod: bool | None = None) -> list[str]:
         return [AARCH64_MARCH[bool(dotprod)]]
     inc = simde_include_dir()
     if inc is None:
-        raise BuildError(tr(
-            "SIMDe headers not found: on this CPU the NEON intrinsics are compiled through SIMDe. "
-            "Install them with `pip install cmeel-simde` (done by `make lab`), "
-            "`conda install -c conda-forge simde`, or `sudo apt install libsimde-dev`; "
-            "or point SIMDE_INCLUDE_DIR at the folder that holds simde/.",
-            "找不到 SIMDe 的头文件：在这种 CPU 上，NEON intrinsics 要经过 SIMDe 编译。"
-            "请用 `pip install cmeel-simde`（`make lab` 会做这一步）、"
-            "`conda install -c conda-forge simde` 或 `sudo apt install libsimde-dev` 安装；"
-            "或者让 SIMDE_INCLUDE_DIR 指向包含 simde/ 的文件夹。"))
+        raise BuildError(_("SIMDe headers not found: on this CPU the NEON intrinsics are compiled through SIMDe. "
+                           "Install them with `pip install cmeel-simde` (done by `make lab`), `conda install -c "
+                           "conda-forge simde`, or `sudo apt install libsimde-dev`; or point SIMDE_INCLUDE_DIR at "
+                           "the folder that holds simde/."))
     flags = [f"-I{inc}"]
     if platform.machine().lower() in ("x86_64", "amd64"):
         flags.append("-march=native")
@@ -166,24 +155,24 @@ def check_defines(defines: dict | None) -> dict:
     if defines is None:
         return {}
     if not isinstance(defines, dict):
-        raise TypeError(tr(f"defines must be a dict such as {{'FA_PREFETCH': 0}}; got {type(defines).__name__}",
-                           f"defines 应是一个 dict，比如 {{'FA_PREFETCH': 0}}；你给的是 {type(defines).__name__}"))
+        raise TypeError(_("defines must be a dict such as {{'FA_PREFETCH': 0}}; got {defines}").format(
+                          defines=type(defines).__name__))
     checked = {}
     for name, value in defines.items():
         if name not in DEFINES:
             known = ", ".join(f"{n} ({lo}..{hi})" for n, (lo, hi) in DEFINES.items())
-            raise ValueError(tr(f"unknown build define {name!r}; the tunables of native/ are {known}",
-                                f"未知的构建宏 {name!r}；native/ 可调的宏是 {known}"))
+            raise ValueError(_("unknown build define {name!r}; the tunables of native/ are {known}").format(
+                               name=name, known=known))
         lo, hi = DEFINES[name]
         value = value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
             # a -D value goes into C source text: an int, nothing else
-            raise TypeError(tr(f"{name} must be an int; got {type(value).__name__} {value!r:.60}",
-                               f"{name} 必须是 int；收到的是 {type(value).__name__} {value!r:.60}"))
+            raise TypeError(_("{name} must be an int; got {value} {value2!r:.60}").format(
+                              name=name, value=type(value).__name__, value2=value))
         value = int(value)
         if not lo <= value <= hi:
-            raise ValueError(tr(f"{name} must be between {lo} and {hi}; got {value}",
-                                f"{name} 必须在 {lo} 到 {hi} 之间；你给的是 {value}"))
+            raise ValueError(_("{name} must be between {lo} and {hi}; got {value}").format(
+                               name=name, lo=lo, hi=hi, value=value))
         checked[name] = value
     return checked
 
@@ -195,8 +184,8 @@ def sanitizer_flags() -> list[str]:
     if not value:
         return []
     if not re.fullmatch(r"[a-z-]+(,[a-z-]+)*", value):
-        raise BuildError(tr(f"LESSONKIT_SANITIZE must look like 'address,undefined'; got {value!r}",
-                            f"LESSONKIT_SANITIZE 的格式应像 'address,undefined'；现在是 {value!r}"))
+        raise BuildError(_("LESSONKIT_SANITIZE must look like 'address,undefined'; got {value!r}").format(
+                           value=value))
     return [f"-fsanitize={value}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
 
 
@@ -233,10 +222,8 @@ def _compiler_identity(cc: str, flags: list[str]) -> bytes:
             macros = subprocess.run([*cc.split(), *arch, "-dM", "-E", "-x", "c", os.devnull],
                                     capture_output=True, text=True, timeout=60).stdout
         except (OSError, subprocess.SubprocessError) as e:
-            raise BuildError(tr(f"Could not run the C compiler {cc!r}: {e}. Check that it is installed "
-                                "and runs from a terminal (`cc --version`).",
-                                f"无法运行 C 编译器 {cc!r}：{e}。请检查它已安装，并能在终端里运行"
-                                "（`cc --version`）。")) from None
+            raise BuildError(_("Could not run the C compiler {cc!r}: {e}. Check that it is installed and runs from "
+                               "a terminal (`cc --version`).").format(cc=cc, e=e)) from None
         _identities[key] = (version + "\0" + "\n".join(sorted(macros.splitlines()))).encode()
     return _identities[key]
 
@@ -248,9 +235,8 @@ def _read_sources(src_dir: Path) -> dict[str, bytes]:
         names = sorted(p.name for p in src_dir.iterdir() if p.suffix in (".c", ".h") and p.is_file())
         return {name: (src_dir / name).read_bytes() for name in names}
     except OSError as e:
-        raise BuildError(tr(f"Could not read the sources in {src_dir}: {e.strerror or e}. "
-                            "Check that the folder exists and is readable.",
-                            f"无法读取 {src_dir} 里的源码：{e.strerror or e}。请检查这个文件夹存在并且可读。")) from None
+        raise BuildError(_("Could not read the sources in {src_dir}: {strerror_e}. Check that the folder exists "
+                           "and is readable.").format(src_dir=src_dir, strerror_e=e.strerror or e)) from None
 
 
 def _fingerprint(src_dir: Path) -> tuple:
@@ -290,8 +276,8 @@ def build_program(main_source: Path | str, flags: list[str], stem: str,
     try:
         main = {main_source.name: main_source.read_bytes()}
     except OSError as e:
-        raise BuildError(tr(f"Could not read {main_source}: {e.strerror or e}",
-                            f"无法读取 {main_source}：{e.strerror or e}")) from None
+        raise BuildError(_("Could not read {main_source}: {strerror_e}").format(
+                           main_source=main_source, strerror_e=e.strerror or e)) from None
     cc = compiler()
     flags = ["-std=gnu11", *flags]
     sources = _read_sources(src_dir)
@@ -311,8 +297,8 @@ def build_program(main_source: Path | str, flags: list[str], stem: str,
 def _native_dir(src_dir) -> Path:
     src_dir = Path(src_dir or NATIVE_DIR).resolve()
     if not (src_dir / HEADER).is_file():
-        raise BuildError(tr(f"{src_dir} has no {HEADER}: is this the workbook's native/ folder?",
-                            f"{src_dir} 里没有 {HEADER}：这是本项目的 native/ 文件夹吗？"))
+        raise BuildError(_("{src_dir} has no {HEADER}: is this the workbook's native/ folder?").format(
+                           src_dir=src_dir, HEADER=HEADER))
     return src_dir
 
 
@@ -341,23 +327,18 @@ class _workspace:
 def _os_error(e: OSError, build_dir: Path) -> BuildError:
     """An OS error of the build as a BuildError that says what to do."""
     if e.errno == errno.ENOSPC:
-        what = tr("the disk is full. Free some space (`make clean` removes old builds) and run the cell again.",
-                  "磁盘满了。请腾出一些空间（`make clean` 会删掉旧的构建），再运行这个单元。")
+        what = _("the disk is full. Free some space (`make clean` removes old builds) and run the cell again.")
     elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        what = tr("this folder cannot be written (a read-only checkout?). Make it writable, or set "
-                  "LESSONKIT_BUILD_DIR to a folder you can write, e.g. "
-                  "`os.environ['LESSONKIT_BUILD_DIR'] = '/tmp/lessonkit-build'`.",
-                  "这个文件夹不能写（只读的检出？）。请让它可写，或者把 LESSONKIT_BUILD_DIR "
-                  "设成一个你能写的文件夹，例如 `os.environ['LESSONKIT_BUILD_DIR'] = '/tmp/lessonkit-build'`。")
+        what = _("this folder cannot be written (a read-only checkout?). Make it writable, or set "
+                 "LESSONKIT_BUILD_DIR to a folder you can write, e.g. `os.environ['LESSONKIT_BUILD_DIR'] = "
+                 "'/tmp/lessonkit-build'`.")
     elif e.errno == errno.ENOENT:
-        what = tr("a file or folder disappeared during the build (did `make clean` run at the same "
-                  "time?). Run the cell again.",
-                  "构建途中有文件或文件夹不见了（是不是同时运行了 `make clean`？）。请再运行一次这个单元。")
+        what = _("a file or folder disappeared during the build (did `make clean` run at the same time?). Run the "
+                 "cell again.")
     else:
-        what = tr("see the error above; run the cell again once it is fixed.",
-                  "见上面的错误；改好后再运行这个单元。")
-    return BuildError(tr(f"Could not build in {build_dir}: {e.strerror or e} ({type(e).__name__}): {what}",
-                         f"无法在 {build_dir} 里构建：{e.strerror or e}（{type(e).__name__}）：{what}"))
+        what = _("see the error above; run the cell again once it is fixed.")
+    return BuildError(_("Could not build in {build_dir}: {strerror_e} ({e}): {what}").format(
+                        build_dir=build_dir, strerror_e=e.strerror or e, e=type(e).__name__, what=what))
 
 
 def _write_copy(work: Path, name: str, sources: dict[str, bytes]) -> Path:
@@ -381,29 +362,22 @@ def _run_compiler(cc: str, flags: list[str], tmp_src: Path, sources: list[Path],
     try:
         proc = _compile_and_link(base, sources, out)
     except subprocess.TimeoutExpired:
-        raise BuildError(tr(f"The compiler did not finish in {COMPILE_TIMEOUT_S:.0f} s; nothing new was "
-                            "loaded. Run the cell again; if it happens again, restart the machine's "
-                            "compiler jobs.",
-                            f"编译器 {COMPILE_TIMEOUT_S:.0f} s 内没有完成；没有载入任何新东西。请再运行一次这个单元；"
-                            "如果还是这样，请重启这台机器上的编译任务。")) from None
+        raise BuildError(_("The compiler did not finish in {COMPILE_TIMEOUT_S:.0f} s; nothing new was loaded. Run "
+                           "the cell again; if it happens again, restart the machine's compiler jobs.").format(
+                           COMPILE_TIMEOUT_S=COMPILE_TIMEOUT_S)) from None
     except OSError as e:
-        raise BuildError(tr(f"Could not run the C compiler {cc!r}: {e.strerror or e}. Check `cc --version` "
-                            "in a terminal.",
-                            f"无法运行 C 编译器 {cc!r}：{e.strerror or e}。请在终端里检查 `cc --version`。")) from None
+        raise BuildError(_("Could not run the C compiler {cc!r}: {strerror_e}. Check `cc --version` in a terminal.").format(
+                           cc=cc, strerror_e=e.strerror or e)) from None
     text = clean_compiler_output(proc.stderr, tmp_src, src_dir.name)
     if proc.returncode != 0:
         if not tmp_src.is_dir():
-            raise BuildError(tr("The build folder was removed while the compiler ran (did `make clean` run "
-                                "at the same time?). Nothing new was loaded; run the cell again.",
-                                "编译器运行时构建文件夹被删掉了（是不是同时运行了 `make clean`？）。"
-                                "没有载入任何新东西；请再运行一次这个单元。"))
+            raise BuildError(_("The build folder was removed while the compiler ran (did `make clean` run at the "
+                               "same time?). Nothing new was loaded; run the cell again."))
         if "No space left on device" in proc.stderr:
             raise _os_error(OSError(errno.ENOSPC, "No space left on device"), out.parent.parent)
-        raise BuildError(first_errors(text) + tr("\n\nThe C sources did not compile: fix the first error "
-                                                 "above and run the cell again. Nothing new was loaded; libraries "
-                                                 "loaded before keep working.",
-                                                 "\n\nC 源码没有编译通过：改好上面的第一个错误，再运行这个单元。"
-                                                 "没有载入任何新东西；之前载入的库照常可用。"))
+        raise BuildError(first_errors(text) + _("\n\nThe C sources did not compile: fix the first error above and "
+                                                "run the cell again. Nothing new was loaded; libraries loaded "
+                                                "before keep working."))
     return text.strip()
 
 
@@ -498,8 +472,8 @@ def first_errors(text: str, keep: int = MAX_ERRORS_SHOWN) -> str:
         return "\n".join(text.splitlines()[:30])
     out = "\n".join(l for block in shown for l in block)
     if hidden:
-        out += tr(f"\n... and {hidden} more error{'s' if hidden > 1 else ''} (fix the first one first)",
-                  f"\n……还有 {hidden} 个错误（先改第一个）")
+        out += "\n" + (_("... and 1 more error (fix the first one first)") if hidden == 1 else
+                       _("... and {hidden} more errors (fix the first one first)").format(hidden=hidden))
     return out
 
 
@@ -516,7 +490,7 @@ def _show_warnings(text: str) -> None:
     where = _DIAG.match(diags[0][1]).group("where").split(":")
     body = "\n".join(l for d in diags[:MAX_ERRORS_SHOWN] for l in d[2])
     more = len(diags) - MAX_ERRORS_SHOWN
-    msg = (tr("the C sources compiled, with warnings:\n", "C 源码编译通过了，但有警告：\n") + body
-           + (tr(f"\n... and {more} more warnings", f"\n……还有 {more} 条警告") if more > 0 else ""))
+    msg = (_("the C sources compiled, with warnings:\n") + body
+           + (_("\n... and {more} more warnings").format(more=more) if more > 0 else ""))
     warnings.warn_explicit(BuildWarning(msg), BuildWarning, where[0], int(where[1]))
 

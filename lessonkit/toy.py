@@ -18,7 +18,7 @@ from . import native
 from . import validate as check
 from .cache import KVCacheQ8
 from .kernels.attention import KERNELS, call_kernel
-from .language import tr
+from .language import _
 from .trace import FIELDS, run_traced
 
 MAX_STEPS = 4096            # steps of one generation: one cache row and n_q_heads kernel calls each
@@ -44,8 +44,8 @@ class ToyConfig:
         check.integer("ToyConfig.seed", self.seed)
         check.head_dim(self.head_dim)
         if self.d_model % 2:
-            raise ValueError(tr(f"ToyConfig.d_model must be even (sine and cosine position codes); got {self.d_model}",
-                                f"ToyConfig.d_model 必须是偶数（位置编码用正弦和余弦成对）；你给的是 {self.d_model}"))
+            raise ValueError(_("ToyConfig.d_model must be even (sine and cosine position codes); got {d_model}").format(
+                               d_model=self.d_model))
         check.at_most("the toy model's weights", self.n_weights, MAX_WEIGHTS, "float32 weights of the toy model")
         check.at_most("ToyConfig.block_size", self.block_size, MAX_STEPS, "tokens per block of a toy cache")
         check.at_most("the toy model's query heads (n_kv_heads x group)", self.n_q_heads, 64,
@@ -66,8 +66,8 @@ def checked_config(config) -> ToyConfig:
     """``config`` itself, ``ToyConfig()`` for None; TypeError for anything else."""
     config = ToyConfig() if config is None else config
     if not isinstance(config, ToyConfig):
-        raise TypeError(tr(f"config must be a lessonkit.toy.ToyConfig; got {type(config).__name__}",
-                           f"config 应是一个 lessonkit.toy.ToyConfig；你给的是 {type(config).__name__}"))
+        raise TypeError(_("config must be a lessonkit.toy.ToyConfig; got {config}").format(
+                          config=type(config).__name__))
     return config
 
 
@@ -153,32 +153,28 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
     n_tokens = check.at_most("n_tokens", check.integer("n_tokens", n_tokens, minimum=1), MAX_STEPS,
                              "steps of one toy generation")
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
-        raise TypeError(tr(f"prompt must be a list of token ids; got {type(prompt).__name__}",
-                           f"prompt 应是一个 token id 的 list；你给的是 {type(prompt).__name__}"))
+        raise TypeError(_("prompt must be a list of token ids; got {prompt}").format(
+                          prompt=type(prompt).__name__))
     check.at_most("len(prompt)", len(prompt), MAX_STEPS - n_tokens + 1,
                   f"steps of one toy generation: len(prompt) + n_tokens - 1 <= {MAX_STEPS}")
     prompt = [check.integer("a prompt id", t, minimum=0) for t in prompt]
     config = checked_config(config)
     if not prompt or not all(t < config.vocab for t in prompt):
-        raise ValueError(tr(f"prompt must be a non-empty list of ids in [0, {config.vocab})",
-                            f"prompt 应是一个非空的 list，每个 id 在 [0, {config.vocab}) 之内"))
+        raise ValueError(_("prompt must be a non-empty list of ids in [0, {vocab})").format(vocab=config.vocab))
     for name, flag in (("debug", debug), ("trace", trace), ("verbose", verbose)):
         if not isinstance(flag, bool):
-            raise TypeError(tr(f"{name} must be True or False; got {check.short(flag)}",
-                               f"{name} 必须是 True 或 False；你给的是 {check.short(flag)}"))
+            raise TypeError(_("{name} must be True or False; got {short_flag_check}").format(
+                              name=name, short_flag_check=check.short(flag)))
     if trace and (debug or src_dir is not None):
-        raise ValueError(tr("trace=True runs the traced build of native/; leave debug and src_dir unset",
-                            "trace=True 运行的是 native/ 的跟踪构建；不要再设 debug 和 src_dir"))
+        raise ValueError(_("trace=True runs the traced build of native/; leave debug and src_dir unset"))
     if trace_fields is not None and not trace:
-        raise ValueError(tr("trace_fields chooses what trace=True records: pass trace=True too",
-                            "trace_fields 选的是 trace=True 时记录什么：请同时传 trace=True"))
+        raise ValueError(_("trace_fields chooses what trace=True records: pass trace=True too"))
     traces = [] if trace else None
     if trace:
         fields = FIELDS if trace_fields is None else tuple(trace_fields)
         n_steps = len(prompt) + n_tokens - 1
         check.memory(f"the traces of {n_steps} steps ({', '.join(fields)})", trace_bytes(n_steps, config, fields),
-                     TRACE_BYTES, tr("generate fewer tokens, or keep fewer fields, e.g. trace_fields=('s', 'M', 'S')",
-                                     "少生成一些 token，或少记录几个字段，例如 trace_fields=('s', 'M', 'S')"))
+                     TRACE_BYTES, _("generate fewer tokens, or keep fewer fields, e.g. trace_fields=('s', 'M', 'S')"))
 
         def kernel(q, cache, kv_head, scale):
             out = np.empty(cache.head_dim, np.float32)

@@ -12,7 +12,7 @@ import numpy as np
 from . import native
 from . import validate as check
 from .cache import attention_args
-from .language import tr
+from .language import _
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Trace:
         for a in (self.s, self.M, self.S, self.ms, self.k_rows, self.v_rows, self.dots, self.vkq):
             if a is not None:
                 return a.shape[0]
-        raise ValueError(tr("this trace recorded no per-token field", "这次跟踪没有记录任何逐 token 的字段"))
+        raise ValueError(_("this trace recorded no per-token field"))
 
 
 FIELDS = ("q_codes", "q_scales", "dots", "k_rows", "v_rows", "s", "M", "S", "ms", "vkq")
@@ -68,13 +68,12 @@ def run_traced(out: np.ndarray, q: np.ndarray, cache, kv_head: int, scale: float
     if fields is None:
         fields = FIELDS
     elif isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
-        raise TypeError(tr(f"fields must be a tuple of Trace field names, e.g. ('s', 'M', 'S'); got "
-                           f"{check.short(fields)}",
-                           f"fields 必须是 Trace 字段名的元组，例如 ('s', 'M', 'S')；你给的是 {check.short(fields)}"))
+        raise TypeError(_("fields must be a tuple of Trace field names, e.g. ('s', 'M', 'S'); got "
+                          "{short_fields_check}").format(short_fields_check=check.short(fields)))
     unknown = sorted(set(fields) - set(FIELDS))
     if unknown:
-        raise ValueError(tr(f"fields {unknown} are not Trace fields; choose from {', '.join(FIELDS)}",
-                            f"fields {unknown} 不是 Trace 的字段；请从 {', '.join(FIELDS)} 中选"))
+        raise ValueError(_("fields {unknown} are not Trace fields; choose from {fields}").format(
+                           unknown=unknown, fields=', '.join(FIELDS)))
     return traced(out, q, cache, kv_head, scale, *native.library(ffi, lib, TRACED_FUNCTIONS), fields)
 
 

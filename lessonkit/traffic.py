@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import native
-from .language import Text, tr
+from .language import _, N_
 
 VARIANTS = ("single", "scalar", "two_pass_scores", "two_pass_recompute")
 # lesson 08: G query heads of one kv head, one grouped call ("group4") or G single-pass calls ("per_head4")
@@ -49,11 +49,9 @@ class Preset:
 # Cortex-A76 TRM), and as the one last level either the 3 MB L3 the chip's cores share ("a76") or one
 # core's 512 KB L2 ("a76-l2") (Rockchip's RK3588 datasheet); 3 MB 12-way so that the sets are a power of 2.
 PRESETS = {
-    "a76": Preset(Text("A76-sized caches (simulated): L1d 64 KiB, last level 3 MiB (the RK3588's shared L3)",
-                       "A76 大小的缓存（模拟）：L1d 64 KiB，最后一级 3 MiB（RK3588 共享的 L3）"),
+    "a76": Preset(N_("A76-sized caches (simulated): L1d 64 KiB, last level 3 MiB (the RK3588's shared L3)"),
                   CacheLevel(64 << 10, 4, 64), CacheLevel(3 << 20, 12, 64)),
-    "a76-l2": Preset(Text("A76-sized caches (simulated): L1d 64 KiB, last level 512 KiB (one core's L2)",
-                          "A76 大小的缓存（模拟）：L1d 64 KiB，最后一级 512 KiB（一个核的 L2）"),
+    "a76-l2": Preset(N_("A76-sized caches (simulated): L1d 64 KiB, last level 512 KiB (one core's L2)"),
                      CacheLevel(64 << 10, 4, 64), CacheLevel(512 << 10, 8, 64)),
 }
 
@@ -77,11 +75,9 @@ def host_preset() -> Preset:
         except (OSError, ValueError):
             continue
     if 1 not in levels or len(levels) < 2:
-        raise RuntimeError(tr("could not read this machine's caches from /sys; use the 'a76' preset",
-                              "无法从 /sys 读出这台机器的缓存；请改用 'a76' 预设"))
+        raise RuntimeError(_("could not read this machine's caches from /sys; use the 'a76' preset"))
     last = levels[max(levels)]
-    return Preset(Text(f"this machine: L1d {levels[1].size >> 10} KiB, last level {last.size >> 20} MiB",
-                       f"这台机器：L1d {levels[1].size >> 10} KiB，最后一级 {last.size >> 20} MiB"),
+    return Preset(N_("this machine: L1d {size_levels} KiB, last level {size_last} MiB", size_levels=levels[1].size >> 10, size_last=last.size >> 20),
                   levels[1], last)
 
 
@@ -89,8 +85,8 @@ def preset(name: str) -> Preset:
     if name == "host":
         return host_preset()
     if name not in PRESETS:
-        raise ValueError(tr(f"preset must be one of {', '.join([*PRESETS, 'host'])}; got {name!r}",
-                            f"预设只能是 {', '.join([*PRESETS, 'host'])} 之一；收到的是 {name!r}"))
+        raise ValueError(_("preset must be one of {presets}; got {name!r}").format(
+                           presets=', '.join([*PRESETS, 'host']), name=name))
     return PRESETS[name]
 
 
@@ -105,8 +101,8 @@ def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int
         one = model_bytes("single", seq_len, head_dim, n_kv_heads, line)
         return one if variant.startswith("group") else {k: int(variant[-1]) * b for k, b in one.items()}
     if variant not in VARIANTS:
-        raise ValueError(tr(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}",
-                            f"variant 只能是 {', '.join(VARIANTS)} 之一；收到的是 {variant!r}"))
+        raise ValueError(_("variant must be one of {variants}; got {variant!r}").format(
+                           variants=', '.join(VARIANTS), variant=variant))
     T, k_reads = seq_len, 2 if variant == "two_pass_recompute" else 1
     score = 2 * 4 * T if variant == "two_pass_scores" else 0
     parts = dict(k=k_reads * T * head_dim, v=T * head_dim, scales=(k_reads + 1) * min(4 * n_kv_heads, line) * T,
@@ -213,15 +209,12 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
     or ``group<G>`` / ``per_head<G>``) under valgrind's cache simulation: cold (nothing of the data in
     the simulated caches) or ``warm`` (after one call of the same)."""
     if variant not in VARIANTS + SOFTMAXES + GQA_VARIANTS:
-        raise ValueError(tr(f"variant must be one of {', '.join(VARIANTS + SOFTMAXES)}, group1..group8 or "
-                            f"per_head1..per_head8; got {variant!r}",
-                            f"variant 只能是 {', '.join(VARIANTS + SOFTMAXES)}、group1..group8 或 "
-                            f"per_head1..per_head8 之一；收到的是 {variant!r}"))
+        raise ValueError(_("variant must be one of {variants_softmaxes}, group1..group8 or per_head1..per_head8; "
+                           "got {variant!r}").format(
+                           variants_softmaxes=', '.join(VARIANTS + SOFTMAXES), variant=variant))
     if not valgrind_available():
-        raise RuntimeError(tr("valgrind is not installed (Debian/Ubuntu: sudo apt install valgrind; "
-                              "it does not run on macOS): the lesson shows its saved results instead",
-                              "没有安装 valgrind（Debian/Ubuntu：sudo apt install valgrind；"
-                              "它不能在 macOS 上运行）：课程改为显示保存好的结果"))
+        raise RuntimeError(_("valgrind is not installed (Debian/Ubuntu: sudo apt install valgrind; it does not run "
+                             "on macOS): the lesson shows its saved results instead"))
     p = preset(preset_name)
     measured = ("measured_softmax" if variant in SOFTMAXES
                 else "measured_group" if variant in GQA_VARIANTS else "measured_call")
@@ -234,8 +227,8 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
                str(n_kv_heads), str(block_size), "warm" if warm else "cold", str(2 * p.ll.size)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(tr(f"valgrind failed ({proc.returncode}):\n{proc.stderr[-2000:]}",
-                                  f"valgrind 运行失败（{proc.returncode}）：\n{proc.stderr[-2000:]}"))
+            raise RuntimeError(_("valgrind failed ({returncode}):\n{stderr_proc}").format(
+                                 returncode=proc.returncode, stderr_proc=proc.stderr[-2000:]))
         text = out.read_text()
     events = re.search(r"^events: (.*)$", text, re.M).group(1).split()
     totals = [int(x) for x in re.search(r"^totals: (.*)$", text, re.M).group(1).split()]

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from .language import tr
+from .language import _
 from .header import HD_MAX as HEAD_DIM_MAX  # the kernel's fixed Q buffers
 from .header import QBLK as QBLOCK  # Q is quantized in blocks of QBLK values
 C_INT_MAX = 2**31 - 1  # the C functions take their counts and sizes as int
@@ -19,10 +19,9 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger values become inf when c
 def head_dim(value) -> int:
     value = integer("head_dim", value, minimum=QBLOCK)
     if value % QBLOCK or value > HEAD_DIM_MAX:
-        raise ValueError(tr(f"head_dim must be a multiple of {QBLOCK} between {QBLOCK} and "
-                            f"{HEAD_DIM_MAX} (the kernel's fixed buffers); got {value}",
-                            f"head_dim 必须是 {QBLOCK} 的倍数，在 {QBLOCK} 到 {HEAD_DIM_MAX} 之间"
-                            f"（内核的缓冲区大小是固定的）；收到的是 {value}"))
+        raise ValueError(_("head_dim must be a multiple of {QBLOCK} between {QBLOCK} and {HEAD_DIM_MAX} (the "
+                           "kernel's fixed buffers); got {value}").format(
+                           QBLOCK=QBLOCK, HEAD_DIM_MAX=HEAD_DIM_MAX, value=value))
     return value
 
 
@@ -37,15 +36,15 @@ def integer(name: str, value, minimum: int | None = None, below: int | None = No
     """An int (a numpy integer or a 0-d integer array too, a bool not) within [minimum, below)."""
     value = _scalar(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(tr(f"{name} must be an int; got {type(value).__name__} {short(value)}",
-                           f"{name} 必须是 int；收到的是 {type(value).__name__} {short(value)}"))
+        raise TypeError(_("{name} must be an int; got {value} {short_value}").format(
+                          name=name, value=type(value).__name__, short_value=short(value)))
     value = int(value)
     if minimum is not None and value < minimum:
-        raise ValueError(tr(f"{name} must be at least {minimum}; got {short(value)}",
-                            f"{name} 至少要是 {minimum}；收到的是 {short(value)}"))
+        raise ValueError(_("{name} must be at least {minimum}; got {short_value}").format(
+                           name=name, minimum=minimum, short_value=short(value)))
     if below is not None and value >= below:
-        raise ValueError(tr(f"{name} must be below {below}; got {short(value)}",
-                            f"{name} 必须小于 {below}；收到的是 {short(value)}"))
+        raise ValueError(_("{name} must be below {below}; got {short_value}").format(
+                           name=name, below=below, short_value=short(value)))
     return value
 
 
@@ -59,26 +58,24 @@ def finite_float(name: str, value, minimum: float | None = None, maximum: float 
     """A finite real number (a numpy scalar or 0-d array too, a bool not), within [minimum, maximum]."""
     value = _scalar(value)
     if isinstance(value, np.ndarray):
-        raise TypeError(tr(f"{name} must be one number; got an array of shape {list(value.shape)} "
-                           f"(pick one element, e.g. float({name}[0]))",
-                           f"{name} 必须是单个数；收到的是形状为 {list(value.shape)} 的数组"
-                           f"（取其中一个元素，例如 float({name}[0])）"))
+        raise TypeError(_("{name} must be one number; got an array of shape {shape_value} (pick one element, e.g. "
+                          "float({name}[0]))").format(name=name, shape_value=list(value.shape)))
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(tr(f"{name} must be a real number; got {type(value).__name__} {short(value)}",
-                           f"{name} 必须是实数；收到的是 {type(value).__name__} {short(value)}"))
+        raise TypeError(_("{name} must be a real number; got {value} {short_value}").format(
+                          name=name, value=type(value).__name__, short_value=short(value)))
     try:
         value = float(value)
     except OverflowError:  # an int beyond float's range, e.g. 10**400
-        raise ValueError(tr(f"{name} must be finite; got {short(value)}, beyond the range of a float",
-                            f"{name} 必须是有限值；收到的 {short(value)} 超出了 float 的范围")) from None
+        raise ValueError(_("{name} must be finite; got {short_value}, beyond the range of a float").format(
+                           name=name, short_value=short(value))) from None
     if not math.isfinite(value):
-        raise ValueError(tr(f"{name} must be finite; got {value}", f"{name} 必须是有限值；收到的是 {value}"))
+        raise ValueError(_("{name} must be finite; got {value}").format(name=name, value=value))
     if minimum is not None and value < minimum:
-        raise ValueError(tr(f"{name} must be at least {minimum:g}; got {value:g}",
-                            f"{name} 至少要是 {minimum:g}；收到的是 {value:g}"))
+        raise ValueError(_("{name} must be at least {minimum:g}; got {value:g}").format(
+                           name=name, minimum=minimum, value=value))
     if maximum is not None and value > maximum:
-        raise ValueError(tr(f"{name} must be at most {maximum:g}; got {value:g}",
-                            f"{name} 最多只能是 {maximum:g}；收到的是 {value:g}"))
+        raise ValueError(_("{name} must be at most {maximum:g}; got {value:g}").format(
+                           name=name, maximum=maximum, value=value))
     return value
 
 
@@ -89,14 +86,13 @@ def scale(value, head_dim: int | None = None, name: str = "scale") -> float:
     (about 3.4e38). Every entry point that takes ``scale`` checks it here."""
     if value is None:
         if head_dim is None:
-            raise TypeError(tr(f"{name} must be a real number; got None", f"{name} 必须是实数；收到的是 None"))
+            raise TypeError(_("{name} must be a real number; got None").format(name=name))
         return 1.0 / math.sqrt(head_dim)
     value = finite_float(name, value)
     if abs(value) > FLOAT32_MAX:
-        raise ValueError(tr(f"{name} must be at most {FLOAT32_MAX:.7g} in magnitude (the largest float32: the "
-                            f"kernel takes a C float, in which {value:g} is inf); got {value:g}",
-                            f"{name} 的绝对值最多只能是 {FLOAT32_MAX:.7g}（float32 的最大值：内核接收的是 C 的 "
-                            f"float，{value:g} 在其中是 inf）；收到的是 {value:g}"))
+        raise ValueError(_("{name} must be at most {FLOAT32_MAX:.7g} in magnitude (the largest float32: the kernel "
+                           "takes a C float, in which {value:g} is inf); got {value:g}").format(
+                           name=name, FLOAT32_MAX=FLOAT32_MAX, value=value))
     return value
 
 
@@ -110,13 +106,11 @@ def base_array(name: str, a) -> np.ndarray:
     class, so that their shape, dtype and flags are the ones of the memory C reads, whatever the
     subclass overrides; the checks that follow look at that view."""
     if not isinstance(a, np.ndarray):
-        raise TypeError(tr(f"{name} must be a numpy array; got {type(a).__name__}",
-                           f"{name} 必须是 numpy 数组；收到的是 {type(a).__name__}"))
+        raise TypeError(_("{name} must be a numpy array; got {a}").format(name=name, a=type(a).__name__))
     if isinstance(a, np.ma.MaskedArray):
-        raise TypeError(tr(f"{name} is a masked array: the kernel has no mask and would read the masked entries "
-                           f"as data; pass {name}.filled(value) (e.g. {name}.filled(0)) or drop the masked rows",
-                           f"{name} 是掩码数组（masked array）：内核没有掩码，会把被遮住的元素当成数据读进去；"
-                           f"请传入 {name}.filled(value)（例如 {name}.filled(0)），或者去掉被遮住的行"))
+        raise TypeError(_("{name} is a masked array: the kernel has no mask and would read the masked entries as "
+                          "data; pass {name}.filled(value) (e.g. {name}.filled(0)) or drop the masked rows").format(
+                          name=name))
     if type(a) is not np.ndarray:
         a = np.ndarray.view(a, np.ndarray)  # the base class's view: no subclass method runs on it
     return a
@@ -126,35 +120,29 @@ def _shape(name: str, a: np.ndarray, shape: tuple) -> None:
     if a.ndim != len(shape) or any(want is not None and got != want
                                    for got, want in zip(a.shape, shape)):
         want = "[" + ", ".join("n" if s is None else str(s) for s in shape) + "]"
-        raise ValueError(tr(f"{name} must have shape {want}; got {list(a.shape)}",
-                            f"{name} 的形状必须是 {want}；收到的是 {list(a.shape)}"))
+        raise ValueError(_("{name} must have shape {want}; got {shape_a}").format(
+                           name=name, want=want, shape_a=list(a.shape)))
 
 
 def _layout(name: str, a: np.ndarray, writable: bool) -> None:
     if not a.flags.c_contiguous:
-        raise ValueError(tr(f"{name} must be C-contiguous (a slice or transpose is not); "
-                            f"pass np.ascontiguousarray({name})",
-                            f"{name} 必须是 C 连续的（切片或转置都不是）；请传入 np.ascontiguousarray({name})"))
+        raise ValueError(_("{name} must be C-contiguous (a slice or transpose is not); pass "
+                           "np.ascontiguousarray({name})").format(name=name))
     if not a.flags.aligned:
-        raise ValueError(tr(f"{name} is not aligned to its {a.itemsize}-byte elements (a view into a byte buffer "
-                            f"at an odd offset); pass {name}.copy()",
-                            f"{name} 没有按它 {a.itemsize} 字节的元素对齐（它是字节缓冲区在奇数偏移处的视图）；"
-                            f"请传入 {name}.copy()"))
+        raise ValueError(_("{name} is not aligned to its {itemsize}-byte elements (a view into a byte buffer at an "
+                           "odd offset); pass {name}.copy()").format(name=name, itemsize=a.itemsize))
     if writable and not a.flags.writeable:
-        raise ValueError(tr(f"{name} must be writable (the function writes its result there); "
-                            f"pass a new array, e.g. np.empty({list(a.shape)}, np.{a.dtype.name})",
-                            f"{name} 必须可写（函数要把结果写进去）；"
-                            f"请传入一个新数组，例如 np.empty({list(a.shape)}, np.{a.dtype.name})"))
+        raise ValueError(_("{name} must be writable (the function writes its result there); pass a new array, e.g. "
+                           "np.empty({shape_a}, np.{name2})").format(
+                           name=name, shape_a=list(a.shape), name2=a.dtype.name))
 
 
 def _dtype(name: str, a: np.ndarray, dtype) -> None:
     want = np.dtype(dtype)
     if a.dtype != want:  # a byte-swapped float32 ('>f4') differs too: C reads native order
         got = a.dtype.str if a.dtype.name == want.name else a.dtype
-        raise TypeError(tr(f"{name} must have dtype {want.name}; got {got} "
-                           f"(convert with {name}.astype(np.{want.name}))",
-                           f"{name} 的 dtype 必须是 {want.name}；收到的是 {got}"
-                           f"（用 {name}.astype(np.{want.name}) 转换）"))
+        raise TypeError(_("{name} must have dtype {name2}; got {got} (convert with {name}.astype(np.{name2}))").format(
+                          name=name, name2=want.name, got=got))
 
 
 def float32_array(name: str, a, shape: tuple, writable: bool = False, finite: bool = True) -> np.ndarray:
@@ -168,9 +156,8 @@ def float32_array(name: str, a, shape: tuple, writable: bool = False, finite: bo
     if finite and not writable and not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))[0]
         where = tuple(int(i) for i in bad)
-        raise ValueError(tr(f"{name} holds NaN or Inf (first at index {where}); "
-                            "the kernel needs finite values",
-                            f"{name} 里有 NaN 或 Inf（第一个在下标 {where}）；内核需要有限值"))
+        raise ValueError(_("{name} holds NaN or Inf (first at index {where}); the kernel needs finite values").format(
+                           name=name, where=where))
     return a
 
 
@@ -182,17 +169,15 @@ def float32_like(name: str, a, shape: tuple) -> np.ndarray:
         base_array(name, a)  # raises, with the message about .filled
     if not isinstance(a, np.ndarray):
         if isinstance(a, (str, bytes)) or not hasattr(a, "__len__"):
-            raise TypeError(tr(f"{name} must be a numpy array or a list of numbers; got {type(a).__name__}",
-                               f"{name} 必须是 numpy 数组或数字列表；收到的是 {type(a).__name__}"))
+            raise TypeError(_("{name} must be a numpy array or a list of numbers; got {a}").format(
+                              name=name, a=type(a).__name__))
         try:
             a = np.asarray(a)
         except (TypeError, ValueError) as e:
-            raise TypeError(tr(f"{name} must be a numpy array or a list of numbers: {e}",
-                               f"{name} 必须是 numpy 数组或数字列表：{e}")) from None
+            raise TypeError(_("{name} must be a numpy array or a list of numbers: {e}").format(name=name, e=e)) from None
     a = base_array(name, a)
     if a.dtype.kind not in "fiu":
-        raise TypeError(tr(f"{name} must hold real numbers; got dtype {a.dtype}",
-                           f"{name} 里必须是实数；收到的 dtype 是 {a.dtype}"))
+        raise TypeError(_("{name} must hold real numbers; got dtype {dtype}").format(name=name, dtype=a.dtype))
     if a.dtype != np.float32 or not (a.flags.c_contiguous and a.flags.aligned):
         _shape(name, a, shape)  # before the copy: no copy of an array of the wrong size
         with np.errstate(over="ignore"):
@@ -215,19 +200,18 @@ def int8_array(name: str, a, shape: tuple, writable: bool = False) -> np.ndarray
 def at_most(name: str, value: int, cap: int, why: str) -> int:
     """Refuse a count above a documented cap, naming the cap and why it is there."""
     if value > cap:
-        raise ValueError(tr(f"{name} = {short(value)} is above the cap of {cap} ({why}); use at most {cap}",
-                            f"{name} = {short(value)} 超过了上限 {cap}（{why}）；最多用 {cap}"))
+        raise ValueError(_("{name} = {short_value} is above the cap of {cap} ({why}); use at most {cap}").format(
+                           name=name, short_value=short(value), cap=cap, why=why))
     return value
 
 
 def memory(what: str, nbytes: int, cap: int, fix: str | None = None) -> int:
     """Refuse what would allocate more than ``cap`` bytes, before allocating it; ``fix`` says how."""
     if nbytes > cap:
-        fix = fix or tr("ask for less", "请少要一些")
-        raise ValueError(tr(f"{what} would need {nbytes / 2**20:,.0f} MiB, above the cap of {cap / 2**20:,.0f} MiB "
-                            f"that keeps the notebook's process alive; {fix}",
-                            f"{what} 需要 {nbytes / 2**20:,.0f} MiB，超过了 {cap / 2**20:,.0f} MiB 的上限"
-                            f"（这个上限保证 notebook 的进程不被撑垮）；{fix}"))
+        fix = fix or _("ask for less")
+        raise ValueError(_("{what} would need {nbytes:,.0f} MiB, above the cap of {cap:,.0f} MiB that keeps the "
+                           "notebook's process alive; {fix}").format(
+                           what=what, nbytes=nbytes / 2 ** 20, cap=cap / 2 ** 20, fix=fix))
     return nbytes
 
 
@@ -247,13 +231,13 @@ def one_of(name: str, value, options) -> str:
     """``value`` if it is one of ``options`` (names such as a backend's); ValueError otherwise."""
     if not isinstance(value, str) or value not in options:
         names = ", ".join(map(repr, options))
-        raise ValueError(tr(f"{name} must be one of {names}; got {short(value)}",
-                            f"{name} 只能是 {names} 之一；你给的是 {short(value)}"))
+        raise ValueError(_("{name} must be one of {names}; got {short_value}").format(
+                           name=name, names=names, short_value=short(value)))
     return value
 
 
 def flag(name: str, value) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(tr(f"{name} must be True or False; got {short(value)}",
-                           f"{name} 只能是 True 或 False；你给的是 {short(value)}"))
+        raise TypeError(_("{name} must be True or False; got {short_value}").format(
+                          name=name, short_value=short(value)))
     return value

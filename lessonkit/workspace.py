@@ -14,6 +14,8 @@ standard library, so that ``make reset`` works even when the kernel does not bui
 """
 from __future__ import annotations
 
+from .language import _
+
 import errno
 import hashlib
 import json
@@ -256,27 +258,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.what == "copies":
             result = make_copies()
             for path in result["copied"]:
-                print(tr("new working copy: ", "新的工作副本：") + _shown(path))
+                print(_("new working copy: ") + _shown(path))
             for path in result["updated"]:
-                print(tr(f"updated: {_shown(path)} (the lesson changed, and you had not changed your copy)",
-                         f"已更新：{_shown(path)}（课程有了新版，而你没有改过这份副本）"))
+                print(_("updated: {shown_path} (the lesson changed, and you had not changed your copy)").format(
+                        shown_path=_shown(path)))
             for path in result["changed"]:
                 if path.name == "native":
-                    print(tr(f"native/ changed since {_shown(path)} was made; `make reset-native` starts your "
-                             "copy over from it (yours is kept in my-work/old/)",
-                             f"{_shown(path)} 做好以后 native/ 又更新了；`make reset-native` 从新的 native/ 重新复制"
-                             "（你的副本保存在 my-work/old/）"))
+                    print(_("native/ changed since {shown_path} was made; `make reset-native` starts your copy "
+                            "over from it (yours is kept in my-work/old/)").format(shown_path=_shown(path)))
                 elif path.suffix != ".ipynb":  # the glossary: nothing of the student's to keep in it
-                    print(tr(f"notebooks/{path.name} changed; delete {_shown(path)} and run make copies "
-                             "for the new one",
-                             f"notebooks/{path.name} 更新了；删掉 {_shown(path)} 再运行 make copies 就得到新的"))
+                    print(_("notebooks/{name} changed; delete {shown_path} and run make copies for the new one").format(
+                            name=path.name, shown_path=_shown(path)))
                 else:
                     rel = path.relative_to(WORK_DIR).as_posix()
                     which = rel.split("_", 1)[0]
-                    print(tr(f"notebooks/{rel} changed since your copy was made; `make reset "
-                             f"LESSON={which}` gives you the new one (yours is kept in my-work/old/)",
-                             f"你复制之后 notebooks/{rel} 更新了；`make reset LESSON={which}` 给你新版"
-                             "（你的副本保存在 my-work/old/）"))
+                    print(_("notebooks/{rel} changed since your copy was made; `make reset LESSON={which}` gives "
+                            "you the new one (yours is kept in my-work/old/)").format(rel=rel, which=which))
         elif args.what == "reset":
             new, old = reset_lesson(args.lesson)
             print(f"{_shown(old)}: your previous copy" if old else "there was no working copy")

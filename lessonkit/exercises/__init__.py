@@ -26,6 +26,7 @@ that says so.
 """
 from __future__ import annotations
 
+from ..language import _
 from . import core
 from . import lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson05b, lesson06, lesson07, lesson08
 from . import lesson09
@@ -48,5 +49,5 @@ def overview():
     from ..table import Table
     rows = [(ex.lesson, f"lesson{ex.lesson}.ex{i}", ex.marker, str(ex.title))
             for lesson in LESSONS for i, ex in enumerate(lesson, start=1)]
-    return Table(rows, header=[tr("lesson", "课"), tr("object", "对象"), tr("pytest marker", "pytest 标记"),
-                               tr("title", "标题")])
+    return Table(rows, header=[_("lesson"), _("object"), _("pytest marker"),
+                               _("title")])

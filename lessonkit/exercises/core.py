@@ -21,7 +21,7 @@ import numpy as np
 
 from ..cache import KVCacheQ8
 from ..kernels.attention import attend
-from ..language import Text, text, tr
+from ..language import text, _, N_
 from ..validate import short
 
 MAX_ANSWER_ITEMS = 10_000   # values in one answer; the longest right answer has a few hundred
@@ -29,8 +29,8 @@ MAX_ANSWER_DEPTH = 16       # nesting of lists and dicts in one answer
 MAX_WHOLE = 2**63           # |whole number| of any answer: line numbers, counts, bytes
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
-STATUS_LABELS = {CORRECT: Text("Correct", "正确"), INCORRECT: Text("Incorrect", "不对"),
-                 NOT_ATTEMPTED: Text("Not attempted", "还没作答")}
+STATUS_LABELS = {CORRECT: N_("Correct"), INCORRECT: N_("Incorrect"),
+                 NOT_ATTEMPTED: N_("Not attempted")}
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Verdict:
         return self.status == CORRECT
 
     def __str__(self) -> str:
-        return f"{STATUS_LABELS[self.status]}{tr(': ', '：')}{self.message}"
+        return f"{STATUS_LABELS[self.status]}{_(': ')}{self.message}"
 
     __repr__ = __str__
 
@@ -79,12 +79,12 @@ def _has_blank(value) -> bool:
         else:
             continue
         if depth >= MAX_ANSWER_DEPTH:
-            raise Wrong(tr(f"your answer is nested more than {MAX_ANSWER_DEPTH} levels deep; no answer here is",
-                           f"你的答案嵌套超过 {MAX_ANSWER_DEPTH} 层；这里没有哪个答案这么深"))
+            raise Wrong(_("your answer is nested more than {MAX_ANSWER_DEPTH} levels deep; no answer here is").format(
+                          MAX_ANSWER_DEPTH=MAX_ANSWER_DEPTH))
         budget -= len(children)
         if budget < 0:
-            raise Wrong(tr(f"your answer holds more than {MAX_ANSWER_ITEMS} values; no answer here is that large",
-                           f"你的答案超过 {MAX_ANSWER_ITEMS} 个值；这里没有哪个答案这么大"))
+            raise Wrong(_("your answer holds more than {MAX_ANSWER_ITEMS} values; no answer here is that large").format(
+                          MAX_ANSWER_ITEMS=MAX_ANSWER_ITEMS))
         stack.extend((c, depth + 1) for c in children)
     return found
 
@@ -93,22 +93,22 @@ def field_of(answer: Mapping, key, kind=None):
     """answer[key], read as ``kind`` (int: a whole number; bool: True or False; float); Blank if it
     is still ``...``, Wrong if it is missing or unreadable."""
     if key not in answer:
-        raise Wrong(tr(f"your answer has no {key!r}", f"你的答案里没有 {key!r}"))
+        raise Wrong(_("your answer has no {key!r}").format(key=key))
     v = answer[key]
     if not filled(v):
-        raise Blank(tr(f"fill in {key!r}", f"请填写 {key!r}"))
+        raise Blank(_("fill in {key!r}").format(key=key))
     if kind is int:
         return whole(v, repr(key))
     if kind is bool:
         if not isinstance(v, (bool, np.bool_)):
-            raise Wrong(tr(f"{key!r} = {short(v)} cannot be read (expected True or False)",
-                           f"{key!r} = {short(v)} 读不懂（应是 True 或 False）"))
+            raise Wrong(_("{key!r} = {short_v} cannot be read (expected True or False)").format(
+                          key=key, short_v=short(v)))
         return bool(v)
     if kind is float:
         try:
             return float(v)
         except (TypeError, ValueError, OverflowError) as e:  # float(10**400) overflows
-            raise Wrong(tr(f"{key!r} = {short(v)} cannot be read ({e})", f"{key!r} = {short(v)} 读不懂（{e}）")) from None
+            raise Wrong(_("{key!r} = {short_v} cannot be read ({e})").format(key=key, short_v=short(v), e=e)) from None
     return v
 
 
@@ -126,11 +126,11 @@ def whole(value, what: str) -> int:
                 raise TypeError("expected a whole number")
             n = int(value) if isinstance(value, str) else int(f)
     except (TypeError, ValueError, OverflowError) as e:
-        raise Wrong(tr(f"{what} = {short(value)} cannot be read ({e})",
-                       f"{what} = {short(value)} 读不成整数（{e}）")) from None
+        raise Wrong(_("{what} = {short_value} cannot be read ({e})").format(
+                      what=what, short_value=short(value), e=e)) from None
     if abs(n) >= MAX_WHOLE:
-        raise Wrong(tr(f"{what} = {short(n)} is far too large: no answer here reaches 2**63",
-                       f"{what} = {short(n)} 太大了：这里没有哪个答案达到 2**63"))
+        raise Wrong(_("{what} = {short_n} is far too large: no answer here reaches 2**63").format(
+                      what=what, short_n=short(n)))
     return n
 
 
@@ -141,11 +141,11 @@ def items_of(answer: Mapping, key, most: int) -> list:
     if isinstance(v, np.ndarray):
         v = v.ravel() if v.ndim <= 1 else v
     if not isinstance(v, (list, tuple, set, frozenset, range, np.ndarray)):
-        raise Wrong(tr(f"{key!r} is a list; got {type(v).__name__} {short(v)}",
-                       f"{key!r} 应是一个 list；你给的是 {type(v).__name__} {short(v)}"))
+        raise Wrong(_("{key!r} is a list; got {v} {short_v}").format(
+                      key=key, v=type(v).__name__, short_v=short(v)))
     if len(v) > most:
-        raise Wrong(tr(f"{key!r} holds {len(v)} values; the answer has at most {most}",
-                       f"{key!r} 有 {len(v)} 个值；答案最多 {most} 个"))
+        raise Wrong(_("{key!r} holds {v} values; the answer has at most {most}").format(
+                      key=key, v=len(v), most=most))
     return list(v)
 
 
@@ -165,8 +165,8 @@ def pick(answer: Mapping, key: str, choices: dict[str, Choice], right: str) -> s
     value = field_of(answer, key)
     got = (value if isinstance(value, str) else short(value, 20)).strip().strip("()").lower()
     if got not in choices:
-        raise Wrong(tr(f"{key!r} must be one of {', '.join(map(repr, choices))}; got {short(value)}",
-                       f"{key!r} 只能是 {', '.join(map(repr, choices))} 之一；你给的是 {short(value)}"))
+        raise Wrong(_("{key!r} must be one of {map_choices}; got {short_value}").format(
+                      key=key, map_choices=', '.join(map(repr, choices)), short_value=short(value)))
     if got != right:
         raise Wrong(f"({got}) {choices[got].why}")
     return f"({got}) {choices[got].why}"
@@ -213,10 +213,10 @@ class Field:
         if isinstance(kind, Mapping):
             got = kind.get(str(field_of(answer, key)).strip().lower().replace("-", "").replace(" ", ""))
             if got is None:
-                raise Wrong(tr(f"{key!r} is one of {', '.join(map(repr, sorted(set(kind.values()))))}",
-                               f"{key!r} 只能是 {', '.join(map(repr, sorted(set(kind.values()))))} 之一"))
+                raise Wrong(_("{key!r} is one of {map_set_values_kind}").format(
+                              key=key, map_set_values_kind=', '.join(map(repr, sorted(set(kind.values()))))))
         elif kind in (list, tuple):
-            got = [whole(n, tr("a whole number", "整数")) for n in items_of(answer, key, 64)]
+            got = [whole(n, _("a whole number")) for n in items_of(answer, key, 64)]
             got, want = (sorted(got), sorted(want)) if kind is list else (got, list(want))
         else:
             got = field_of(answer, key, kind)
@@ -260,8 +260,8 @@ class Exercise:
         return dict(self._facts(**context) if callable(self._facts) else self._facts)
 
     def question(self) -> None:
-        lines = [tr(f"Lesson {self.lesson}, {self.title}  (pytest marker: {self.marker})",
-                    f"第 {self.lesson} 课，{self.title}（pytest 标记：{self.marker}）"), text(self._text)]
+        lines = [_("Lesson {lesson}, {title}  (pytest marker: {marker})").format(
+                   lesson=self.lesson, title=self.title, marker=self.marker), text(self._text)]
         lines += [f"  ({key}) {c.text}" for key, c in self.choices.items()]
         lines.append(f"answer = {shown(self.template)}")
         print("\n".join(lines))
@@ -282,18 +282,18 @@ class Exercise:
             blank = _has_blank(answer)   # first of all: an answer too large to read is incorrect, unread
             if not filled(answer) or (isinstance(answer, Mapping) and answer
                                       and not any(filled(v) for v in answer.values())):
-                return Verdict(NOT_ATTEMPTED, tr(f"give your answer as {shown(self.template)}",
-                                                 f"答案的格式是 {shown(self.template)}"))
+                return Verdict(NOT_ATTEMPTED, _("give your answer as {shown_template}").format(
+                                                shown_template=shown(self.template)))
         except Wrong:
             raise
         except Exception as e:  # noqa: BLE001 - an answer whose objects raise is unreadable, not a crash
             return _unreadable(e)
         if blank:
-            raise Blank(tr(f"replace every ... in {shown(self.template)} by your answer",
-                           f"把 {shown(self.template)} 里的每个 ... 换成你的答案"))
+            raise Blank(_("replace every ... in {shown_template} by your answer").format(
+                          shown_template=shown(self.template)))
         if isinstance(self.template, Mapping) and not isinstance(answer, Mapping):
-            raise Wrong(tr(f"give a dict like {shown(self.template)}; got {type(answer).__name__}",
-                           f"答案应是像 {shown(self.template)} 这样的 dict，你给的是 {type(answer).__name__}"))
+            raise Wrong(_("give a dict like {shown_template}; got {answer}").format(
+                          shown_template=shown(self.template), answer=type(answer).__name__))
         facts = self.facts(**context)   # out of the try: a failure here is lessonkit's, not the answer's
         try:
             for key, f in self.fields.items():
@@ -305,7 +305,7 @@ class Exercise:
             return _unreadable(e)
 
     def hint(self) -> None:
-        print(tr("Hint: ", "提示：") + text(self._hint))
+        print(_("Hint: ") + text(self._hint))
 
     def answer(self, **context):
         """The right answer, computed now from the code and data."""
@@ -315,14 +315,13 @@ class Exercise:
         return {k: facts[k] for k in self.template}
 
     def solution(self, **context) -> None:
-        print(tr("Solution: ", "参考答案：") + f"answer = {self.answer(**context)!r}")
+        print(_("Solution: ") + f"answer = {self.answer(**context)!r}")
         if self._explain:
             print(text(self._explain))
 
 
 def _unreadable(e: Exception) -> Verdict:
-    return Verdict(INCORRECT, tr(f"your answer could not be read: {short(str(e), 200)}",
-                                 f"读不懂你的答案：{short(str(e), 200)}"))
+    return Verdict(INCORRECT, _("your answer could not be read: {short_e}").format(short_e=short(str(e), 200)))
 
 
 def shown(template) -> str:
@@ -387,5 +386,5 @@ def small_cache(head_dim=128):
 def kernel_q_codes(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Segment 1's codes and scales for one of the lessons' queries (float32, head_dim a multiple of
     32), read from the compiled kernel's trace."""
-    _, trace = attend(q, small_cache(q.shape[0]), 0, trace=True)
+    unused, trace = attend(q, small_cache(q.shape[0]), 0, trace=True)
     return trace.q_codes, trace.q_scales

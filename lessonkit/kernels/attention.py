@@ -18,7 +18,7 @@ from .. import env, header, native
 from .. import validate as check
 from ..cache import KVCacheQ8, attention_args, attention_call
 from ..header import GQA_MAX
-from ..language import tr
+from ..language import _
 from ..reference import kernel_math
 from ..timing import median_calls
 from ..trace import Trace, traced as _traced  # the traced call, without the checks attend has made
@@ -74,8 +74,8 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
     out = np.empty(cache.head_dim, np.float32)
     if check.flag("trace", trace):
         if backend != "neon":
-            raise ValueError(tr(f"trace=True records the compiled kernel: use backend='neon', not {backend!r}",
-                                f"trace=True 记录的是编译出来的内核：请用 backend='neon'，而不是 {backend!r}"))
+            raise ValueError(_("trace=True records the compiled kernel: use backend='neon', not {backend!r}").format(
+                               backend=backend))
         return out, _traced(out, q, cache, kv_head, scale)
     if backend == "numpy":
         return kernel_math(q, cache, kv_head, scale)
@@ -88,14 +88,12 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
 def group_queries(qs, cache: KVCacheQ8) -> np.ndarray:
     """qs checked as the G query heads of one grouped call: float32 ``[G, head_dim]``, 1 <= G <= GQA_MAX."""
     if isinstance(qs, np.ndarray) and qs.ndim != 2:
-        raise ValueError(tr(f"qs must have shape [G, {cache.head_dim}] (one row per query head of the group); "
-                            f"got {list(qs.shape)}",
-                            f"qs 的形状必须是 [G, {cache.head_dim}]（组里每个查询头一行）；实际是 {list(qs.shape)}"))
+        raise ValueError(_("qs must have shape [G, {head_dim}] (one row per query head of the group); got "
+                           "{shape_qs}").format(head_dim=cache.head_dim, shape_qs=list(qs.shape)))
     qs = check.float32_array("qs", qs, (None, cache.head_dim))
     if not 1 <= qs.shape[0] <= GQA_MAX:
-        raise ValueError(tr(f"qs must hold between 1 and {GQA_MAX} query heads (G, its first dimension); "
-                            f"got G = {qs.shape[0]}",
-                            f"qs 必须有 1 到 {GQA_MAX} 个查询头（G，它的第一维）；实际是 G = {qs.shape[0]}"))
+        raise ValueError(_("qs must hold between 1 and {GQA_MAX} query heads (G, its first dimension); got G = "
+                           "{shape_qs}").format(GQA_MAX=GQA_MAX, shape_qs=qs.shape[0]))
     return qs
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from .. import env, native, timing
 from .. import validate as check
 from ..cache import KVCacheQ8, attention_args
-from ..language import tr
+from ..language import _
 from .attention import kernel_inputs, out_buffer
 
 MAX_CHUNKS = 1 << 16  # chunks of one split call: each is a Python object and one merge step
@@ -76,7 +76,7 @@ def merge_all(parts) -> Partial:
     """Merge a sequence of states, left to right."""
     parts = list(parts)
     if not parts:
-        raise ValueError(tr("no state to merge", "没有可合并的状态"))
+        raise ValueError(_("no state to merge"))
     return reduce(merge, parts)
 
 
@@ -95,10 +95,9 @@ def split_points(seq_len: int, n_chunks: int) -> list[int]:
     n_chunks = check.integer("n_chunks", n_chunks, minimum=1)
     check.at_most("n_chunks", n_chunks, MAX_CHUNKS, "chunks of one split call")
     if n_chunks > seq_len:
-        raise ValueError(tr(f"n_chunks = {n_chunks} is more than seq_len = {seq_len}: some chunk would be empty "
-                            f"(an empty chunk has no state to merge); use at most {seq_len} chunks",
-                            f"n_chunks = {n_chunks} 大于 seq_len = {seq_len}：会有块是空的（空块没有可合并的状态）；"
-                            f"最多用 {seq_len} 块"))
+        raise ValueError(_("n_chunks = {n_chunks} is more than seq_len = {seq_len}: some chunk would be empty (an "
+                           "empty chunk has no state to merge); use at most {seq_len} chunks").format(
+                           n_chunks=n_chunks, seq_len=seq_len))
     return [seq_len * j // n_chunks for j in range(n_chunks + 1)]
 
 
@@ -106,25 +105,22 @@ def chunk_bounds(bounds, seq_len: int) -> list[int]:
     """[0, *bounds, seq_len] after checking that every chunk holds at least one token (at most
     MAX_CHUNKS chunks, counted before a long or endless iterable is read to its end)."""
     if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__iter__"):
-        raise TypeError(tr(f"bounds must be a sequence of split points; got {type(bounds).__name__}",
-                           f"bounds 必须是切分点的序列；实际是 {type(bounds).__name__}"))
+        raise TypeError(_("bounds must be a sequence of split points; got {bounds}").format(
+                          bounds=type(bounds).__name__))
     if isinstance(bounds, np.ndarray):
         bounds = check.base_array("bounds", bounds)
     inner = list(itertools.islice(bounds, MAX_CHUNKS))
     if len(inner) >= MAX_CHUNKS:
-        raise ValueError(tr(f"bounds holds {MAX_CHUNKS} split points or more: above the cap of {MAX_CHUNKS} "
-                            f"chunks of one split call; use at most {MAX_CHUNKS - 1} split points",
-                            f"bounds 有 {MAX_CHUNKS} 个或更多切分点：超过一次切分调用 {MAX_CHUNKS} 块的上限；"
-                            f"最多用 {MAX_CHUNKS - 1} 个切分点"))
+        raise ValueError(_("bounds holds {MAX_CHUNKS} split points or more: above the cap of {MAX_CHUNKS} chunks "
+                           "of one split call; use at most {max_chunks} split points").format(
+                           MAX_CHUNKS=MAX_CHUNKS, max_chunks=MAX_CHUNKS - 1))
     inner = [check.integer("split point", b) for b in inner]
     cuts = [0, *inner, seq_len]
     for j, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         if b <= a:
-            raise ValueError(tr(f"chunk {j} would be empty ([{a}, {b}) holds no token): split points must "
-                                f"increase strictly and lie strictly between 0 and seq_len = {seq_len}; "
-                                f"got {inner}",
-                                f"第 {j} 块会是空的（[{a}, {b}) 里没有 token）：切分点必须严格递增，"
-                                f"并且严格位于 0 和 seq_len = {seq_len} 之间；实际是 {inner}"))
+            raise ValueError(_("chunk {j} would be empty ([{a}, {b}) holds no token): split points must increase "
+                               "strictly and lie strictly between 0 and seq_len = {seq_len}; got {inner}").format(
+                               j=j, a=a, b=b, seq_len=seq_len, inner=inner))
     return cuts
 
 
@@ -138,8 +134,8 @@ def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: 
     t_begin = check.integer("t_begin", t_begin, minimum=0)
     t_end = check.integer("t_end", t_end, below=cache.seq_len + 1)
     if t_end <= t_begin:
-        raise ValueError(tr(f"the range [{t_begin}, {t_end}) holds no token: t_end must be above t_begin",
-                            f"区间 [{t_begin}, {t_end}) 里没有 token：t_end 必须大于 t_begin"))
+        raise ValueError(_("the range [{t_begin}, {t_end}) holds no token: t_end must be above t_begin").format(
+                           t_begin=t_begin, t_end=t_end))
     return _run_chunks(q, cache, kv_head, scale, [t_begin, t_end], 1)[0]
 
 
@@ -174,7 +170,7 @@ def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
     n = len(cuts) - 1
     vkq = np.empty((n, cache.head_dim), np.float32)
     ms, ss = ffi.new("float[]", n), ffi.new("float[]", n)
-    qbuf, k, v, ks, vs, _, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(ffi, q, cache, kv_head)
+    qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(ffi, q, cache, kv_head)
     rows = [out_buffer(ffi, vkq[j]) for j in range(n)]
     stop = threading.Event()
     next_chunk = itertools.count()  # next() on it is atomic under the GIL: each chunk runs once
@@ -185,7 +181,7 @@ def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
                                            kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
 
     helpers = []
-    for _ in range(min(n_threads, n, usable_cores()) - 1):
+    for unused in range(min(n_threads, n, usable_cores()) - 1):
         try:
             helpers.append(_pool().submit(worker))
         except RuntimeError:  # the pool is shutting down (interpreter exit): run on this thread
@@ -251,7 +247,7 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
     q, kv_head, scale = attention_args(q, cache, kv_head, None)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
     check.at_most("n_threads", n_threads, MAX_CAPACITY_THREADS, "threads started per measurement")
-    repeats, number, _ = timing.check_counts(repeats, number, 0.0)
+    repeats, number, unused = timing.check_counts(repeats, number, 0.0)
     plan = env.timing_cores(cores)
     ffi, lib = native.load()
     outs = np.empty((n_threads, cache.head_dim), np.float32)
@@ -290,9 +286,8 @@ def _refuse_long(repeats: int, number: int, call_s: float, calls_per_repeat: flo
     need = repeats * number * call_s * calls_per_repeat
     if need > timing.MAX_SECONDS:
         fit = int(timing.MAX_SECONDS // (repeats * call_s * calls_per_repeat))
-        raise ValueError(tr(f"{repeats} repeats x {number} calls per thread of about {call_s * 1e3:.3g} ms would "
-                            f"take about {need:.0f} s, above the cap of {timing.MAX_SECONDS:g} s per timing call; use "
-                            + (f"number <= {fit}" if fit >= 1 else "fewer repeats or a shorter cache"),
-                            f"{repeats} 次重复 × 每线程 {number} 次调用（每次约 {call_s * 1e3:.3g} ms）大约要 "
-                            f"{need:.0f} s，超过每次计时调用 {timing.MAX_SECONDS:g} s 的上限；请用 "
-                            + (f"number <= {fit}" if fit >= 1 else "更少的重复次数或更短的缓存")))
+        raise ValueError(_("{repeats} repeats x {number} calls per thread of about {call_s:.3g} ms would take "
+                           "about {need:.0f} s, above the cap of {MAX_SECONDS:g} s per timing call; use {fit}").format(
+                           repeats=repeats, number=number, call_s=call_s * 1000.0, need=need,
+                           MAX_SECONDS=timing.MAX_SECONDS,
+                           fit=f'number <= {fit}' if fit >= 1 else _('fewer repeats or a shorter cache')))
