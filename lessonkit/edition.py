@@ -262,8 +262,63 @@ def is_prose(text: str) -> bool:
     return bool(_WORD.search(words)) and bool(re.search(r"\s", words) or words.rstrip().endswith(":"))
 
 
+# Where a single word is a label for a reader too: these keyword arguments, and these calls' arguments
+LABEL_KEYWORDS = {"header", "caption", "label", "title", "xlabel", "ylabel"}
+LABEL_CALLS = {"set_title", "set_xlabel", "set_ylabel", "suptitle", "labelled", "Table", "text"}
+
+
+def _label_spans(source: str) -> list[tuple[int, int]]:
+    """Where the labels of a cell's code sit (offsets): the strings of LABEL_CALLS' arguments and of
+    LABEL_KEYWORDS' values."""
+    blank = _blank_magics(source)
+    try:
+        tree = ast.parse(blank)
+    except SyntaxError:
+        return []
+    lines = blank.splitlines(keepends=True) + [""]
+    starts = [0]
+    for ln in lines:
+        starts.append(starts[-1] + len(ln))
+
+    def offset(line, col):  # ast's columns count UTF-8 bytes
+        return starts[line - 1] + len(lines[line - 1].encode()[:col].decode())
+
+    def name(call):
+        return getattr(call.func, "attr", None) or getattr(call.func, "id", None)
+
+    texts = []
+
+    def collect(node):  # the strings a label is made of: not a key, a comparison or another call's argument
+        if isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            texts.append(node)
+        elif isinstance(node, ast.Subscript):
+            collect(node.value)
+        elif isinstance(node, ast.Call):
+            for a in node.args if name(node) in LABEL_CALLS else []:
+                collect(a)
+        elif not isinstance(node, ast.Compare):
+            for child in ast.iter_child_nodes(node):
+                collect(child)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg in LABEL_KEYWORDS:
+            collect(node.value)
+        elif isinstance(node, ast.Call) and name(node) in LABEL_CALLS:
+            for a in node.args:
+                collect(a)
+    return [(offset(n.lineno, n.col_offset), offset(n.end_lineno, n.end_col_offset)) for n in texts]
+
+
 def prose(source: str) -> list[Literal]:
-    return [lit for lit in literals(source) if is_prose(lit.text)]
+    """The literals of a cell that the Chinese edition translates: those ``is_prose`` says are, and any
+    string with a word in it that labels a table or a plot (``header=["tokens", ...]``)."""
+    spans = _label_spans(source)
+
+    def label(lit):
+        words = literal_words(lit.text)
+        return (not lit.text.startswith("#") and any(a <= lit.start < b for a, b in spans)
+                and bool(re.search(r"[A-Za-z]{2,}", words)) and not _LOCATION.match(words))
+    return [lit for lit in literals(source) if is_prose(lit.text) or label(lit)]
 
 
 def prose_sha(source: str) -> str:

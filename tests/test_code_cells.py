@@ -46,14 +46,17 @@ def output_text(output: dict) -> str | None:
     data = output.get("data", {})
     if any(k.startswith("image/") for k in data):
         return None
-    text = data.get("text/html") or data.get("text/plain") or ""
+    text = data.get("text/html") or data.get("text/markdown") or data.get("text/plain") or ""
     return "".join(text) if isinstance(text, list) else text
 
 
 def not_chinese_outputs(cell: dict) -> list[str]:
+    """The text outputs of a cell that hold no Chinese. A cell marked as printing no prose is excused,
+    but for what it writes to stderr: a warning a student sees is never excused."""
+    outputs = cell.get("outputs", [])
     if cell.get("metadata", {}).get("lessonkit", {}).get(OUTPUT_KEY):
-        return []
-    texts = [output_text(o) for o in cell.get("outputs", [])]
+        outputs = [o for o in outputs if o["output_type"] == "stream" and o.get("name") == "stderr"]
+    texts = [output_text(o) for o in outputs]
     return [t for t in texts if t is not None and t.strip() and not edition.is_chinese(t)]
 
 
@@ -106,5 +109,7 @@ def test_the_rules_catch_a_broken_cell():
     figure = {"output_type": "display_data", "data": {"image/png": "", "text/plain": "<Figure>"}, "metadata": {}}
     assert not_chinese_outputs({"outputs": [english, chinese, figure]}) == ["max error: 0.1\n"]
     assert not_chinese_outputs({"outputs": [english], "metadata": {"lessonkit": {OUTPUT_KEY: "C source"}}}) == []
+    warning = {"output_type": "stream", "name": "stderr", "text": ["findfont: Failed to find font weight bold\n"]}
+    assert not_chinese_outputs({"outputs": [warning], "metadata": {"lessonkit": {OUTPUT_KEY: "C source"}}})
     table = {"output_type": "execute_result", "data": {"text/html": "<table><th>tokens</th></table>"}, "metadata": {}}
     assert not_chinese_outputs({"outputs": [table]})
