@@ -6,7 +6,8 @@ One source for each part of a Chinese lesson, the file ``translations/zh/NN_name
 - its markdown cells: one block per English markdown cell, headed ``<!-- cell ID en:SHA -->``, ID
   the English cell's id, SHA the start of the sha256 of the English text the block translates;
 - its code cells: the English lesson's code with the prose filled in, the string literals and
-  comments meant for a reader (``is_prose``). One block per code cell that has prose, headed
+  comments meant for a reader (``is_prose``; a single word too where it labels a table or a plot:
+  ``prose``). One block per code cell that has prose, headed
   ``<!-- code ID en:SHA -->`` (SHA of the cell's prose literals, so a change of code alone needs no
   new translation), holding pairs: the English literal as the cell has it on one line, the Chinese
   literal that replaces it on the next, a blank line after::
@@ -108,7 +109,8 @@ def read_blocks(path: Path) -> list[Block]:
         elif current is not None:
             body.append(line)
         elif line.strip():
-            raise ValueError(f"{path.name}:{n}: text before the first '<!-- cell ID en:SHA -->' or '<!-- code ID en:SHA -->' header")
+            raise ValueError(f"{path.name}:{n}: text before the first header ('<!-- cell ID en:SHA -->', "
+                             "'<!-- code ID en:SHA -->')")
     if current is not None:
         blocks.append(Block(*current, "\n".join(body).strip("\n"), current_todo, current_line, kind))
     return blocks
@@ -137,7 +139,8 @@ def problems(en_path: Path) -> list[str]:
         seen.add((b.kind, b.cell_id))
         if b.kind == "code":
             if b.cell_id not in code:
-                out.append(f"{where}: the English lesson has no code cell with this id and prose in it (delete the block)")
+                out.append(f"{where}: the English lesson has no code cell with this id and prose in it "
+                           "(delete the block)")
             else:
                 out += code_problems(rel, b, b.cell_id, code[b.cell_id])
             continue
@@ -288,11 +291,13 @@ def _label_spans(source: str) -> list[tuple[int, int]]:
 
     texts = []
 
-    def collect(node):  # the strings a label is made of: not a key, a comparison or another call's argument
+    def collect(node):  # the strings a label is made of: not a key, a comparison, another call's argument
         if isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str)):
             texts.append(node)
         elif isinstance(node, ast.Subscript):
             collect(node.value)
+        elif isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):  # not what it runs over
+            collect(node.elt)
         elif isinstance(node, ast.Call):
             for a in node.args if name(node) in LABEL_CALLS else []:
                 collect(a)
@@ -413,7 +418,8 @@ def code_problems(rel, block: Block | None, cell_id: str, source: str) -> list[s
             out.append(f"{rel}:{p.line} (code {cell_id}): a second pair for {p.en}")
         seen.add(p.en)
         if p.en not in needed:
-            out.append(f"{rel}:{p.line} (code {cell_id}): unused, the cell has no prose literal {p.en} (delete the pair)")
+            out.append(f"{rel}:{p.line} (code {cell_id}): unused, the cell has no prose literal {p.en} "
+                       "(delete the pair)")
         elif (why := pair_problem(p)) and not block.todo:
             out.append(f"{rel}:{p.line} (code {cell_id}): {p.en} -> {p.zh}: {why}")
     return out

@@ -127,8 +127,28 @@ def test_a_new_comment_is_reported(tmp_path, monkeypatch):
     assert any("no Chinese for # the fourth kv head" in p for p in found), found
 
 
+def test_a_skeleton_lists_each_code_cells_prose(tmp_path, monkeypatch):
+    """skeleton writes a TODO block for every markdown cell and every code cell with prose, each prose
+    literal paired with itself to translate; such a file does not build until it is translated."""
+    monkeypatch.setattr(edition, "SOURCES_DIR", tmp_path)
+    monkeypatch.setattr(edition, "REPO_DIR", tmp_path.parent)
+    blocks = {(b.kind, b.cell_id): b for b in edition.read_blocks(edition.skeleton(EN[0]))}
+    code = blocks[("code", "fd3de2c8")]
+    assert code.todo and code.sha == edition.prose_sha(edition.cell_text(next(
+        c for c in load(EN[0])["cells"] if c["id"] == "fd3de2c8")))
+    assert ["# the compiled kernel", "# the compiled kernel"] in [[p.en, p.zh] for p in edition.read_pairs(code)]
+    assert ("code", "6368315b") not in blocks   # a cell without prose has no block
+    assert any("not translated yet" in p for p in edition.problems(EN[0]))
+
+
 def test_which_literals_are_prose():
     prose = ['"max error:"', 'f"kv head {kh}"', '# the compiled kernel', '"rows of 64, not 128"', "f'{n} checks passed'"]
+    # a single word is prose where it labels a table or a plot, and only there
+    cell = 'show(Table(rows, header=["tokens", "ns"], caption="time"))\nx = d["tokens"]\nax.set_xlabel("seq_len")\n'
+    assert [lit.text for lit in edition.prose(cell)] == ['"tokens"', '"ns"', '"time"', '"seq_len"']
+    assert edition.prose('Table([(v, d[v]) for v in names], header=["name", "value"])') != []
+    assert edition.prose('Table([[m[k] for k in ("k", "scales")] for m in ms])') == []   # keys it runs over
+    assert [lit.text for lit in edition.prose('Table([(k, m["loads"]) for k in ks], header=["k"])')] == []
     code = ['"neon"', '"k"', '".3f"', '"-O3"', '"kv_head"', 'f"T={T}"', '"upper left"', '"kscale[(size_t)t * nkv]"',
             '"/* pass 2 */"', '"#define KVQ_INV"', '"float M = -1e9f"', 'b"two words"', '"  "', 'f"{x:.2f} {y}"']
     assert [t for t in prose if not edition.is_prose(t)] == []
