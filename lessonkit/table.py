@@ -52,11 +52,13 @@ class Table:
         return "".join(out)
 
     def __str__(self) -> str:
+        def row(cells) -> str:  # a "|" inside a cell is escaped, as a Markdown table writes it
+            return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
         lines = [str(self.caption)] if self.caption else []
         if self.header:
-            lines.append("| " + " | ".join(map(str, self.header)) + " |")
-            lines.append("|" + "---|" * len(self.header))
-        lines += ["| " + " | ".join(row) + " |" for row in self.cells()]
+            lines += [row(self.header), "|" + "---|" * len(self.header)]
+        lines += [row(r) for r in self.cells()]
         return "\n".join(lines)
 
     __repr__ = __str__

@@ -1,7 +1,8 @@
 """The Chinese edition (notebooks/zh/) cannot drift from the English one: every English markdown
-cell has a translation that records which version of it it translates, the Chinese notebooks are
-exactly what lessonkit.edition builds from the English lessons and the translations (the code cells
-are the English ones), their text is Chinese, and every link in both editions leads somewhere."""
+cell and every English code cell's prose (strings and comments) has a translation that records which
+version of it it translates, the Chinese notebooks are exactly what lessonkit.edition builds from the
+English lessons and the translations (the code cells are the English ones with their prose filled
+in), their text is Chinese, and every link in both editions leads somewhere."""
 from __future__ import annotations
 
 import ast
@@ -37,8 +38,9 @@ def test_every_english_markdown_cell_has_a_current_translation(en):
 @pytest.mark.parametrize("en", EN, ids=IDS)
 def test_the_chinese_lesson_is_built_from_the_english_one(en):
     """Cell by cell: the language cell first, then the English cells in order with the same ids;
-    code cells with the English source and metadata; markdown from the translation file, with the
-    English cell's sha in its metadata. (Outputs are the Chinese run's own.)"""
+    code cells with the English source (its prose filled in from the translation file) and metadata;
+    markdown from the translation file, with the English cell's sha in its metadata. (Outputs are
+    the Chinese run's own.)"""
     zh_path = edition.zh_path(en)
     assert zh_path.exists(), f"no {zh_path.relative_to(REPO)}: python -m lessonkit.edition build {en.stem[:3]} --execute"
     english, chinese = load(en)["cells"], load(zh_path)["cells"]
@@ -46,11 +48,13 @@ def test_the_chinese_lesson_is_built_from_the_english_one(en):
     assert first["cell_type"] == "code" and first["id"] == edition.LANGUAGE_CELL_ID
     assert edition.cell_text(first) == edition.LANGUAGE_CELL
     assert [(c["id"], c["cell_type"]) for c in rest] == [(c["id"], c["cell_type"]) for c in english]
-    blocks = {b.cell_id: b for b in edition.read_blocks(edition.source_path(en))}
+    blocks = {b.cell_id: b for b in edition.read_blocks(edition.source_path(en)) if b.kind == "cell"}
+    pairs = {b.cell_id: edition.read_pairs(b) for b in edition.read_blocks(edition.source_path(en)) if b.kind == "code"}
     rebuild = f"python -m lessonkit.edition build {en.stem[:3]} --execute"
     for e, z in zip(english, rest):
         if e["cell_type"] == "code":
-            assert edition.cell_text(z) == edition.cell_text(e), f"code cell {e['id']} differs from English: {rebuild}"
+            filled = edition.fill(edition.cell_text(e), pairs.get(e["id"], []))
+            assert edition.cell_text(z) == filled, f"code cell {e['id']} is not the English one filled in: {rebuild}"
             assert z["metadata"] == e["metadata"], f"code cell {e['id']}'s metadata differs: {rebuild}"
         else:
             assert edition.cell_text(z) == blocks[e["id"]].text, f"markdown cell {e['id']} is not its translation: {rebuild}"
@@ -85,6 +89,89 @@ def test_a_changed_english_cell_is_reported_stale(tmp_path, monkeypatch):
     assert len(stale) == 1 and f"(cell {cell['id']})" in stale[0] and "One more sentence." in stale[0], stale
     with pytest.raises(ValueError, match="STALE"):
         edition.build(copy)
+
+
+def _changed_copy(tmp_path, monkeypatch, en, cell_id, old, new):
+    """A copy of lesson ``en`` with ``old`` replaced by ``new`` in cell ``cell_id``, and the real
+    translation file beside it."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "zh").mkdir()
+    copy = tmp_path / "notebooks" / en.name
+    nb = load(en)
+    cell = next(c for c in nb["cells"] if c["id"] == cell_id)
+    assert edition.cell_text(cell).count(old) == 1
+    cell["source"] = edition.cell_text(cell).replace(old, new)
+    copy.write_text(json.dumps(nb), encoding="utf-8")
+    shutil.copy(edition.source_path(en), tmp_path / "zh" / edition.source_path(en).name)
+    monkeypatch.setattr(edition, "SOURCES_DIR", tmp_path / "zh")
+    monkeypatch.setattr(edition, "REPO_DIR", tmp_path)
+    return copy
+
+
+def test_a_changed_english_string_is_reported(tmp_path, monkeypatch):
+    """The drift check covers the code cells' prose: change one printed string of a copy of lesson 00
+    and its block is stale, the new string has no Chinese, the old pair is unused; a new comment
+    has no Chinese either."""
+    copy = _changed_copy(tmp_path, monkeypatch, EN[0], "fd3de2c8", '"max |kernel - float64| = ', '"largest |kernel - float64| = ')
+    found = edition.problems(copy)
+    assert any("STALE" in p and "(code fd3de2c8)" in p for p in found), found
+    assert any("no Chinese for" in p and "largest |kernel" in p for p in found), found
+    assert any("unused" in p and "max |kernel" in p for p in found), found
+    with pytest.raises(ValueError, match="no Chinese for"):
+        edition.build(copy)
+
+
+def test_a_new_comment_is_reported(tmp_path, monkeypatch):
+    copy = _changed_copy(tmp_path, monkeypatch, EN[0], "fd3de2c8", "kh = 3\n", "kh = 3  # the fourth kv head\n")
+    found = edition.problems(copy)
+    assert any("no Chinese for # the fourth kv head" in p for p in found), found
+
+
+def test_a_skeleton_lists_each_code_cells_prose(tmp_path, monkeypatch):
+    """skeleton writes a TODO block for every markdown cell and every code cell with prose, each prose
+    literal paired with itself to translate; such a file does not build until it is translated."""
+    monkeypatch.setattr(edition, "SOURCES_DIR", tmp_path)
+    monkeypatch.setattr(edition, "REPO_DIR", tmp_path.parent)
+    blocks = {(b.kind, b.cell_id): b for b in edition.read_blocks(edition.skeleton(EN[0]))}
+    code = blocks[("code", "fd3de2c8")]
+    assert code.todo and code.sha == edition.prose_sha(edition.cell_text(next(
+        c for c in load(EN[0])["cells"] if c["id"] == "fd3de2c8")))
+    assert ["# the compiled kernel", "# the compiled kernel"] in [[p.en, p.zh] for p in edition.read_pairs(code)]
+    assert ("code", "6368315b") not in blocks   # a cell without prose has no block
+    assert any("not translated yet" in p for p in edition.problems(EN[0]))
+
+
+def test_which_literals_are_prose():
+    prose = ['"max error:"', 'f"kv head {kh}"', '# the compiled kernel', '"rows of 64, not 128"', "f'{n} checks passed'"]
+    # a single word is prose where it labels a table or a plot, and only there
+    cell = 'show(Table(rows, header=["tokens", "ns"], caption="time"))\nx = d["tokens"]\nax.set_xlabel("seq_len")\n'
+    assert [lit.text for lit in edition.prose(cell)] == ['"tokens"', '"ns"', '"time"', '"seq_len"']
+    assert edition.prose('Table([(v, d[v]) for v in names], header=["name", "value"])') != []
+    assert edition.prose('Table([[m[k] for k in ("k", "scales")] for m in ms])') == []   # keys it runs over
+    assert [lit.text for lit in edition.prose('Table([(k, m["loads"]) for k in ks], header=["k"])')] == []
+    code = ['"neon"', '"k"', '".3f"', '"-O3"', '"kv_head"', 'f"T={T}"', '"upper left"', '"kscale[(size_t)t * nkv]"',
+            '"/* pass 2 */"', '"#define KVQ_INV"', '"float M = -1e9f"', 'b"two words"', '"  "', 'f"{x:.2f} {y}"']
+    assert [t for t in prose if not edition.is_prose(t)] == []
+    assert [t for t in code if edition.is_prose(t)] == []
+
+
+def test_literals_of_a_cell():
+    src = 'x = f"{a:>3} of {b}"  # note\n%time y = "two words"\nprint("one", \'two\')\n'
+    # an IPython % line is not Python: its text is left alone
+    assert [lit.text for lit in edition.literals(src)] == ['f"{a:>3} of {b}"', "# note", '"one"', "'two'"]
+    pairs = [edition.Pair('f"{a:>3} of {b}"', 'f"{a} 共 {b}"', 1), edition.Pair("# note", "# 注", 2)]
+    assert edition.fill(src, pairs).startswith('x = f"{a} 共 {b}"  # 注\n%time y = "two words"')
+
+
+@pytest.mark.parametrize("en,zh,why", [
+    ('"two words"', '"两个词', "is not one"),
+    ('"two words"', '"two words"', "no Chinese"),
+    ('f"{n} words"', 'f"{m} 个词"', "same {expressions}"),
+    ('"two words"', "# 两个词", "a comment translates to a comment"),
+    ('"two words"', '"两个" + "词"', "not one string literal"),
+])
+def test_a_pair_that_cannot_stand_in_the_code_is_refused(en, zh, why):
+    assert why in edition.pair_problem(edition.Pair(en, zh, 1))
 
 
 def test_chinese_share_counts_as_documented():
@@ -140,16 +227,15 @@ def test_every_relative_link_resolves(doc, text):
     assert not broken, f"{doc.relative_to(REPO)}: links to missing files: {broken}"
 
 
-# ----------------------------------------------------------------------------- plot text goes through tr
+# ----------------------------------------------------------------------------- plot text in the student's language
 
 TEXT_CALLS = {"set_title": (0,), "set_xlabel": (0,), "set_ylabel": (0,), "suptitle": (0,),
               "labelled": (1, 3, 5)}  # plotstyle.labelled(ax, xlabel, xunit, ylabel, yunit, title)
 TEXT_KEYWORDS = {"title", "xlabel", "ylabel"}
 
 
-def _untranslated(tree: ast.AST) -> list[str]:
-    """Titles and axis labels given as literal words, not through tr()/Text()."""
-    out = []
+def _literal_labels(tree: ast.AST):
+    """Titles and axis labels given as literal words: (line, call name, the literal's text)."""
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -160,48 +246,63 @@ def _untranslated(tree: ast.AST) -> list[str]:
         for a in args:
             literal = (isinstance(a, ast.Constant) and isinstance(a.value, str)) or isinstance(a, ast.JoinedStr)
             if literal and re.search(r"[A-Za-z]{2,}", ast.unparse(a)):
-                out.append(f"line {a.lineno}: {name}({ast.unparse(a)[:60]})")
-    return out
+                yield a.lineno, name, ast.unparse(a)
 
 
-def _code_units():
-    for nb in EN:
-        cells = [edition.cell_text(c) for c in load(nb)["cells"] if c["cell_type"] == "code"]
-        # IPython's % and ! lines are not Python: blanked, so that line numbers stay
-        code = "\n".join(cells)
-        yield nb.name, "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in code.split("\n"))
+def _cells_code(nb: Path) -> str:
+    cells = [edition.cell_text(c) for c in load(nb)["cells"] if c["cell_type"] == "code"]
+    # IPython's % and ! lines are not Python: blanked, so that line numbers stay
+    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in "\n".join(cells).split("\n"))
+
+
+def _modules():
     for py in sorted((REPO / "lessonkit").rglob("*.py")):
         yield py.relative_to(REPO).as_posix(), py.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("name,code", list(_code_units()), ids=lambda v: v if isinstance(v, str) and "\n" not in v else "")
-def test_plot_titles_and_axis_labels_are_in_both_languages(name, code):
-    """Every literal plot title and axis label of the lessons and lessonkit goes through
-    lessonkit.tr (or Text), so the Chinese lessons' plots are labelled in Chinese."""
-    found = _untranslated(ast.parse(code))
-    assert not found, f"{name}: wrap these in tr(English, 中文): " + "; ".join(found)
+@pytest.mark.parametrize("name,code", list(_modules()), ids=lambda v: v if isinstance(v, str) and "\n" not in v else "")
+def test_lessonkit_plot_titles_and_axis_labels_go_through_the_catalog(name, code):
+    """Every literal plot title and axis label of lessonkit is a message (``_()``, ``N_()``, or the
+    old ``tr``/``Text``), so the Chinese lessons' plots are labelled in Chinese."""
+    found = [f"line {n}: {call}({text[:60]})" for n, call, text in _literal_labels(ast.parse(code))]
+    assert not found, f"{name}: make these messages, _(...): " + "; ".join(found)
+
+
+@pytest.mark.parametrize("en", EN, ids=IDS)
+def test_chinese_lessons_label_their_plots_in_chinese(en):
+    """A lesson's literal titles and axis labels are filled in by the edition build: the Chinese
+    lesson's are Chinese (the English lesson's are English: tests/test_code_cells.py)."""
+    zh = edition.zh_path(en)
+    found = [f"line {n}: {call}({text[:60]})" for n, call, text in _literal_labels(ast.parse(_cells_code(zh)))
+             if not edition.is_chinese(text)]
+    assert not found, f"{zh.name}: labels left in English (translate them in {edition.source_path(en).name}): " + "; ".join(found)
 
 
 MATH_AND_HAN = re.compile(r"\$[^$]+\$.*[\u4e00-\u9fff]|[\u4e00-\u9fff].*\$[^$]+\$", re.S)
 
 
-def _math_with_chinese(tree: ast.AST) -> list[str]:
-    """Chinese halves of tr()/Text() that mix $...$ with Chinese characters."""
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and len(node.args) >= 2 and \
-                (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in ("tr", "Text"):
-            zh = ast.unparse(node.args[1])
-            if MATH_AND_HAN.search(zh):
-                out.append(f"line {node.lineno}: {zh[:60]}")
-    return out
+def _math_with_chinese(texts) -> list[str]:
+    return [t[:60] for t in texts if MATH_AND_HAN.search(t)]
 
 
-@pytest.mark.parametrize("name,code", list(_code_units()), ids=lambda v: v if isinstance(v, str) and "\n" not in v else "")
+def _chinese_halves(code: str) -> list[str]:
+    """The Chinese halves of lessonkit's remaining tr()/Text() calls."""
+    return [ast.unparse(node.args[1]) for node in ast.walk(ast.parse(code))
+            if isinstance(node, ast.Call) and len(node.args) >= 2
+            and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in ("tr", "Text")]
+
+
+@pytest.mark.parametrize("name,code", [*_modules(), *((p.name, "") for p in EN)],
+                         ids=lambda v: v if isinstance(v, str) and "\n" not in v else "")
 def test_no_chinese_text_inside_a_mathtext_label(name, code):
     """matplotlib draws a label holding $...$ entirely with its mathtext fonts, which have no Chinese:
-    the Chinese becomes boxes, with only a log line, no warning. Chinese labels write Sₜ, not $S_t$."""
-    found = _math_with_chinese(ast.parse(code))
+    the Chinese becomes boxes, with only a log line, no warning. Chinese labels write Sₜ, not $S_t$.
+    Checked in lessonkit's Chinese halves and in every literal of the Chinese lessons' code."""
+    if name.endswith(".ipynb"):
+        texts = [lit.text for lit in edition.literals(_cells_code(edition.ZH_DIR / name))]
+    else:
+        texts = _chinese_halves(code)
+    found = _math_with_chinese(texts)
     assert not found, f"{name}: a $...$ formula beside Chinese in one text (use Unicode: Sₜ, Mₜ, e^x): " + "; ".join(found)
 
 
