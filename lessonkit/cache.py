@@ -21,8 +21,8 @@ import numpy as np
 
 from . import native
 from . import validate as check
-from .language import _
 from .header import KVQ_INV
+from .language import _
 
 N_KV_HEADS_MAX = 256        # kv heads per cache
 BLOCK_SIZE_MAX = 65536      # tokens per block

@@ -27,7 +27,6 @@ class Checks:
         return not self.failed
 
     def __str__(self) -> str:
-        from .language import tr
         n = len(self.results)
         if not self.failed:
             return _("{n} checks passed").format(n=n)

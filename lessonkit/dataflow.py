@@ -345,6 +345,7 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
     import subprocess
     import tempfile
     from collections import Counter
+
     from . import cycles, source
     if shutil.which(cycles.CC) is None:
         return None

@@ -51,7 +51,11 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from .workspace import EDITIONS, LESSON_GLOB, REPO_DIR  # where the editions live (the working copies mirror them)
+from .workspace import (  # where the editions live (the working copies mirror them)
+    EDITIONS,
+    LESSON_GLOB,
+    REPO_DIR,
+)
 
 EN_DIR, ZH_DIR = EDITIONS["en"], EDITIONS["zh"]
 SOURCES_DIR = REPO_DIR / "translations" / "zh"

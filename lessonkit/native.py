@@ -29,12 +29,39 @@ import cffi
 
 from . import validate as check
 from .language import _
-from .toolchain import (DEFINES, HEADER, MAX_ERRORS_SHOWN, NATIVE_DIR, REPO_DIR, AARCH64_MARCH,  # noqa: F401
-                        BuildError, BuildWarning, KernelCheckError, arch_flags, build_dir_for, build_program,
-                        check_defines, clean_compiler_output, compile_flags, compiler, first_errors, is_arm64,
-                        language_flags, simde_include_dir)
-from .toolchain import (_build_key, _c_files, _fingerprint, _native_dir, _os_error, _publish, _read_sources,
-                        _run_compiler, _show_warnings, _workspace, _write_copy)
+from .toolchain import (  # noqa: F401
+    AARCH64_MARCH,
+    DEFINES,
+    HEADER,
+    MAX_ERRORS_SHOWN,
+    NATIVE_DIR,
+    REPO_DIR,
+    BuildError,
+    BuildWarning,
+    KernelCheckError,
+    _build_key,
+    _c_files,
+    _fingerprint,
+    _native_dir,
+    _os_error,
+    _publish,
+    _read_sources,
+    _run_compiler,
+    _show_warnings,
+    _workspace,
+    _write_copy,
+    arch_flags,
+    build_dir_for,
+    build_program,
+    check_defines,
+    clean_compiler_output,
+    compile_flags,
+    compiler,
+    first_errors,
+    is_arm64,
+    language_flags,
+    simde_include_dir,
+)
 
 SMOKE_SCRIPT = Path(__file__).resolve().parent / "smoke.py"
 # How long the check of a new build may run in its child process before it counts as a hang.

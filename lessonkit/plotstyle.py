@@ -3,8 +3,8 @@ to at least 12 pt at the figure's size, 2-pt lines, and the Okabe-Ito palette (r
 common colour-vision deficiencies: Okabe and Ito, "Color Universal Design", 2008)."""
 from __future__ import annotations
 
-from .language import _
 from . import language
+from .language import _
 
 MIN_PT = 12  # no text smaller than this at the figure's size (tests/test_plotstyle.py checks it)
 SIZES = {"title": 15, "label": 13, "tick": 12, "legend": 12, "text": 12}

@@ -22,7 +22,8 @@ from .cache import KVCacheQ8, attention_call, kv_cache
 from .language import _
 from .table import Table
 from .traffic import SYS_CACHE, size_bytes
-from .variants import BY_NAME, VARIANTS, adds_text as what_it_adds  # noqa: F401  (lesson 09 calls it here)
+from .variants import BY_NAME, VARIANTS  # noqa: F401  (lesson 09 calls it here)
+from .variants import adds_text as what_it_adds
 
 SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
 HEAD_DIM = 128

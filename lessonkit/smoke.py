@@ -16,8 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import cffi
+import numpy as np
 
 # Tolerance of a kernel's output against the float64 reference, relative to max|reference|.
 # The intact kernels agree to about 1e-6 (float32 sums, fused or unfused multiply-adds); a

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from . import env, native
-from .variants import BY_NAME
 from . import validate as check
 from .cache import KVCacheQ8, attention_args
 from .language import _
+from .variants import BY_NAME
 
 # backend name -> fa_time_calls index, from the one registry (native/fa_variants.h)
 VARIANTS = {name: v.version for name, v in BY_NAME.items()}

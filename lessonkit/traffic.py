@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import native
-from .language import _, N_
+from .language import N_, _
 
 VARIANTS = ("single", "scalar", "two_pass_scores", "two_pass_recompute")
 # lesson 08: G query heads of one kv head, one grouped call ("group4") or G single-pass calls ("per_head4")
@@ -40,7 +40,7 @@ class CacheLevel:
 
 @dataclass(frozen=True)
 class Preset:
-    name: str | Text  # str() is the name in the current language
+    name: str | N_  # str() is the name in the current language
     d1: CacheLevel
     ll: CacheLevel    # the last level valgrind simulates
 

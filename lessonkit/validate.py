@@ -9,9 +9,10 @@ import numbers
 
 import numpy as np
 
-from .language import _
 from .header import HD_MAX as HEAD_DIM_MAX  # the kernel's fixed Q buffers
 from .header import QBLK as QBLOCK  # Q is quantized in blocks of QBLK values
+from .language import _
+
 C_INT_MAX = 2**31 - 1  # the C functions take their counts and sizes as int
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # larger values become inf when cffi hands them to C
 

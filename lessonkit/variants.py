@@ -9,11 +9,11 @@ check of every new build (lessonkit/smoke.py) and tests/test_kernel_accuracy.py 
 library's own table (``fa_variant_name(i)`` ...) says the same, entry by entry."""
 from __future__ import annotations
 
-from .language import _, from_c
-
 import re
 from pathlib import Path
 from typing import NamedTuple
+
+from .language import _, from_c
 
 HEADER = Path(__file__).resolve().parent.parent / "native" / "fa_variants.h"
 
@@ -32,7 +32,6 @@ _ROW = re.compile(r'^\s*X\(\s*(\d+)\s*,\s*"([^"]+)"\s*,\s*(\w+)\s*,\s*"((?:[^"\\
 def parse(text: str) -> tuple[Variant, ...]:
     """The X rows of FA_VARIANTS in ``text``; ValueError if there are none or their versions are
     not 0, 1, 2, ... in order (fa_time_calls indexes the table by position)."""
-    from .language import tr
     rows = tuple(Variant(int(m[1]), m[2], m[3], m[4]) for m in map(_ROW.match, text.splitlines()) if m)
     if not rows:
         raise ValueError(_("no X(version, name, function, adds) rows in the registry"))

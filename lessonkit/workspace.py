@@ -14,8 +14,6 @@ standard library, so that ``make reset`` works even when the kernel does not bui
 """
 from __future__ import annotations
 
-from .language import _
-
 import errno
 import hashlib
 import json
@@ -25,6 +23,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+from .language import _
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 LESSONS_DIR = REPO_DIR / "notebooks"
@@ -253,7 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("lesson", help="its number, e.g. 04")
     sub.add_parser("reset-native", help="move my-work/native/ to my-work/old/ and copy native/ again")
     args = p.parse_args(argv)
-    from .language import tr  # the Makefile sets LESSONKIT_LANG from LAB_LANG
     try:
         if args.what == "copies":
             result = make_copies()

@@ -24,7 +24,7 @@ def code_messages() -> tuple[dict, list]:
     """{msgid: first place} of every _("...") and N_("...") in lessonkit, and the calls whose message
     is not a literal (which no catalog could hold)."""
     found, bad = {}, []
-    for path in sorted(PKG.rglob("*.py")):
+    for path in sorted(p for p in PKG.rglob("*.py") if p.name != "language.py"):  # language.py defines _
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("_", "N_"):
@@ -35,6 +35,13 @@ def code_messages() -> tuple[dict, list]:
                 else:
                     bad.append(where)
     return found, bad
+
+
+def c_messages() -> set:
+    """The English texts that native/ holds and language.from_c shows: the kernel file's segment titles
+    and what each version adds (native/fa_variants.h)."""
+    from lessonkit import source, variants
+    return {s.title for s in source.kernel_segments().values()} | {v.adds for v in variants.VARIANTS}
 
 
 def catalog() -> dict:
@@ -68,6 +75,7 @@ def test_every_message_in_the_code_is_in_the_catalog_and_no_other():
     found, bad = code_messages()
     assert not bad, f"_() or N_() of something that is not a string literal: {bad}"
     cat = catalog()
+    found.update({m: "native/" for m in c_messages()})
     missing = {m: w for m, w in found.items() if m not in cat}
     assert not missing, f"messages missing from {PO.name} (add them, then make catalog): {missing}"
     unused = sorted(set(cat) - set(found))
@@ -96,3 +104,16 @@ def test_the_language_switch_picks_the_catalog():
         assert language._(msgid) == msgid and str(lazy) == msgid
     finally:
         lk.set_language(before)
+
+
+def test_no_function_of_lessonkit_rebinds_the_message_function():
+    """``_`` is gettext's: a throwaway ``for _ in ...`` or ``**_`` in a function that also shows a
+    message would call the throwaway (a TypeError, or an UnboundLocalError, where the student sees it)."""
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == "_" and isinstance(node.ctx, ast.Store) \
+                    or isinstance(node, ast.arg) and node.arg == "_":
+                bad.append(f"{path.relative_to(PKG.parent)}:{node.lineno}")
+    assert not bad, f"name the throwaway something else than _ (it is the message function): {bad}"

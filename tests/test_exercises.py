@@ -362,15 +362,14 @@ def test_an_exercise_declared_as_data(capsys):
     """A new exercise needs no check code: facts, one Field per value (kind, tolerance, what a wrong
     value means, known mistakes), the message of a right answer."""
     from lessonkit.exercises.core import Choice, Field
-    from lessonkit.language import Text
-    pick = {"a": Choice(Text("memory", "内存"), Text("right", "对")), "b": Choice(Text("compute", "算力"),
-                                                                               Text("no: it waits", "不对"))}
-    ex = E.Exercise("demo", Text("demo", "演示"), Text("q", "问"), facts={"n": 520, "ns": 26.0, "c": "a"},
-                    fields={"n": Field(int, (Text("{got} is too low", "低"), Text("{got} is too high", "高")),
-                                       mistakes=((512, Text("{got}: the scales", "scale")),)),
-                            "ns": Field(float, Text("not {got:g} but near {want:g}", "不是"), rtol=0.01),
+    from lessonkit.language import N_
+    pick = {"a": Choice(N_("memory"), N_("right")), "b": Choice(N_("compute"), N_("no: it waits"))}
+    ex = E.Exercise("demo", N_("demo"), N_("q"), facts={"n": 520, "ns": 26.0, "c": "a"},
+                    fields={"n": Field(int, (N_("{got} is too low"), N_("{got} is too high")),
+                                       mistakes=((512, N_("{got}: the scales")),)),
+                            "ns": Field(float, N_("not {got:g} but near {want:g}"), rtol=0.01),
                             "c": Field(pick)},
-                    correct=Text("{n} bytes, {ns:g} ns: {why}", "{n}"), hint=Text("h", "提示"))
+                    correct=N_("{n} bytes, {ns:g} ns: {why}"), hint=N_("h"))
     assert ex.template == {"n": ..., "ns": ..., "c": ...} and ex.choices is pick
     assert ex.check({"n": 520, "ns": 26.2, "c": "(a)"}).message == "520 bytes, 26 ns: (a) right"
     assert ex.check({"n": 512, "ns": 26, "c": "a"}).message == "512: the scales"

@@ -13,7 +13,7 @@ import pytest
 
 import lessonkit as lk
 from lessonkit import exercises as E, language, plotstyle
-from lessonkit.language import Text, tr
+from lessonkit.language import N_, _
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
 
@@ -26,16 +26,16 @@ def zh():
 
 
 def test_english_is_the_default_and_the_switch_says_what_it_accepts():
-    assert language.language() == "en" and tr("a", "甲") == "a"
+    assert language.language() == "en" and _("Correct") == "Correct"
     with pytest.raises(ValueError, match="set_language"):
         lk.set_language("chinese")
     assert language.language() == "en"
 
 
 def test_the_switch_returns_the_language_before_and_text_follows_it(zh):
-    t = Text("tokens", "token 数")
-    assert (tr("a", "甲"), str(t), f"{t:>9}") == ("甲", "token 数", "  token 数")
-    assert lk.set_language("en") == "zh" and str(t) == "tokens"
+    t = N_("Correct")  # defined once, translated each time it is shown
+    assert (_("Correct"), str(t), f"{t:>4}") == ("正确", "正确", "  正确")
+    assert lk.set_language("en") == "zh" and str(t) == "Correct"
 
 
 def test_lessonkit_lang_sets_the_default_of_a_new_process():
@@ -61,7 +61,7 @@ def test_every_exercise_text_has_a_chinese_half(ex, zh, capsys):
     for part in (ex.title, ex._text, ex._hint, ex._explain, *(c.text for c in ex.choices.values()),
                  *(c.why for c in ex.choices.values())):
         if part:
-            assert isinstance(part, Text), f"{ex.marker}: {part!r} is English only: write Text(English, 中文)"
+            assert isinstance(part, N_), f"{ex.marker}: {part!r} is not a message: write N_(English) and its Chinese in the catalog"
 
 
 def _cases():

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..cache import KVCacheQ8
 from ..kernels.attention import attend
-from ..language import text, _, N_
+from ..language import N_, _, text
 from ..validate import short
 
 MAX_ANSWER_ITEMS = 10_000   # values in one answer; the longest right answer has a few hundred
@@ -155,8 +155,8 @@ def close(a: float, b: float, rtol: float) -> bool:
 
 @dataclass(frozen=True)
 class Choice:
-    text: Text
-    why: Text   # the explanation shown when this choice is picked (right or wrong)
+    text: N_
+    why: N_   # the explanation shown when this choice is picked (right or wrong)
 
 
 def pick(answer: Mapping, key: str, choices: dict[str, Choice], right: str) -> str:
@@ -173,7 +173,7 @@ def pick(answer: Mapping, key: str, choices: dict[str, Choice], right: str) -> s
 
 
 def say(message, facts: Mapping, **values) -> str:
-    """A message of a declaration: a Text formatted with ``values`` and the facts, or a function of them."""
+    """A message of a declaration: an N_ message formatted with ``values`` and the facts, or a function of them."""
     if callable(message):
         return message(**values, **facts)
     return text(message).format(**values, **facts)
@@ -189,7 +189,7 @@ class Field:
 
     ``kind``: int, float, bool, list or tuple (whole numbers, in any order or in order), a dict of
     Choice (multiple choice), or a dict of accepted words -> the word they mean. A number matches
-    within ``rtol`` of the fact, or ``atol``. ``wrong`` says what a wrong value means: a Text
+    within ``rtol`` of the fact, or ``atol``. ``wrong`` says what a wrong value means: an N_ message
     formatted with ``key``, ``got``, ``want`` and the facts, a (too low, too high) pair of them, or a
     function of those names. ``mistakes``: known wrong values (a value or a function of the facts)
     and what each means, matched with the same tolerance."""
@@ -239,14 +239,14 @@ class Exercise:
     right answer under the template's keys, and whatever the messages quote), ``fields`` (key ->
     Field, read in order), ``check`` (only where fields cannot say it: a function (answer, facts)
     returning the message of a right answer, raising Wrong or Blank), ``correct`` (the message of a
-    right answer, a Text formatted with the facts, ``why`` the picked choice's explanation),
+    right answer, an N_ message formatted with the facts, ``why`` the picked choice's explanation),
     ``template`` (the answer's shape, ``...`` where the student fills in; by default one ``...`` per
     field), ``solution`` (facts -> the answer shown; by default the facts of the template's keys),
     ``hint`` and ``explain`` (shown with the solution). A multiple-choice field's choices are shown
     with the question."""
 
-    def __init__(self, name: str, title: Text, question: Text, *, facts, hint: Text, fields=None,
-                 check: Callable | None = None, correct="{why}", template=None, solution=None, explain: Text = ""):
+    def __init__(self, name: str, title: N_, question: N_, *, facts, hint: N_, fields=None,
+                 check: Callable | None = None, correct="{why}", template=None, solution=None, explain: N_ = ""):
         self.lesson, self.slug, self.marker, self.title = "", name, name, title
         self._text, self._hint, self._explain, self._facts = question, hint, explain, facts
         self.fields, self._check, self._correct, self._solution = fields or {}, check, correct, solution

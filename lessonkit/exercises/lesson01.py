@@ -6,7 +6,7 @@ import functools
 import numpy as np
 
 from .. import header, rounding
-from ..language import _, N_
+from ..language import N_, _
 from ..quant import quantize_q
 from .core import Exercise, Field, kernel_q_codes, register
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import rescales, softmax, source
 from ..kernels.attention import attend
-from ..language import _, N_
+from ..language import N_, _
 from ..synthetic import cache_with_scores
 from .core import Exercise, Field, Wrong, field_of, register
 

@@ -8,9 +8,19 @@ import numpy as np
 
 from .. import layout, native, source
 from ..kernels.attention import attend
-from ..language import _, N_
+from ..language import N_, _
 from ..quant import quantize_kv_rows
-from .core import Exercise, Field, Wrong, close, field_of, lesson00_data, make_cache, register, whole
+from .core import (
+    Exercise,
+    Field,
+    Wrong,
+    close,
+    field_of,
+    lesson00_data,
+    make_cache,
+    register,
+    whole,
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -34,7 +44,7 @@ def _address_facts():
             "k_scale_index": w.flat_scale_index}
 
 
-def _address_field(key, what: Text) -> Field:
+def _address_field(key, what: N_) -> Field:
     return Field(int, lambda got, want, **unused: _("{key} = {got} is too {got_want}: it is {what}").format(
                                                key=key, got=got, got_want=_('small') if got < want else _('large'),
                                                what=what))

@@ -7,9 +7,18 @@ import shutil
 import numpy as np
 
 from .. import debug, native, source
-from ..language import _, N_
+from ..language import N_, _
 from ..validate import short
-from .core import MAX_ANSWER_ITEMS, Exercise, Field, Wrong, items_of, lesson04_data, register, whole
+from .core import (
+    MAX_ANSWER_ITEMS,
+    Exercise,
+    Field,
+    Wrong,
+    items_of,
+    lesson04_data,
+    register,
+    whole,
+)
 
 
 def _outside_facts():

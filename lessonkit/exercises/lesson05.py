@@ -3,7 +3,7 @@ per token of each two-pass variant by the model. Lesson 05b's (streaming, time) 
 from __future__ import annotations
 
 from .. import traffic
-from ..language import _, N_
+from ..language import N_, _
 from .core import Exercise, Field, register
 
 # Other head sizes than the lesson's 128, so that the lesson's printed tables do not answer them

@@ -6,9 +6,19 @@ import functools
 import numpy as np
 
 from .. import debug, source
-from ..language import _, N_
+from ..language import N_, _
 from ..validate import short
-from .core import Blank, Choice, Exercise, Field, Wrong, filled, lesson04_data, register, whole
+from .core import (
+    Blank,
+    Choice,
+    Exercise,
+    Field,
+    Wrong,
+    filled,
+    lesson04_data,
+    register,
+    whole,
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -28,7 +38,7 @@ def _tier_a_facts(observation=None) -> dict:
             "M_non_decreasing": s["M never decreased within a call"], "source": obs.source, "calls": len(rs)}
 
 
-def _tier_a_field(kind, hint: Text) -> Field:
+def _tier_a_field(kind, hint: N_) -> Field:
     return Field(kind, lambda key, got, source, **unused: _("{key} = {got!r} is not what the {source} records show: "
                                                        "{hint}").format(
                                                        key=key, got=got, source=source, hint=hint))

@@ -21,7 +21,8 @@ from ..header import GQA_MAX
 from ..language import _
 from ..reference import kernel_math
 from ..timing import median_calls
-from ..trace import Trace, traced as _traced  # the traced call, without the checks attend has made
+from ..trace import Trace  # the traced call, without the checks attend has made
+from ..trace import traced as _traced
 from ..variants import VARIANTS
 
 # backend name -> the C function it calls ("numpy" is computed in numpy): the registry's entries
