@@ -54,8 +54,8 @@ class Cache:
     def __init__(self, ffi, lib, T, nkv, hd, bs, K, V):
         self.T, self.hd = T, hd
         nblocks = -(-T // bs)
-        self.k_blocks = [np.zeros((bs, nkv * hd), np.int8) for _ in range(nblocks)]
-        self.v_blocks = [np.zeros((bs, nkv * hd), np.int8) for _ in range(nblocks)]
+        self.k_blocks = [np.zeros((bs, nkv * hd), np.int8) for unused in range(nblocks)]
+        self.v_blocks = [np.zeros((bs, nkv * hd), np.int8) for unused in range(nblocks)]
         self.k_scale = np.zeros((T, nkv), np.float32)
         self.v_scale = np.zeros((T, nkv), np.float32)
         for t in range(T):

@@ -25,10 +25,10 @@ ex1 = Exercise(
     fields={"bytes_after_last_chunk": Field(float, (
         N_("{got:.4g} bytes is less than the K-twice variant still reads (within 1%)"),
         N_("{got:.4g} bytes is more than the K-twice variant still reads (within 1%)")), rtol=0.01, mistakes=(
-        (lambda unstreamed, **_: unstreamed, N_("you counted pass 1 over all tokens after the last chunk; pass 1 "
+        (lambda unstreamed, **unused: unstreamed, N_("you counted pass 1 over all tokens after the last chunk; pass 1 "
                                                 "(M and S) runs as the chunks arrive, so only the last chunk's "
                                                 "pass 1 is left")),
-        (lambda single_pass, **_: single_pass, N_("that is the online single pass's last chunk; the K-twice "
+        (lambda single_pass, **unused: single_pass, N_("that is the online single pass's last chunk; the K-twice "
                                                   "variant's second pass needs M and S over all tokens, so it "
                                                   "reads all of K and V after the last chunk"))))},
     correct=N_("{mib:.1f} MiB: the last chunk's pass 1, then all of K again and all of V; only the pass that needs "

@@ -37,7 +37,7 @@ floor = Exercise(
                           (L09_HD + 4, N_("{got} is one row and one scale; the loop reads K and V for every token")))),
             "floor_ns": Field(float, N_("floor_ns = {got:g} is not {bytes_per_token} bytes / {gbps:g} GB/s (within "
                                         "1 %)"), rtol=0.01,
-                mistakes=((lambda times, **_: times, UNITS), (lambda over, **_: over, UNITS)))},
+                mistakes=((lambda times, **unused: times, UNITS), (lambda over, **unused: over, UNITS)))},
     correct=N_("{bytes_per_token} bytes at {gbps:g} GB/s take {floor_ns:.1f} ns: no loop on one thread goes below "
                "that per token."),
     hint=N_("K row and V row are int8, head_dim values each; each has one float32 scale. 1 GB/s = 1 byte per ns."),
@@ -81,7 +81,7 @@ four_cores = Exercise(
     facts=_cores_facts,
     fields={"one_core_gbps": Field(float, N_("one_core_gbps = {got:g} is not bytes per token / ns per token "
                                              "(within 2 %)"), rtol=0.02,
-                mistakes=((lambda per_cycle, **_: per_cycle, N_("one_core_gbps = {got:g} divides bytes by cycles; "
+                mistakes=((lambda per_cycle, **unused: per_cycle, N_("one_core_gbps = {got:g} divides bytes by cycles; "
                         "turn cycles into ns first ({cycles:g} cycles / {ghz:g} GHz)")),)),
             "four_cores_gbps": Field(float, N_("four_cores_gbps = {got:g}: four cores each on its own head ask 4 x "
                                                "one core's rate"), rtol=0.02),
