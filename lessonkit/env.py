@@ -150,7 +150,8 @@ def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | st
         return cores
     types = core_types(cpuinfo_path)
     if cores is not None and not isinstance(cores, str):
-        raise TypeError(f"cores must be None, 'any' or a core type's name such as 'Cortex-A76'; got {cores!r}")
+        raise TypeError(_("cores must be None, 'any' or a core type's name such as 'Cortex-A76'; got {cores!r}").format(
+                          cores=cores))
     if cores == NO_PINNING:
         return TimingCores(None, frozenset(), types, _("not pinned (cores='any')"))
     if cores is not None:
@@ -161,8 +162,9 @@ def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | st
             pass
         match = [n for n in types if wanted in (n.lower(), n.lower().removeprefix("cortex-"))]
         if not match:
-            have = ", ".join(f"{n!r}" for n in types) or "none (/proc/cpuinfo has no 'CPU part' lines here)"
-            raise ValueError(f"no {cores!r} cores on this machine; its core types: {have}; or use cores='any'")
+            have = ", ".join(f"{n!r}" for n in types) or _("none (/proc/cpuinfo has no 'CPU part' lines here)")
+            raise ValueError(_("no {cores!r} cores on this machine; its core types: {have}; or use cores='any'").format(
+                               cores=cores, have=have))
         name = match[0]
     if len(types) < 2:
         return TimingCores(next(iter(types), None), frozenset(), types,

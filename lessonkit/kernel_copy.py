@@ -215,6 +215,6 @@ def unmarked_segments(path: Path | str = source.KERNEL_FILE) -> dict[int, tuple[
         inner = list(range(seg.begin + 1, seg.end))
         core = [k for k in inner if not edge(lines[k - 1])]
         if not core:
-            raise ValueError(f"segment {n} of {Path(path).name} has no code")
+            raise ValueError(_("segment {n} of {path} has no code").format(n=n, path=Path(path).name))
         out[n] = ((new_of[inner[0]], new_of[core[0]]), (new_of[core[-1]], new_of[inner[-1]]))
     return out

@@ -37,11 +37,27 @@ def use() -> None:
     if language.language() == "zh":
         found = cjk_font()
         mpl.rcParams["font.family"] = ["DejaVu Sans", found] if found else ["DejaVu Sans"]
+        if found:
+            _quiet_missing_weight(found)
     else:
         mpl.rcParams["font.family"] = ["sans-serif"]
 
 
 _told = False
+
+
+def _quiet_missing_weight(font: str) -> None:
+    """A Chinese font with no bold face (WenQuanYi Micro Hei has one weight) draws bold text at its one
+    weight, and matplotlib says so on every bold label ("findfont: Failed to find font weight bold
+    for ..."): that English line under a Chinese plot tells the student nothing to do, so it goes."""
+    import logging
+    log = logging.getLogger("matplotlib.font_manager")
+    if not any(getattr(f, "lessonkit_font", None) == font for f in log.filters):
+        quiet = logging.Filter()
+        quiet.filter = lambda record: not ("Failed to find font weight" in record.getMessage()
+                                           and font in record.getMessage())
+        quiet.lessonkit_font = font
+        log.addFilter(quiet)
 
 
 def cjk_font() -> str | None:
@@ -54,8 +70,8 @@ def cjk_font() -> str | None:
         found = _first_cjk_font()
     if found is None and not _told:
         _told = True
-        warnings.warn("没有找到中文字体，图中的中文会显示成方框。No Chinese font found: plots will show boxes "
-                      f"for Chinese text. Install one: {INSTALL_CJK}.", MissingChineseFont, stacklevel=2)
+        warnings.warn(_("No Chinese font found: plots will show boxes for Chinese text. Install one: {install}.")
+                      .format(install=INSTALL_CJK), MissingChineseFont, stacklevel=2)
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
     return found
 

@@ -5,6 +5,7 @@ import numpy as np
 
 from . import validate as check
 from .cache import KVCacheQ8
+from .language import _
 
 MAX_BYTES = 2 << 30  # K, V and the cache of one synthetic case
 
@@ -22,10 +23,10 @@ def cache_with_scores(scores, head_dim: int = 64, block_size: int = 16, V=None, 
     try:
         c = check.float32_like("scores", scores, (None,))
     except ValueError as e:
-        raise ValueError(f"scores must be a non-empty 1-D array of finite numbers: {e}") from None
+        raise ValueError(_("scores must be a non-empty 1-D array of finite numbers: {e}").format(e=e)) from None
     n = c.shape[0]
     if n == 0:
-        raise ValueError("scores must be a non-empty 1-D array of finite numbers; got none")
+        raise ValueError(_("scores must be a non-empty 1-D array of finite numbers; got none"))
     rows = -(-n // block_size) * block_size  # the cache allocates whole blocks
     check.memory(f"a synthetic cache of {n} tokens of head_dim {head_dim} (blocks of {block_size})",
                  n * head_dim * (4 + 4) + rows * (2 * head_dim + 8), MAX_BYTES,

@@ -199,5 +199,5 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
             seq.append(nxt)
     generated = seq[len(prompt):]
     if verbose:
-        print(f"generated token ids: {generated}", flush=True)
+        print(_("generated token ids: {generated}").format(generated=generated), flush=True)
     return Generation(prompt, generated, calls, config, traces, kind, outputs, cache)

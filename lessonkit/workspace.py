@@ -183,8 +183,8 @@ def find_lesson(which: str | int) -> Path:
         matches = [p for p in pool if p.stem == Path(text).name]
     if len(matches) != 1:
         names = ", ".join(p.stem for p in pool)
-        raise ValueError(f"no single lesson {which!r}; the lessons are {names} "
-                         f"(give the number, e.g. LESSON=04, or LESSON=zh/04 for the Chinese one)")
+        raise ValueError(_("no single lesson {which!r}; the lessons are {names} (give the number, e.g. LESSON=04, "
+                           "or LESSON=zh/04 for the Chinese one)").format(which=which, names=names))
     return matches[0]
 
 
@@ -231,8 +231,8 @@ def reset_native(confirm: bool = False) -> tuple[Path, Path | None]:
     """Move ``my-work/native/`` to ``my-work/old/native.<n>/`` and copy ``native/`` again; asks for
     ``confirm=True`` (what you load afterwards is the shipped code). Returns (new copy, old one or None)."""
     if confirm is not True:
-        raise ValueError("reset_native moves your edited kernel (my-work/native/) to my-work/old/ and "
-                         "starts over from native/; call reset_native(confirm=True) to do it")
+        raise ValueError(_("reset_native moves your edited kernel (my-work/native/) to my-work/old/ and starts "
+                           "over from native/; call reset_native(confirm=True) to do it"))
     dest = WORK_DIR / "native"
     old = _move_to_old(dest, "native", "") if dest.exists() else None
     return student_native(), old
@@ -275,12 +275,15 @@ def main(argv: list[str] | None = None) -> int:
                             "you the new one (yours is kept in my-work/old/)").format(rel=rel, which=which))
         elif args.what == "reset":
             new, old = reset_lesson(args.lesson)
-            print(f"{_shown(old)}: your previous copy" if old else "there was no working copy")
-            print(f"{_shown(new)}: a fresh copy of notebooks/{new.relative_to(WORK_DIR).as_posix()}")
+            print(_("{shown_old}: your previous copy").format(shown_old=_shown(old)) if old
+                  else _("there was no working copy"))
+            print(_("{shown_new}: a fresh copy of notebooks/{as_posix_relative_to_wor}").format(
+                    shown_new=_shown(new), as_posix_relative_to_wor=new.relative_to(WORK_DIR).as_posix()))
         else:
             new, old = reset_native(confirm=True)
-            print(f"{_shown(old)}: your previous kernel copy" if old else "there was no kernel copy")
-            print(f"{_shown(new)}: a fresh copy of native/")
+            print(_("{shown_old}: your previous kernel copy").format(shown_old=_shown(old)) if old
+                  else _("there was no kernel copy"))
+            print(_("{shown_new}: a fresh copy of native/").format(shown_new=_shown(new)))
     except (ValueError, OSError) as e:
         print(e, file=sys.stderr)
         return 1

@@ -82,3 +82,23 @@ def test_labelled_names_units_and_palette_is_distinct():
     assert ax.get_xlabel() == "seq_len (tokens)" and ax.get_ylabel() == "time (ns)"
     plt.close(fig)
     assert len(set(plotstyle.PALETTE)) == len(plotstyle.PALETTE)
+
+
+def test_a_chinese_font_without_bold_draws_bold_labels_silently():
+    """matplotlib logs "findfont: Failed to find font weight bold for FONT, now using 400." for a one-weight
+    Chinese font (once per process, so the record is made here): the Chinese style drops that line and
+    no other."""
+    import logging
+    before = lk.set_language("zh")
+    try:
+        plotstyle.use()
+        font = plotstyle.cjk_font()
+        if font is None:
+            pytest.skip("no Chinese font here")
+        log = logging.getLogger("matplotlib.font_manager")
+        record = lambda msg: log.makeRecord(log.name, logging.WARNING, __file__, 1, msg, (), None)
+        assert not log.filter(record(f"findfont: Failed to find font weight bold for {font}, now using 400."))
+        assert log.filter(record("findfont: Font family 'X' not found."))
+    finally:
+        lk.set_language(before)
+        plotstyle.use()

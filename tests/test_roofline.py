@@ -2,6 +2,8 @@
 every version against the scalar reference, and input checks before any C call."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -64,10 +66,9 @@ def test_interleaved_min_keeps_the_least_disturbed_round():
 
 
 def test_chinese_texts_of_the_registry_and_the_table():
-    assert set(variants.ADDS_ZH) == set(variants.BY_NAME)  # a new version needs its Chinese line
     before = lk.set_language("zh")
-    try:
-        assert roofline.what_it_adds("magic") == variants.ADDS_ZH["magic"]
+    try:  # every version's idea is Chinese in Chinese (tests/test_catalog.py: each has its catalog entry)
+        assert all(re.search(r"[\u4e00-\u9fff]", roofline.what_it_adds(v.name)) for v in variants.VARIANTS)
         res = {"machine": "m", "rounds": 3, "rows": {1024: {"neon": 1.0}}, "a76": {}}
         t = roofline.table(res)
         assert t.header[:2] == ["版本", "1K"] and "估计" in t.caption and t.cells()[0][:2] == ["neon", "1.0"]

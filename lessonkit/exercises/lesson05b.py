@@ -52,6 +52,6 @@ ex2 = Exercise(
     N_("On this x86 machine the stored-scores variant is faster per token than the single pass. Which reason do "
        "the sources and the disassembly support?"),
     facts={"choice": "a"}, fields={"choice": Field(EXP_CHOICES)},
-    hint=N_("look at the #if around q8_expf in native/q8_simd.h, and at pass 2 of flash_attn_two_pass_scores_q8."))
+    hint=N_("look at the #if around q8_expf in native/q8_simd.h, and at pass 2 in flash_attn_two_pass_scores_rest_q8 (native/flash_attn_q8_two_pass_parts.c)."))
 
 register(__name__, [ex1, ex2])

@@ -64,7 +64,8 @@ def merge(a: Partial, b: Partial) -> Partial:
     """The state of the tokens of ``a`` and of ``b`` together (Flash-Decoding's merge), in float64.
     Order does not matter: merge(a, b) == merge(b, a)."""
     if a.acc.shape != b.acc.shape:
-        raise ValueError(f"states of different head_dim: {a.acc.shape} and {b.acc.shape}")
+        raise ValueError(_("states of different head_dim: {shape} and {shape2}").format(
+                           shape=a.acc.shape, shape2=b.acc.shape))
     M = max(a.M, b.M)
     if M == -math.inf:  # both empty
         return Partial(M, 0.0, np.zeros_like(a.acc), a.n_tokens + b.n_tokens)
