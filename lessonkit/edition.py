@@ -51,11 +51,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from .workspace import (  # where the editions live (the working copies mirror them)
-    EDITIONS,
-    LESSON_GLOB,
-    REPO_DIR,
-)
+from .workspace import EDITIONS, LESSON_GLOB, REPO_DIR  # where the editions live (the working copies mirror them)
 
 EN_DIR, ZH_DIR = EDITIONS["en"], EDITIONS["zh"]
 SOURCES_DIR = REPO_DIR / "translations" / "zh"

@@ -27,25 +27,10 @@ that says so.
 from __future__ import annotations
 
 from ..language import _
-from . import (
-    core,
-    lesson00,
-    lesson01,
-    lesson02,
-    lesson03,
-    lesson04,
-    lesson05,
-    lesson05b,
-    lesson06,
-    lesson07,
-    lesson08,
-    lesson09,
-)
+from . import (core, lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson05b, lesson06, lesson07,
+               lesson08, lesson09)
 from .core import CORRECT, INCORRECT, NOT_ATTEMPTED, REGISTRY, Exercise, Field, Verdict
-from .lesson01 import (  # the questions name them exercises.l01_...
-    l01_outlier_q,
-    l01_predict_q,
-)
+from .lesson01 import l01_outlier_q, l01_predict_q  # the questions name them exercises.l01_...
 from .lesson02 import invariant_reference, l02_descending
 
 #: every lesson's exercises (a list each), in lesson order

@@ -9,18 +9,8 @@ from .. import native
 from ..kernels.attention import attend
 from ..language import N_, _
 from ..validate import short
-from .core import (
-    Choice,
-    Exercise,
-    Field,
-    Wrong,
-    field_of,
-    items_of,
-    kernel_q_codes,
-    lesson00_data,
-    make_cache,
-    register,
-)
+from .core import (Choice, Exercise, Field, Wrong, field_of, items_of, kernel_q_codes, lesson00_data, make_cache,
+                   register)
 
 ARG_NAMES = ("k_cache_q8", "v_cache_q8", "kscale", "vscale", "seq_len", "kv_dim", "kv_bs", "nkv", "kh_off")
 BACKENDS = ("neon", "scalar", "numpy")

@@ -10,17 +10,7 @@ from .. import layout, native, source
 from ..kernels.attention import attend
 from ..language import N_, _
 from ..quant import quantize_kv_rows
-from .core import (
-    Exercise,
-    Field,
-    Wrong,
-    close,
-    field_of,
-    lesson00_data,
-    make_cache,
-    register,
-    whole,
-)
+from .core import Exercise, Field, Wrong, close, field_of, lesson00_data, make_cache, register, whole
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,23 +6,14 @@ import shutil
 
 import numpy as np
 
-from .. import debug, native, source
+from .. import kernel_copy, native, source
 from ..language import N_, _
 from ..validate import short
-from .core import (
-    MAX_ANSWER_ITEMS,
-    Exercise,
-    Field,
-    Wrong,
-    items_of,
-    lesson04_data,
-    register,
-    whole,
-)
+from .core import MAX_ANSWER_ITEMS, Exercise, Field, Wrong, items_of, lesson04_data, register, whole
 
 
 def _outside_facts():
-    first, last = source.function_lines(debug.KERNEL)
+    first, last = source.function_lines(kernel_copy.KERNEL)
     text = source.KERNEL_FILE.read_text().splitlines()
     inside = {n for s in source.kernel_segments().values() for n in range(s.begin, s.end + 1)}
     return {"lines": sorted(n for n in range(first, last + 1) if n not in inside and text[n - 1].strip()),
@@ -91,18 +82,18 @@ ex2 = Exercise(
                "{hd}"),
     hint=N_("len(np.unique(...)); segment 1 calls q_code once per value of Q."))
 
-FOLD_EDITS = (debug.Edit(source.KERNEL_FILE.name, "qsc[b] = qm * KVQ_INV;", "qsc[b] = qm * KVQ_INV * scale;", 1),
-              debug.Edit(source.KERNEL_FILE.name, "s = s * ks * scale;", "s = s * ks;", 2))
+FOLD_EDITS = (kernel_copy.Edit(source.KERNEL_FILE.name, "qsc[b] = qm * KVQ_INV;", "qsc[b] = qm * KVQ_INV * scale;", 1),
+              kernel_copy.Edit(source.KERNEL_FILE.name, "s = s * ks * scale;", "s = s * ks;", 2))
 
 
 @functools.lru_cache(maxsize=None)
 def _fold_facts():
-    copy = debug.copy_native()
+    copy = kernel_copy.copy_native()
     try:
-        changes = [debug.edit_line(copy, e) for e in FOLD_EDITS]
+        changes = [kernel_copy.edit_line(copy, e) for e in FOLD_EDITS]
         ffi, lib = native.load(src_dir=copy)
         cache, q, kh, scale, out, trace = lesson04_data()
-        folded = debug.trace_with(ffi, lib, q, cache, kh, scale)
+        folded = kernel_copy.trace_with(ffi, lib, q, cache, kh, scale)
     finally:
         shutil.rmtree(copy.parent, ignore_errors=True)
     per_token = next(c for c in changes if c.new.strip().startswith("s ="))
@@ -117,7 +108,7 @@ ex3 = Exercise(
        "= workspace.student_native() (from lessonkit import debug, workspace) copies native/ to my-work/native/.\n "
        " 2. In src / 'flash_attn_q8_neon.c' change segment 1's line to  qsc[b] = qm * KVQ_INV * scale;  and "
        "segment 2's line to  s = s * ks;\n  3. ffi2, lib2 = lk.native.load(src_dir=src) builds your copy. tr2 = "
-       "debug.trace_with(ffi2, lib2, q, cache, kh, scale) runs its traced build on this lesson's q, cache, kh and "
+       "kernel_copy.trace_with(ffi2, lib2, q, cache, kh, scale) runs its traced build on this lesson's q, cache, kh and "
        "scale and returns the same kind of trace as lk.attend(..., trace=True).\n  multiplies_saved_per_token (a "
        "whole number): how many multiplies per token the edit saves.\n  scores_change_only_in_last_bits (True or "
        "False): do the scores tr2.s differ from tr.s by less than 1e-5 relative?\n(The check makes the same edit "

@@ -5,25 +5,15 @@ import functools
 
 import numpy as np
 
-from .. import debug, source
+from .. import debugger, kernel_copy, source
 from ..language import N_, _
 from ..validate import short
-from .core import (
-    Blank,
-    Choice,
-    Exercise,
-    Field,
-    Wrong,
-    filled,
-    lesson04_data,
-    register,
-    whole,
-)
+from .core import Blank, Choice, Exercise, Field, Wrong, filled, lesson04_data, register, whole
 
 
 @functools.lru_cache(maxsize=None)
 def _default_observation():
-    return debug.observe_generation(16)
+    return debugger.observe_generation(16)
 
 
 def _tier_a_facts(observation=None) -> dict:
@@ -70,7 +60,7 @@ ARTICLE_PARTS = {1: N_("Q 量化 (Q quantization)"), 2: N_("打分 (scoring)"),
 def _segments_facts(path=None):
     """The lines of the copy without markers (debug.unmarked_kernel), from the markers of ``path``
     (default: native/flash_attn_q8_neon.c) mapped to the copy's numbers."""
-    return {"accepted": debug.unmarked_segments(path or source.KERNEL_FILE), "copy": debug.UNMARKED_NAME}
+    return {"accepted": kernel_copy.unmarked_segments(path or source.KERNEL_FILE), "copy": kernel_copy.UNMARKED_NAME}
 
 
 def _off(n: int, start: bool, got: int, accepted: tuple[int, int]) -> str | None:
@@ -128,7 +118,7 @@ ex2 = Exercise(
        "with the declarations of its own variables (Q's buffers qsc and qi belong to part 1). The token loop's own "
        "line (for ...) and the lines before the loop that set up M, S and VKQ belong to no part. A blank line, a "
        "comment line or a TRACE_ line (a hook of the traced build) at the edge of a part may be counted in or out. "
-       "Give line numbers as whole numbers.", UNMARKED_NAME=debug.UNMARKED_NAME),
+       "Give line numbers as whole numbers.", UNMARKED_NAME=kernel_copy.UNMARKED_NAME),
     facts=_segments_facts, check=_segments, template={1: (..., ...), 2: (..., ...), 3: (..., ...), 4: (..., ...)},
     solution=lambda f: {n: (s[0], e[1]) for n, (s, e) in f["accepted"].items()},
     hint=N_("part 1 ends where Q's codes and block scales are done; part 2 ends when the score s of token t is "
@@ -186,9 +176,9 @@ RESCALE_SCORES = (0.0, 1.0, 2.0, 3.0)
 
 @functools.lru_cache(maxsize=None)
 def _rescale_facts():
-    b = debug.break_kernel("no_rescale")
-    wrong = debug.kernel_weights(b.ffi, b.lib, RESCALE_SCORES).astype(np.float64)
-    ratio = wrong / debug.softmax_weights(RESCALE_SCORES)
+    b = kernel_copy.break_kernel("no_rescale")
+    wrong = kernel_copy.kernel_weights(b.ffi, b.lib, RESCALE_SCORES).astype(np.float64)
+    ratio = wrong / kernel_copy.softmax_weights(RESCALE_SCORES)
     last_max = int(np.flatnonzero(np.array(RESCALE_SCORES) == np.maximum.accumulate(RESCALE_SCORES))[-1])
     heavy = np.flatnonzero(ratio > ratio[last_max] * (1 + 1e-4)).tolist()   # relative to the last maximum
     return {"too_heavy": "a" if heavy == list(range(last_max)) else "b", "factor_token0": float(ratio[0]),
