@@ -25,7 +25,7 @@
     X(8, "vkq_regs", flash_attn_q8_v8_vkq_regs, "on v7: VKQ held in registers, 32 columns at a time, over the tile's V rows") \
     X(9, "magic", flash_attn_q8_v9_magic, "on v8: V's int8 -> fp32 by adding to the bits of 1.5 * 2^23 and subtracting it (no scvtf)") \
     X(10, "prefetch", flash_attn_q8_v10_prefetch, "on v9: software prefetch of the K and V rows FA_PREFETCH tokens ahead") \
-    X(11, "fast", flash_attn_single_q_q8_fast, "the fastest single-head version: v8's steps on x86, v9's (with the magic add) on aarch64") \
+    X(11, "fast", flash_attn_single_q_q8_fast, "the single-head version attend() calls: v8's steps on x86, v9's (with the magic add) on aarch64") \
     X(12, "two_pass_scores_fast", flash_attn_two_pass_scores_q8_fast, "v2's three passes built from the fast steps (scores four at a time, vector exp, VKQ in registers)") \
     X(13, "two_pass_recompute_fast", flash_attn_two_pass_recompute_q8_fast, "v3's two passes over K built from the fast steps")
 

@@ -209,7 +209,7 @@ void flash_attn_q8_v10_prefetch(float *restrict attn_out, const float *restrict 
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
 }
 
-/* fast: the fastest single-head version, under the name lessonkit.attend and the grouped and
+/* fast: the single-head version lessonkit.attend calls, and the one the grouped and
  * split-KV kernels compare with: v9 on aarch64, v8 on x86. On x86 the magic add of v9 is slower
  * than the conversion it replaces (AVX-512 converts int32 -> fp32 in one instruction; the add and
  * the subtract are two); on aarch64 it replaces sxtl + scvtf, about half the vector work in

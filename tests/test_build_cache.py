@@ -27,9 +27,10 @@ def native_copy(tmp_path):
 
 def _edit_backend_name(src: Path, new: str) -> None:
     """An edit that passes the check (results unchanged) but is visible: fa_backend's strings."""
-    path = src / "flash_attn_q8_neon.c"
-    text = re.sub(r'return "(neon\+dotprod|neon|simde-x86_64|simde-generic)";', f'return "{new}";',
-                  path.read_text())
+    path = src / "fa_build.c"
+    text, n = re.subn(r'return "(neon\+dotprod|neon|simde-x86_64|simde-generic)";', f'return "{new}";',
+                      path.read_text())
+    assert n == 4, f"fa_backend's four strings not found in {path.name}"
     path.write_text(text)
 
 

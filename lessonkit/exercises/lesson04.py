@@ -108,7 +108,7 @@ ex3 = Exercise(
        "= workspace.student_native() (from lessonkit import debug, workspace) copies native/ to my-work/native/.\n "
        " 2. In src / 'flash_attn_q8_neon.c' change segment 1's line to  qsc[b] = qm * KVQ_INV * scale;  and "
        "segment 2's line to  s = s * ks;\n  3. ffi2, lib2 = lk.native.load(src_dir=src) builds your copy. tr2 = "
-       "kernel_copy.trace_with(ffi2, lib2, q, cache, kh, scale) runs its traced build on this lesson's q, cache, kh and "
+       "debug.trace_with(ffi2, lib2, q, cache, kh, scale) runs its traced build on this lesson's q, cache, kh and "
        "scale and returns the same kind of trace as lk.attend(..., trace=True).\n  multiplies_saved_per_token (a "
        "whole number): how many multiplies per token the edit saves.\n  scores_change_only_in_last_bits (True or "
        "False): do the scores tr2.s differ from tr.s by less than 1e-5 relative?\n(The check makes the same edit "
