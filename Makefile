@@ -38,6 +38,9 @@ WHEELHOUSE_EXTRAS := lab,test,bench,class
 WHEELHOUSE_TOOLS := 'setuptools>=64' 'cffi>=1.16' wheel pip
 # What test-py runs; e.g. PYTEST_ARGS=notebooks/00_start_here.ipynb for lesson 00 alone
 PYTEST_ARGS ?= tests notebooks
+# make test-py runs its test files on this many processes (pytest-xdist), each file whole in one of them:
+# a notebook's cells run in order in one kernel, as nbval needs (PYTEST_JOBS=0: one process, no workers)
+PYTEST_JOBS ?= 2
 STAMP  := $(VENV)/.installed-stamp
 BUILD  := .build/ctest
 CTEST_SRC := native/tests/test_kernel.c $(wildcard native/*.c)
@@ -289,7 +292,7 @@ debug-aarch64:
 	[ $$status -eq 0 ] && [ -n "$$seq" ] && [ "$$sdot" -gt 0 ] || { echo "FAILED debug-aarch64 (gdb exit $$status)"; exit 1; }
 
 test-py: setup
-	$(PY) -m pytest --nbval-lax $(PYTEST_ARGS)
+	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 # Both benchmarks in their quick modes: that they run and print every row and target (met, MISS or
 # why not measured), not what the figures are (a shared CI machine's timings say little).
