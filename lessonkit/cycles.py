@@ -203,13 +203,19 @@ def trace(exe: Path, which: int, tokens: int, function: str) -> tuple[list[int],
     return order[inside[0]:max(end, inside[-1] + 1)], blocks
 
 
+# Runs periodic_runs takes, largest first: a kernel's token loops at the short length are among its
+# first eight (a two-pass kernel has three, beside the block loops and memset's short runs; with five,
+# the 20-period exp loop of two_pass_scores_fast at 80 tokens was left out)
+MAX_RUNS = 8
+
+
 def periodic_runs(seq: list[int], min_repeats: int = 3, max_period: int = 6000) -> list[tuple[int, int, int]]:
     """Non-overlapping maximal stretches of ``seq`` repeating one period, (start, period, repeats),
     largest coverage first; a loop nested in another is covered by the outer one."""
     a = np.asarray(seq, dtype=np.int64)
     taken = np.zeros(len(a), dtype=bool)
     runs = []
-    while len(runs) <= 4:
+    while len(runs) < MAX_RUNS:
         best = None
         for p in range(1, min(max_period, len(a) // min_repeats) + 1):
             eq = (a[:-p] == a[p:]) & ~taken[:-p] & ~taken[p:]

@@ -123,6 +123,18 @@ def test_token_loop_period_of_a_tile(tmp_path):
     assert sum(i.startswith("sdot") for i in ins) == 2 * cycles.HD // 32
 
 
+@need_tools
+def test_all_three_token_loops_of_the_stored_scores_kernel(tmp_path):
+    """two_pass_scores_fast has three loops over the tokens (the scores by tiles of 16, exp(s - M) four
+    scores a step, V by tiles): at the short length the exp loop is a small run among the block loops, and
+    an estimate that missed it would credit the kernel with less work than it does."""
+    vs = cycles.variants()
+    i = [v.name for v in vs].index("two_pass_scores_fast")
+    exe = cycles.build(tmp_path, vs, True, None)
+    loops = cycles.token_loops(exe, i, vs[i].function)
+    assert sorted(lp["tokens_per_period"] for lp in loops) == [4.0, 16.0, 16.0], loops
+
+
 def _libm_expf_words():
     libm = Path(cycles.SYSROOT) / "lib" / "libm.so.6"
     dump = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(libm)], capture_output=True, text=True,
