@@ -210,6 +210,9 @@ def child_env() -> dict:
     return env
 
 
+KILLED_READ_S = 5.0  # how long run_bounded reads what a killed process group left in its pipes
+
+
 def run_bounded(argv: list[str], timeout: float, merge: bool = False, **kw) -> subprocess.CompletedProcess:
     """Run argv in its own process group; on timeout kill the group (the debugger and its program) and
     raise subprocess.TimeoutExpired. ``merge``: stderr into stdout, in order."""
@@ -220,7 +223,13 @@ def run_bounded(argv: list[str], timeout: float, merge: bool = False, **kw) -> s
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        try:  # a helper that left the group (setsid) may still hold the pipes open: read them for a while only
+            proc.communicate(timeout=KILLED_READ_S)
+        except subprocess.TimeoutExpired:
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err or "")
 

@@ -144,6 +144,16 @@ def test_a_hung_run_is_killed():
         debugger.run_bounded(["sleep", "30"], timeout=0.5)
 
 
+def test_a_killed_run_whose_helper_keeps_the_pipe_open_ends_in_bounded_time():
+    """killpg ends the run's process group; a helper that left it (setsid) keeps the pipe open. Reading
+    what is left is bounded too: the call ends after the timeout plus KILLED_READ_S, not after the helper."""
+    import time
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        debugger.run_bounded(["sh", "-c", "setsid sleep 60 & sleep 60"], timeout=0.5)
+    assert time.monotonic() - start < 0.5 + debugger.KILLED_READ_S + 5
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
 def test_observe_generation_under_gdb():

@@ -255,3 +255,41 @@ def test_parallel_capacity_runs_and_checks(case):
         split.parallel_capacity(q, cache, 0, 0)
     with pytest.raises(ValueError, match="kv_head must be below 2"):
         split.parallel_capacity(q, cache, 2)
+
+
+def _split_in_child(q, cache):
+    """attend_split's largest difference from attend, relative to max|attend| (SPLIT_RTOL, as above)."""
+    want = lk.attend(q, cache, 0)
+    return float(np.abs(lk.attend_split(q, cache, 0, 8, 2) - want).max() / np.abs(want).max())
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork (POSIX)")
+def test_a_forked_process_splits_after_its_parent_did():
+    """The parent has used the split pool; a child made by os.fork, and the workers of a multiprocessing
+    pool with the fork start method, inherit the pool without its threads: each must start its own and
+    finish (a hang would stop this test at its time-out, not forever)."""
+    import multiprocessing
+    import os
+    import signal
+    cache, q, _K, _V = make_case(5, 300, 1, 64, 16)
+    lk.attend_split(q, cache, 0, 8, 2)                       # the parent's pool is running
+    pid = os.fork()
+    if pid == 0:                                             # the child: exit 0 if its split call is right
+        signal.alarm(60)                                     # a hang ends the child, not the test run
+        try:
+            os._exit(0 if _split_in_child(q, cache) <= SPLIT_RTOL else 1)
+        except BaseException:
+            os._exit(2)
+    for _ in range(600):                                     # at most 60 s
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        __import__("time").sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung in attend_split")
+    assert os.waitstatus_to_exitcode(status) == 0
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        errs = pool.starmap_async(_split_in_child, [(q, cache)] * 2).get(timeout=60)
+    assert max(errs) <= SPLIT_RTOL, errs

@@ -224,6 +224,19 @@ def _pool() -> ThreadPoolExecutor:
         return _pool_now[0]
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child (os.fork, multiprocessing's fork start method) inherits the pool object but none of
+    its threads: work submitted there would wait forever. The child starts a pool of its own instead,
+    with a lock no thread of the parent can be holding."""
+    global _pool_lock
+    _pool_lock = threading.Lock()
+    _pool_now.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 @atexit.register
 def shutdown_pool() -> None:
     """End the split pool's threads (waiting for running chunks); the next split call starts a
