@@ -36,8 +36,9 @@ WHEELHOUSE_EXTRAS := lab,test,bench,class
 # What an offline pip install -e . needs beside the project's wheels: its isolated build's packages
 # (pyproject's build-system, and wheel, which older setuptools ask for) and pip, which setup upgrades
 WHEELHOUSE_TOOLS := 'setuptools>=64' 'cffi>=1.16' wheel pip
-# What test-py runs; e.g. PYTEST_ARGS=notebooks/00_start_here.ipynb for lesson 00 alone
-PYTEST_ARGS ?= tests notebooks
+# What test-py runs; e.g. PYTEST_ARGS=notebooks/00_start_here.ipynb for lesson 00 alone. The notebooks come
+# first: the longest files start early, and the short test files fill in behind them
+PYTEST_ARGS ?= notebooks tests
 # make test-py runs its test files on this many processes (pytest-xdist), each file whole in one of them:
 # a notebook's cells run in order in one kernel, as nbval needs (PYTEST_JOBS=0: one process, no workers)
 PYTEST_JOBS ?= 2
