@@ -1,0 +1,29 @@
+"""lessonkit.files.write_atomic: a failed write leaves the old file whole and no temporary file."""
+import os
+
+import pytest
+
+from lessonkit.files import write_atomic
+
+
+def test_write_replaces_and_keeps_mode(tmp_path):
+    p = tmp_path / "a.json"
+    p.write_text("old")
+    os.chmod(p, 0o640)
+    write_atomic(p, "new ✓")
+    assert p.read_text(encoding="utf-8") == "new ✓"
+    assert p.stat().st_mode & 0o777 == 0o640
+    assert [q.name for q in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_failed_write_keeps_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    p = tmp_path / "a.json"
+    p.write_text("old")
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError):
+        write_atomic(p, "new")
+    assert p.read_text() == "old"
+    assert [q.name for q in tmp_path.iterdir()] == ["a.json"]
