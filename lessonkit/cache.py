@@ -358,9 +358,12 @@ class KVCacheQ8:
         return tuple(self._codes(blocks, s, kh).astype(np.float32) * (scales[:s.seq_len, kh] * KVQ_INV)[:, None]
                      for blocks, scales in ((self._k_blocks, s.k_scale), (self._v_blocks, s.v_scale)))
 
-    def kernel_args(self, kv_head: int, ffi) -> tuple:
+    def kernel_args(self, kv_head: int, ffi, lib=None) -> tuple:
         """The cache's arguments of the kernel for one kv head, in the article's order:
         ``(k_cache_q8, v_cache_q8, kscale, vscale, seq_len, kv_dim, kv_bs, nkv, kh_off)``.
+        ``lib``: the library about to be called with them; it is first made sure to have passed its
+        check on a cache this long (``native.cover``), so a kernel edit that only works on short
+        caches is refused before the call, not found by a crash.
 
         All from one state of the cache: an append in another thread does not change them. The
         pointers are cffi buffers (``int8_t *[n_blocks]``, ``float[]`` starting at ``k_scale + kh``)
@@ -368,6 +371,8 @@ class KVCacheQ8:
         indexing them from Python is bounds-checked."""
         kh, s = self.check_head(kv_head), self._state
         _not_empty(s.seq_len)
+        if lib is not None:
+            native.cover(lib, s.seq_len)
         nkv = self.n_kv_heads
         end = s.seq_len * nkv  # the kernel reads kscale[t * nkv] for t < seq_len
         return (ffi.from_buffer("int8_t *[]", s.k_table[:s.n_blocks]),

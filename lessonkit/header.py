@@ -36,6 +36,18 @@ def declared(path: Path | str = HEADER_FILE) -> set[str]:
     return set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", Path(path).read_text()))
 
 
+def cdef(text: str) -> str:
+    """The header's text as cffi's ``cdef`` reads it: without preprocessor lines, a ``#define``
+    continued over several lines (a trailing backslash) included. Line numbers stay those of the
+    file (each dropped line leaves an empty one), so that cffi's errors point at the student's line."""
+    lines, continued = [], False
+    for line in text.splitlines():
+        directive = continued or line.lstrip().startswith("#")
+        continued = directive and line.rstrip().endswith("\\")
+        lines.append("" if directive else line)
+    return "\n".join(lines)
+
+
 def _required(values: dict[str, int], name: str) -> int:
     if name not in values:
         raise RuntimeError(f"{HEADER_FILE.name} no longer defines {name}: lessonkit reads it from there")

@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 import cffi
 
 from . import validate as check
+from .header import cdef
 from .language import _
 from .toolchain import (  # noqa: F401
     AARCH64_MARCH,
@@ -60,13 +62,20 @@ from .toolchain import (  # noqa: F401
     first_errors,
     is_arm64,
     language_flags,
+    seconds_setting,
     simde_include_dir,
+    source_dir,
 )
 
 SMOKE_SCRIPT = Path(__file__).resolve().parent / "smoke.py"
-# How long the check of a new build may run in its child process before it counts as a hang.
-# It takes about a second; the margin is for a slow board or a loaded machine.
-SMOKE_TIMEOUT_S = float(os.environ.get("LESSONKIT_SMOKE_TIMEOUT", "60"))
+# How long the check of a new build may run in its child process before it counts as a hang
+# (LESSONKIT_SMOKE_TIMEOUT, seconds). It takes a few seconds; the margin is for a slow board, a loaded
+# machine or a sanitizer build.
+SMOKE_TIMEOUT_S = 60.0
+
+
+def smoke_timeout() -> float:
+    return seconds_setting("LESSONKIT_SMOKE_TIMEOUT", SMOKE_TIMEOUT_S, 1, 3600)
 KEEP_BUILDS = 6          # newest libraries kept per kind (fast, debug, ...); older ones are pruned
 
 # What the check in the child process may run: every new build is checked for results, crashes
@@ -109,6 +118,7 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
     key = _build_key(sources, cc, flags, {})
     out = build_dir / f"{stem}_{key}.so"
     header = sources[HEADER].decode(errors="replace")
+    _ffi_for(header)  # a header cffi cannot read is named here, before anything is compiled
 
     record = _read_record(out)
     if record is not None and _level_ok(record, verify):
@@ -193,49 +203,89 @@ def _level_ok(record: dict, verify: str) -> bool:
     return verify != "results" or not record.get("failures")
 
 
-def _smoke(lib: Path, header: str, verify: str) -> dict:
-    """Run lessonkit/smoke.py on ``lib`` in a child process. Returns
-    ``{"verified": level, "failures": [...], "crash": str|None}`` (failures as smoke.py codes them)."""
+def _smoke(lib: Path, header: str, verify: str, tokens: int | None = None) -> dict:
+    """Run lessonkit/smoke.py on ``lib`` in a child process (``tokens``: only its long case, at that
+    length). Returns ``{"verified": level, "failures": [...], "crash": str|None, "output": str}``
+    (failures as smoke.py codes them; output: what the kernel itself printed, cut to a few lines)."""
     if verify == "skip":
-        return {"verified": "skip", "failures": [], "crash": None}
-    request = json.dumps({"library": str(lib), "header": header})
-    try:
-        proc = subprocess.run([sys.executable, "-I", str(SMOKE_SCRIPT)], input=request,
-                              capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
-    except subprocess.TimeoutExpired as e:
-        return {"verified": verify, "failures": [], "crash": _while(
-            _("did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)").format(
-              SMOKE_TIMEOUT_S=SMOKE_TIMEOUT_S), e.stderr)}
-    except OSError as e:
-        raise BuildError(_("Could not start the check of the new build ({executable}): {e}").format(
-                           executable=sys.executable, e=e)) from None
-    if proc.returncode < 0:
+        return {"verified": "skip", "failures": [], "crash": None, "output": ""}
+    with tempfile.TemporaryDirectory(prefix="lessonkit-check-") as tmp:
+        report, out, err = (Path(tmp) / name for name in ("report", "stdout", "stderr"))
+        request = json.dumps({"library": str(lib), "header": header, "report": str(report), "tokens": tokens})
         try:
-            name = signal.Signals(-proc.returncode).name
+            with open(out, "wb") as fo, open(err, "wb") as fe:
+                proc = subprocess.run([sys.executable, "-I", str(SMOKE_SCRIPT)], input=request.encode(),
+                                      stdout=fo, stderr=fe, timeout=smoke_timeout())
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+        except OSError as e:
+            raise BuildError(_("Could not start the check of the new build ({executable}): {e}").format(
+                               executable=sys.executable, e=e)) from None
+        steps = _text(report).splitlines()
+        printed = "\n".join(part for part in (_cut(_text(out)), _cut(_text(err))) if part)  # stdout, then stderr
+    result = {"verified": verify, "failures": [], "crash": None, "output": printed, "tokens": tokens or CHECKED_TOKENS}
+    if code is None:
+        result["crash"] = _while(_("did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)").format(
+                                 SMOKE_TIMEOUT_S=smoke_timeout()), steps)
+    elif code < 0:
+        try:
+            name = signal.Signals(-code).name
         except ValueError:
-            name = f"signal {-proc.returncode}"
+            name = f"signal {-code}"
         what = {"SIGSEGV": _("segmentation fault: a read or write outside the memory it owns"),
                 "SIGBUS": _("bus error: a bad address"), "SIGILL": _("illegal instruction"),
                 "SIGFPE": _("arithmetic exception"), "SIGABRT": _("abort")}.get(name)
         crash = _("crashed with {name} ({what})").format(name=name, what=what) if what else \
             _("crashed with {name}").format(name=name)
-        return {"verified": verify, "failures": [], "crash": _while(crash, proc.stderr)}
+        result["crash"] = _while(crash, steps) + (f":\n{printed}" if printed else "")
+    else:
+        try:
+            result["failures"] = _read_report(steps)
+        except ValueError as e:
+            crash = (_("wrote a report of its check that cannot be read ({why})").format(why=e)
+                     if steps and steps[-1].startswith("report ") else
+                     _while(_("stopped with exit code {returncode}").format(returncode=code), steps))
+            result["crash"] = crash + (f":\n{printed}" if printed else "")
+    return result
+
+
+def _text(path: Path) -> str:
     try:
-        report = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-        crash = _while(_("stopped with exit code {returncode}").format(returncode=proc.returncode), proc.stderr)
-        return {"verified": verify, "failures": [], "crash": crash + (f":\n{tail}" if tail else "")}
-    return {"verified": verify, "failures": report["failures"], "crash": None}
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
-def _while(what: str, stderr) -> str:
+def _cut(text: str, keep: int = 5) -> str:
+    """The first ``keep`` lines of ``text`` (each at most 200 characters), and how many more there were."""
+    lines = text.splitlines()
+    shown = "\n".join(l[:200] for l in lines[:keep])
+    return shown + (_("\n... ({more} more lines)").format(more=len(lines) - keep) if len(lines) > keep else "")
+
+
+def _read_report(steps: list[str]) -> list:
+    """The failures of smoke.py's last line, ``report {"failures": [...]}``; ValueError if the line is
+    missing or not what smoke.py writes (a check that died half way, or another program's output)."""
+    if not steps or not steps[-1].startswith("report "):
+        raise ValueError("no report")
+    report = json.loads(steps[-1][len("report "):])
+    failures = report.get("failures") if isinstance(report, dict) else None
+    if not isinstance(failures, list):
+        raise ValueError("no list of failures")
+    for f in failures:
+        try:
+            _failure(f)  # every failure must be one that can be put in words
+        except (TypeError, KeyError, IndexError, ValueError, AttributeError):
+            raise ValueError(f"unreadable failure {f!r:.80}") from None
+    return failures
+
+
+def _while(what: str, steps: list[str]) -> str:
     """``what`` happened, and the step of smoke.py that was running then (its last "running" line)."""
-    if isinstance(stderr, bytes):
-        stderr = stderr.decode(errors="replace")
-    steps = [l[len("running "):] for l in (stderr or "").splitlines() if l.startswith("running ")]
+    running = [l[len("running "):] for l in steps if l.startswith("running ")]
     try:
-        step = _subject(*json.loads(steps[-1]))
+        step = _subject(*json.loads(running[-1]))
     except (IndexError, ValueError, TypeError, KeyError):
         return what
     return _("{what} while running {step}").format(what=what, step=step)
@@ -332,7 +382,8 @@ def _prune(build_dir: Path, stem: str) -> None:
 # ----------------------------------------------------------------------------- load
 
 _ffis: dict[str, cffi.FFI] = {}
-_libs: dict[Path, object] = {}
+_libs: dict[Path, tuple] = {}            # path -> (ffi, lib) of every library this process opened
+_records: dict[int, tuple] = {}          # id(lib) -> (lib, path, record): what cover() knows of a library
 _current: dict[tuple, tuple] = {}  # (src_dir, debug, dotprod, defines, verify, env) -> (fingerprint, ffi, lib, path)
 
 
@@ -341,10 +392,13 @@ def _ffi_for(header: str) -> cffi.FFI:
     if header not in _ffis:
         ffi = cffi.FFI()
         try:
-            ffi.cdef("\n".join(l for l in header.splitlines() if not l.lstrip().startswith("#")))
-        except cffi.CDefError as e:
-            raise BuildError(_("cffi cannot read {HEADER}: {e}. Keep its declarations plain C (no macros, no "
-                               "inline code).").format(HEADER=HEADER, e=e)) from None
+            ffi.cdef(cdef(header))
+        except cffi.CDefError as e:  # its line numbers are the file's: header.cdef keeps every line
+            why = str(e).replace("<cdef source string>", HEADER)
+            raise BuildError(_("cffi cannot read {HEADER}: {e}. Python reads this header as a list of plain C "
+                               "declarations: keep function bodies (static inline helpers) in a .c file or in "
+                               "q8_simd.h, and types and constants cffi can parse. Nothing new was loaded.").format(
+                               HEADER=HEADER, e=why)) from None
         _ffis[header] = ffi
     return _ffis[header]
 
@@ -358,16 +412,16 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
     ``verify``: "results" (default) loads a new build only once a child process has run it
     without a crash or hang and with correct results; "crashes" skips the results (a kernel
     broken on purpose, lesson 06) but still catches crashes and hangs; "skip" checks nothing."""
-    src_dir = Path(src_dir or NATIVE_DIR).resolve()
+    src_dir = source_dir(src_dir)
     env = tuple(os.environ.get(v, "") for v in ("CC", "LESSONKIT_DOTPROD", "LESSONKIT_SANITIZE",
                                                 "LESSONKIT_BUILD_DIR"))
     slot = (src_dir, debug, dotprod, tuple(sorted(check_defines(defines).items())), verify, env)
     fp = _fingerprint(src_dir)
     cur = _current.get(slot)
-    if cur is not None and cur[0] == fp:
+    if cur is not None and cur[0] == fp and _is_open(cur[2]):
         return cur[1], cur[2]
     path, record = _build(debug, dotprod, defines, src_dir, None, verify)
-    if path not in _libs:
+    if path not in _libs or not _is_open(_libs[path][1]):
         ffi = _ffi_for(record["header"])  # the declarations it was compiled with
         try:
             _libs[path] = (ffi, ffi.dlopen(str(path)))
@@ -377,17 +431,93 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
             _record_path(path).unlink(missing_ok=True)
             raise BuildError(_("The library {name} could not be loaded: {e}. It was removed; run the cell again to "
                                "rebuild it.").format(name=path.name, e=e)) from None
+        _records[id(_libs[path][1])] = (_libs[path][1], path, record)
         if record.get("warnings"):
             _show_warnings(record["warnings"])
+        if record.get("output"):
+            print(_("Your kernel printed this while its new build was checked in a child process:\n{output}\n"
+                    "(In this process its printf output reaches the notebook when C flushes it: end each "
+                    "line with fflush(stdout), or print with fprintf(stderr, ...), which is not buffered.)").format(
+                    output=record["output"]))
         if record.get("failures"):
-            # named after the call, not the caller's file: a notebook's cell has a temporary path
-            warnings.warn_explicit(BuildWarning(_("loaded with verify={verify!r}: this build computes wrong "
-                                                  "results (as you meant it to?):").format(verify=verify)
-                                                + f"\n{_failure_lines(record['failures'])}"),
-                                   BuildWarning, "lessonkit.native.load", 0)
+            _warn_wrong(verify, record["failures"])
     ffi, lib = _libs[path]
     _current[slot] = (fp, ffi, lib, path)
     return ffi, lib
+
+
+def _is_open(lib) -> bool:
+    """False once the student closed the library (``ffi.dlclose(lib)``): load() then opens it again
+    instead of handing back a handle whose every call says "has already been closed". (cffi's close
+    empties the library's attributes, so the probe reaches the closed handle and fails.)"""
+    try:
+        lib.fa_backend
+    except ValueError:  # cffi's "library ... has already been closed"
+        return False
+    except AttributeError:  # a header without fa_backend: nothing to probe with; it is open
+        pass
+    return True
+
+
+def _warn_wrong(verify: str, failures: list, where: str = "") -> None:
+    # named after the call, not the caller's file: a notebook's cell has a temporary path
+    warnings.warn_explicit(BuildWarning(_("loaded with verify={verify!r}: this build computes wrong results (as "
+                                          "you meant it to?):").format(verify=verify) + where
+                                        + f"\n{_failure_lines(failures)}"),
+                           BuildWarning, "lessonkit.native.load", 0)
+
+
+# ----------------------------------------------------------------------------- longer caches
+
+# A new build is checked on caches of up to CHECKED_TOKENS tokens (smoke.py's longest case; a record
+# from before that case was written says 70). A call on a longer cache first has its library checked
+# again, in a child process, on a cache at least that long: a buffer sized for short caches (a
+# `float seen[8192]` in a student's edit) then fails there, never in the student's process. The
+# length is rounded up to a power of two, and at least doubled, so that a cache growing token by token
+# is checked a few times, not at every call; each length passed is kept in the library's record.
+CHECKED_TOKENS = 4100
+RECORD_TOKENS_BEFORE = 70
+ROUND_UP_TO = 1 << 22  # above this, the check runs at the call's own length (no rounding up)
+
+
+def cover(lib, seq_len: int) -> None:
+    """Make sure ``lib`` passed its check on a cache of at least ``seq_len`` tokens before it is
+    called on one: runs the check at that length if it has not (lessonkit.smoke's long case, in a
+    child process) and raises KernelCheckError, before the call, if the library crashes, hangs or
+    (with verify="results") computes wrong results there. A library load() did not open is not
+    checked here (there is nothing known to check it against)."""
+    entry = _records.get(id(lib))
+    if entry is None or entry[0] is not lib:
+        return
+    unused, path, record = entry
+    checked = record.get("tokens", RECORD_TOKENS_BEFORE)
+    if seq_len <= checked or record.get("verified", "skip") == "skip":
+        return
+    refused = record.get("refused")  # this process saw it fail at that length: no second child
+    if refused and seq_len >= refused[0]:
+        raise KernelCheckError(refused[1])
+    n = max(seq_len, 2 * checked)
+    n = 1 << (n - 1).bit_length() if n <= ROUND_UP_TO else seq_len
+    result = _smoke(path, record["header"], record["verified"], tokens=n)
+    wrong = result["failures"] and record["verified"] == "results"
+    if result["crash"] or wrong:
+        what = result["crash"] or _("computes wrong results against the reference:\n{lines}").format(
+                                    lines=_failure_lines(result["failures"]))
+        message = _("This build of the kernel passed its check on caches of up to {checked} tokens; checked now on "
+                    "a cache of {n} tokens (in a child process, before your call on {seq_len} tokens), it {what}\n"
+                    "The call was not made; your process and what it holds are safe. A buffer sized for short "
+                    "caches (such as float seen[8192]) is the usual cause: size it by seq_len, or do without it. "
+                    "Calls on caches of up to {checked} tokens still run.").format(
+                    checked=checked, n=n, seq_len=seq_len, what=what)
+        record["refused"] = (n, message)
+        raise KernelCheckError(message)
+    if result["failures"]:
+        _warn_wrong(record["verified"], result["failures"], _(" (on a cache of {n} tokens)").format(n=n))
+    record["tokens"] = n
+    try:
+        _write_record(path, {k: v for k, v in record.items() if k != "refused"})
+    except BuildError:
+        pass  # a read-only folder (a class hub's prebuilt libraries): this process remembers it
 
 
 def library_path(debug: bool = False, dotprod: bool | None = None) -> Path:

@@ -72,7 +72,7 @@ def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale:
     ffi, lib = native.load()
     out = np.full(cache.head_dim, np.nan, np.float32)  # a version that writes nothing fails the check
     lib.fa_time_calls(BY_NAME[name].version, 1, ffi.from_buffer("float[]", out, require_writable=True),
-                      ffi.from_buffer("float[]", q), *cache.kernel_args(kv_head, ffi), cache.head_dim, scale)
+                      ffi.from_buffer("float[]", q), *cache.kernel_args(kv_head, ffi, lib), cache.head_dim, scale)
     return out
 
 

@@ -1,18 +1,26 @@
 """The check every new build of native/ passes before it is loaded into a student's process.
 
 ``lessonkit.native`` runs this file in a child process (``python -I smoke.py``, the request as JSON
-on stdin: the library's path and the header it was compiled with). It calls every function of the
-library on a few small caches, the awkward cases among them (one token, a block boundary, a kv head
-other than 0, every token a new maximum, head_dim 256), and compares each result with the engine's
-quantized math recomputed here in numpy (float64). It reports codes and numbers, never words
-(``lessonkit.native`` words them in the student's language): each step on stderr before it runs
-(``running [function, case, part]``: a crash or a hang names the step), then one JSON line on stdout,
-``{"failures": [[function, case, part, [code, numbers...]], ...]}``.
+on stdin: the library's path, the header it was compiled with, the report file, and the cache length).
+It calls every function of the library on a few caches, the awkward cases among them (one token, a
+block boundary, a kv head other than 0, every token a new maximum, head_dim 256, thousands of tokens
+over many blocks), and compares each result with the engine's quantized math recomputed here in numpy
+(float64). Asked for ``tokens`` (a student's call on a longer cache than the build was checked on), it
+runs the one long case at that length.
 
-It imports numpy, cffi and lessonkit.quant (for Q's codes) only: nothing in the child builds anything."""
+It reports codes and numbers, never words (``lessonkit.native`` words them in the student's language),
+on its own channel, the report file, so that a ``printf`` in the kernel (the kernel's stdout and
+stderr are the child's own) can never be taken for the report: each step before it runs
+(``running [function, case, part]``: a crash or a hang names the step), then one line
+``report {"failures": [[function, case, part, [code, numbers...]], ...]}``.
+
+It imports numpy, cffi, lessonkit.header and lessonkit.quant (for Q's codes) only: nothing in the child
+builds anything."""
 from __future__ import annotations
 
 import json
+import resource
+import signal
 import sys
 from pathlib import Path
 
@@ -31,11 +39,23 @@ CASES = (  # seq_len, n_kv_heads, head_dim, block_size, kv_head, every token a n
     (33, 2, 64, 16, 1, 0),   # across two block boundaries
     (70, 3, 128, 8, 2, 1),
     (9, 1, 256, 64, 0, 0),
+    (4100, 2, 64, 32, 1, 0),  # thousands of tokens over 129 blocks: a buffer sized for a short cache overflows
 )
+# A longer cache, asked for by a call: one kv head of head_dim 32 keeps the child's memory small
+# (about 80 bytes per token) at a million tokens; the length is what a fixed-size buffer meets.
+LONG_CASE = (1, 32, 256, 0, 0)
+# The kernel's own output (printf) goes to files; each may grow to this size, the rest is dropped
+# (RLIMIT_FSIZE, with SIGXFSZ ignored: a write past it fails quietly instead of killing the check).
+OUTPUT_LIMIT = 1 << 20
+# The traced build records VKQ (seq_len * head_dim floats) only up to this many values: a long case
+# checks the traced kernel's other records, without 100 MB of VKQ.
+TRACE_VKQ_MAX = 1 << 22
+
+_report = sys.stderr  # main() opens the report file
 
 
 def step(fn: str, case=None, part=None) -> list:
-    print("running " + json.dumps([fn, case, part]), file=sys.stderr, flush=True)
+    print("running " + json.dumps([fn, case, part]), file=_report, flush=True)
     return [fn, case, part]
 
 
@@ -51,39 +71,51 @@ def quantize_rows(x: np.ndarray):
 class Cache:
     """A q8 cache in the kernel's layout, built with the library's own quantizer."""
 
-    def __init__(self, ffi, lib, T, nkv, hd, bs, K, V):
+    def __init__(self, ffi, lib, T, nkv, hd, bs, rows):
+        """``rows(t0, t1)``: the float32 K and V rows ``[t1 - t0, nkv, hd]`` of tokens t0 ... t1 - 1."""
         self.T, self.hd = T, hd
         nblocks = -(-T // bs)
         self.k_blocks = [np.zeros((bs, nkv * hd), np.int8) for unused in range(nblocks)]
         self.v_blocks = [np.zeros((bs, nkv * hd), np.int8) for unused in range(nblocks)]
         self.k_scale = np.zeros((T, nkv), np.float32)
         self.v_scale = np.zeros((T, nkv), np.float32)
-        for t in range(T):
-            b, r = divmod(t, bs)
-            for X, blocks, scales in ((K, self.k_blocks, self.k_scale), (V, self.v_blocks, self.v_scale)):
-                lib.kvq8_quantize_rows(ffi.from_buffer("float[]", np.ascontiguousarray(X[t])), nkv, hd, hd,
-                                       ffi.from_buffer("int8_t[]", blocks[b][r]), hd,
-                                       ffi.from_buffer("float[]", scales[t]), 1)
+        for b in range(nblocks):  # one call per block: its rows (token, head) lie hd apart
+            t0, t1 = b * bs, min(T, (b + 1) * bs)
+            for X, blocks, scales in zip(rows(t0, t1), (self.k_blocks, self.v_blocks), (self.k_scale, self.v_scale)):
+                lib.kvq8_quantize_rows(ffi.from_buffer("float[]", np.ascontiguousarray(X)), (t1 - t0) * nkv, hd, hd,
+                                       ffi.from_buffer("int8_t[]", blocks[b]), hd,
+                                       ffi.from_buffer("float[]", scales[t0:t1]), 1)
         self.k_ptrs = ffi.new("int8_t *[]", [ffi.from_buffer("int8_t[]", b) for b in self.k_blocks])
         self.v_ptrs = ffi.new("int8_t *[]", [ffi.from_buffer("int8_t[]", b) for b in self.v_blocks])
 
-    def codes(self, blocks, kh):
-        return np.concatenate(blocks)[:self.T, kh * self.hd:(kh + 1) * self.hd].astype(np.float64)
+    def codes(self, blocks, kh, t0=0, t1=None):
+        """Tokens t0 ... t1 - 1 of kv head kh, as float64 (a block-aligned t0)."""
+        t1 = self.T if t1 is None else t1
+        bs = blocks[0].shape[0]
+        rows = np.concatenate(blocks[t0 // bs:-(-t1 // bs)])[:t1 - t0]
+        return rows[:, kh * self.hd:(kh + 1) * self.hd].astype(np.float64)
 
     def args(self, ffi, kh):
         return (self.k_ptrs, self.v_ptrs,
                 ffi.from_buffer("float[]", self.k_scale) + kh, ffi.from_buffer("float[]", self.v_scale) + kh)
 
 
-def reference(cache: Cache, kh: int, q: np.ndarray, scale: float) -> np.ndarray:
-    """The output in float64, from the cache's int8 codes and Q's codes (segment 1 as the kernel)."""
+def reference(cache: Cache, kh: int, q: np.ndarray, scale: float, chunk: int = 1 << 16) -> np.ndarray:
+    """The output in float64, from the cache's int8 codes and Q's codes (segment 1 as the kernel);
+    ``chunk`` tokens at a time (a multiple of every case's block size), so a long case stays small."""
     from lessonkit.quant import q_codes
     qi, qsc = q_codes(q)
-    K, V = cache.codes(cache.k_blocks, kh), cache.codes(cache.v_blocks, kh)
-    dots = (K.reshape(cache.T, -1, QBLK) * qi.astype(np.float64).reshape(-1, QBLK)).sum(axis=2)
-    s = (dots * qsc.astype(np.float64)).sum(axis=1) * cache.k_scale[:, kh] / 127.0 * scale
-    w = np.exp(s - max(-1e9, s.max()))
-    return (w * cache.v_scale[:, kh] / 127.0) @ V / w.sum()
+    qblocks = qi.astype(np.float64).reshape(-1, QBLK)
+    s = np.empty(cache.T)
+    for t0 in range(0, cache.T, chunk):
+        K = cache.codes(cache.k_blocks, kh, t0, min(cache.T, t0 + chunk))
+        dots = (K.reshape(len(K), -1, QBLK) * qblocks).sum(axis=2)
+        s[t0:t0 + len(K)] = (dots * qsc.astype(np.float64)).sum(axis=1)
+    s *= cache.k_scale[:, kh] / 127.0 * scale
+    w = np.exp(s - max(-1e9, s.max())) * cache.v_scale[:, kh] / 127.0
+    out = sum(w[t0:t0 + chunk] @ cache.codes(cache.v_blocks, kh, t0, min(cache.T, t0 + chunk))
+              for t0 in range(0, cache.T, chunk))
+    return out / np.exp(s - max(-1e9, s.max())).sum()
 
 
 def compare(failures: list, what: list, got: np.ndarray, want: np.ndarray, tol: float = TOL) -> None:
@@ -114,23 +146,26 @@ def check_quantizer(ffi, lib, failures, rng) -> None:
         failures.append([*what, ["codes", bad, codes.size]])
 
 
-def check_kernels(ffi, lib, failures, rng) -> None:
+def check_kernels(ffi, lib, failures, rng, cases=CASES) -> None:
     # the kernels flash_attn_q8.h declares, called by name; every registry entry (fa_variants.h, read
     # from this library's own table) is called through fa_time_calls below
     kernels = ("flash_attn_single_q_q8_neon", "flash_attn_single_q_q8_scalar",
                "flash_attn_two_pass_scores_q8", "flash_attn_two_pass_recompute_q8", "flash_attn_single_q_q8_fast")
     step("fa_variant_name")
     registry = [ffi.string(lib.fa_variant_name(i)).decode() for i in range(lib.fa_variant_count())]
-    for case in CASES:
+    for case in cases:
         T, nkv, hd, bs, kh, rising = case
         case = list(case)
-        K = rng.standard_normal((T, nkv, hd)).astype(np.float32)
-        V = rng.standard_normal((T, nkv, hd)).astype(np.float32)
         q = rng.standard_normal(hd).astype(np.float32)
-        if rising:  # token t's K leans more and more towards q: each score beats the last
-            for t in range(T):
-                K[t, kh] = (0.2 * K[t, kh] + (1.0 + 0.5 * t) * q / np.abs(q).max()).astype(np.float32)
-        cache = Cache(ffi, lib, T, nkv, hd, bs, K, V)
+
+        def rows(t0, t1):
+            K = rng.standard_normal((t1 - t0, nkv, hd)).astype(np.float32)
+            if rising:  # token t's K leans more and more towards q: each score beats the last
+                lean = (1.0 + 0.5 * np.arange(t0, t1))[:, None] * (q / np.abs(q).max())
+                K[:, kh] = (0.2 * K[:, kh] + lean).astype(np.float32)
+            return K, rng.standard_normal((t1 - t0, nkv, hd)).astype(np.float32)
+
+        cache = Cache(ffi, lib, T, nkv, hd, bs, rows)
         scale = float(1.0 / np.sqrt(hd))
         want = reference(cache, kh, q, scale)
         qb, ptrs = ffi.from_buffer("float[]", q), cache.args(ffi, kh)
@@ -151,7 +186,7 @@ def check_kernels(ffi, lib, failures, rng) -> None:
         tr = {f: np.zeros(n, dt) for f, n, dt in (
             ("q_codes", hd, np.int8), ("q_scales", hd // QBLK, np.float32), ("dots", T * hd // QBLK, np.int32),
             ("k_rows", T, np.uint64), ("v_rows", T, np.uint64), ("s", T, np.float32), ("M", T, np.float32),
-            ("S", T, np.float32), ("ms", T, np.float32), ("vkq", T * hd, np.float32))}
+            ("S", T, np.float32), ("ms", T, np.float32), ("vkq", T * hd, np.float32)) if f != "vkq" or n <= TRACE_VKQ_MAX}
         c = ffi.new("fa_trace *")
         keep = []
         for field, arr in tr.items():
@@ -237,20 +272,28 @@ def check_helpers(ffi, lib, failures, rng) -> None:
 
 
 def main() -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's lessonkit (for quant)
+    global _report
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's lessonkit
+    from lessonkit.header import cdef
     request = json.loads(sys.stdin.read())
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _report = open(request["report"], "w", encoding="utf-8")  # noqa: SIM115 (open until the process ends)
     ffi = cffi.FFI()
-    ffi.cdef("\n".join(l for l in request["header"].splitlines() if not l.lstrip().startswith("#")))
+    ffi.cdef(cdef(request["header"]))
     step("dlopen")
     lib = ffi.dlopen(request["library"])
     failures: list = []
     rng = np.random.default_rng(20240902)
-    for part in (check_quantizer, check_kernels, check_helpers):
+    tokens = request.get("tokens")
+    parts = ([lambda *a: check_kernels(*a, cases=[(tokens, *LONG_CASE)])] if tokens else
+             [check_quantizer, check_kernels, check_helpers])
+    for part in parts:
         try:
             part(ffi, lib, failures, rng)
         except AttributeError as e:  # a function the header no longer declares
             failures.append(["", None, None, ["missing", str(e)]])
-    print(json.dumps({"failures": failures}))
+    print("report " + json.dumps({"failures": failures}), file=_report, flush=True)
     return 0
 
 

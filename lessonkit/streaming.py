@@ -285,7 +285,7 @@ class ChunkedAttention:
         self.scores = np.empty(0, np.float32)
 
     def _args(self):
-        qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(self.ffi, self.q, self.cache, self.kv_head)
+        qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(self.ffi, self.q, self.cache, self.kv_head, self.lib)
         return qbuf, k, v, ks, vs, (kv_dim, kv_bs, nkv, kh_off, self.cache.head_dim)
 
     def fold(self, t1: int) -> None:

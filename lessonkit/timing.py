@@ -57,7 +57,7 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     plan = env.timing_cores(cores)
     ffi, lib = native.load(defines=defines)
     out = np.empty(cache.head_dim, np.float32)
-    k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi)
+    k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi, lib)
     args = (ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
             k, v, ks, vs, T, kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
 

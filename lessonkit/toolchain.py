@@ -186,7 +186,22 @@ def sanitizer_flags() -> list[str]:
     if not re.fullmatch(r"[a-z-]+(,[a-z-]+)*", value):
         raise BuildError(_("LESSONKIT_SANITIZE must look like 'address,undefined'; got {value!r}").format(
                            value=value))
+    if "address" in value.split(",") and not _asan_runtime_loaded():
+        raise BuildError(_("LESSONKIT_SANITIZE={value} builds the kernel with AddressSanitizer, and such a library "
+                           "loads only into a process started with the sanitizer's runtime: start Python with "
+                           "LD_PRELOAD=$(cc -print-file-name=libasan.so) (as make test-asan-py does), or unset "
+                           "LESSONKIT_SANITIZE (os.environ.pop('LESSONKIT_SANITIZE')).").format(value=value))
     return [f"-fsanitize={value}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
+
+
+def _asan_runtime_loaded() -> bool:
+    """Is AddressSanitizer's runtime in this process (preloaded: it must come first)? Linux lists the
+    process's libraries in /proc/self/maps; where that cannot be read, assume it is."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return True
+    return "libasan" in maps or "libclang_rt.asan" in maps
 
 
 def compile_flags(debug: bool = False, dotprod: bool | None = None,
@@ -261,9 +276,43 @@ def _build_key(sources: dict[str, bytes], cc: str, flags: list[str], extra: dict
 
 
 def build_dir_for(src_dir: Path) -> Path:
-    """Where builds of src_dir go: ``$LESSONKIT_BUILD_DIR`` if set, else ``.build/`` beside it."""
-    env = os.environ.get("LESSONKIT_BUILD_DIR", "").strip()
-    return Path(env).resolve() if env else src_dir.parent / ".build"
+    """Where builds of src_dir go: ``$LESSONKIT_BUILD_DIR`` if set (``~`` expanded), else ``.build/``
+    beside it. A setting that names no folder this process can make and write is refused here, by name."""
+    raw = os.environ.get("LESSONKIT_BUILD_DIR", "").strip()
+    if not raw:
+        return src_dir.parent / ".build"
+    folder = Path(raw).expanduser().resolve()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        usable = os.access(folder, os.W_OK | os.X_OK)
+        why = "" if usable else _("it cannot be written")
+    except FileExistsError:
+        why = _("it is a file, not a folder")
+    except OSError as e:
+        why = e.strerror or str(e)
+    if why:
+        raise BuildError(_("LESSONKIT_BUILD_DIR={raw!r} names a folder lessonkit cannot build in ({folder}: {why}). "
+                           "Set it to a folder you can write, e.g. os.environ['LESSONKIT_BUILD_DIR'] = "
+                           "'/tmp/lessonkit-build', or unset it to build in .build/ beside native/.").format(
+                           raw=raw, folder=folder, why=why))
+    return folder
+
+
+def seconds_setting(name: str, default: float, lo: float, hi: float) -> float:
+    """The environment setting ``name`` as seconds between ``lo`` and ``hi`` (``default`` when unset);
+    anything else (a word, 0, a negative number, nan) is refused with the setting's name."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not lo <= value <= hi:  # nan compares false: refused too
+        raise BuildError(_("{name} must be a number of seconds between {lo:g} and {hi:g}; got {raw!r}. Fix it, or "
+                           "unset it for the default of {default:g} s.").format(
+                           name=name, lo=lo, hi=hi, raw=raw, default=default))
+    return value
 
 
 def build_program(main_source: Path | str, flags: list[str], stem: str,
@@ -294,8 +343,23 @@ def build_program(main_source: Path | str, flags: list[str], stem: str,
     return out
 
 
+def source_dir(src_dir) -> Path:
+    """``src_dir`` as a resolved folder: None means the workbook's native/; an empty path is refused
+    (``Path("")`` would quietly be the current folder, or, through ``or``, native/ itself)."""
+    if src_dir is None:
+        return NATIVE_DIR
+    if isinstance(src_dir, (str, os.PathLike)) and not str(os.fspath(src_dir)).strip():
+        raise ValueError(_("src_dir is an empty path. Give the folder of your copy of the kernel, e.g. "
+                           "src_dir=lk.workspace.student_native(), or leave src_dir out for the workbook's "
+                           "native/."))
+    if not isinstance(src_dir, (str, os.PathLike)):
+        raise TypeError(_("src_dir must be a folder (a str or a pathlib.Path); got {kind}").format(
+                          kind=type(src_dir).__name__))
+    return Path(src_dir).expanduser().resolve()
+
+
 def _native_dir(src_dir) -> Path:
-    src_dir = Path(src_dir or NATIVE_DIR).resolve()
+    src_dir = source_dir(src_dir)
     if not (src_dir / HEADER).is_file():
         raise BuildError(_("{src_dir} has no {HEADER}: is this the workbook's native/ folder?").format(
                            src_dir=src_dir, HEADER=HEADER))
@@ -375,6 +439,12 @@ def _run_compiler(cc: str, flags: list[str], tmp_src: Path, sources: list[Path],
                                "same time?). Nothing new was loaded; run the cell again."))
         if "No space left on device" in proc.stderr:
             raise _os_error(OSError(errno.ENOSPC, "No space left on device"), out.parent.parent)
+        if twice := re.search(r"multiple definition of [`'\u2018](\w+)", text):
+            raise BuildError(_("{name} is defined twice when the library is linked. A helper function you add to "
+                               "the kernel's file must be static (write `static` before its return type): the "
+                               "traced build (flash_attn_q8_traced.c) compiles that file a second time, and two "
+                               "non-static copies of one name clash. Nothing new was loaded.").format(
+                               name=twice.group(1)))
         raise BuildError(first_errors(text) + _("\n\nThe C sources did not compile: fix the first error above and "
                                                 "run the cell again. Nothing new was loaded; libraries loaded "
                                                 "before keep working."))

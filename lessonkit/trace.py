@@ -81,7 +81,7 @@ def traced(out, q, cache, kv_head, scale, ffi=None, lib=None, fields=FIELDS) -> 
     """``run_traced`` with arguments already checked (``lk.attend(..., trace=True)`` has checked them)."""
     if ffi is None:
         ffi, lib = native.load()
-    args = cache.kernel_args(kv_head, ffi)  # first: the trace is sized for the tokens the call reads
+    args = cache.kernel_args(kv_head, ffi, lib)  # first: the trace is sized for the tokens the call reads
     T, hd = args[4], cache.head_dim  # (another thread may append meanwhile; this call reads only these)
     nblk = hd // check.QBLOCK
     shapes = {"q_codes": ((hd,), np.int8), "q_scales": ((nblk,), np.float32), "dots": ((T, nblk), np.int32),

@@ -126,12 +126,87 @@ def test_a_read_only_build_folder_says_what_to_do(native_copy, monkeypatch):
         native.build(src_dir=native_copy)
 
 
-def test_a_build_folder_that_cannot_exist_is_a_build_error(native_copy, tmp_path, monkeypatch):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a folder")
-    monkeypatch.setenv("LESSONKIT_BUILD_DIR", str(blocker / "build"))
-    with pytest.raises(native.BuildError, match="Could not build in"):
+@pytest.mark.parametrize("where", ["a-file/build", "a-file", "/proc/lessonkit-build"])
+def test_a_build_folder_setting_that_cannot_be_used_is_named(native_copy, tmp_path, monkeypatch, where):
+    """LESSONKIT_BUILD_DIR under a file, at a file, or where no folder can be made (/proc): the
+    setting is named with what is wrong, before anything compiles (not "did make clean run?")."""
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("LESSONKIT_BUILD_DIR", where if where.startswith("/") else str(tmp_path / where))
+    with pytest.raises(native.BuildError, match="LESSONKIT_BUILD_DIR=.* names a folder lessonkit cannot build in") as e:
         native.build(src_dir=native_copy)
+    assert "make clean" not in str(e.value) and "see the error above" not in str(e.value)
+
+
+def test_a_build_folder_setting_expands_the_home_folder(native_copy, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("LESSONKIT_BUILD_DIR", "~/lk-build")
+    assert toolchain.build_dir_for(native_copy) == tmp_path / "lk-build"
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf"])
+def test_the_check_timeout_setting_is_validated_where_it_is_read(value):
+    """LESSONKIT_SMOKE_TIMEOUT=abc no longer breaks `import lessonkit`; it and 0, -1, nan (which
+    reported an intact kernel as hung) are refused, by name, when a build is checked."""
+    proc = run_python("""
+import lessonkit
+from lessonkit import native
+try:
+    native.smoke_timeout()
+except native.BuildError as e:
+    print("MESSAGE", e)
+""", env={"LESSONKIT_SMOKE_TIMEOUT": value})
+    out = assert_clean(proc)
+    assert "MESSAGE LESSONKIT_SMOKE_TIMEOUT must be a number of seconds between 1 and 3600" in out
+    assert repr(value) in out
+
+
+def test_address_sanitizer_without_its_runtime_says_how_to_preload_it(monkeypatch):
+    monkeypatch.setenv("LESSONKIT_SANITIZE", "address,undefined")
+    monkeypatch.setattr(toolchain, "_asan_runtime_loaded", lambda: False)
+    with pytest.raises(native.BuildError, match="LD_PRELOAD=.*libasan.so.*or unset LESSONKIT_SANITIZE"):
+        native.build()
+
+
+@pytest.mark.parametrize("src_dir", ["", " "])
+def test_an_empty_src_dir_is_refused_not_taken_for_native(src_dir):
+    with pytest.raises(ValueError, match="src_dir is an empty path"):
+        native.load(src_dir=src_dir)
+
+
+@pytest.mark.parametrize("report", ['report {"failures": 5}', 'report [1, 2]', 'report not json',
+                                    'report {"failures": [["x", null, null, ["no-such-code"]]]}'])
+def test_a_report_that_cannot_be_read_is_a_kernel_check_error(tmp_path, monkeypatch, report):
+    """Whatever the child writes as its report, the check of a build is a KernelCheckError, never a
+    raw TypeError or KeyError from inside native (the check of the workbook's own library, with the
+    child's script replaced by one that writes ``report``)."""
+    lib = native.build()
+    header = (native.NATIVE_DIR / native.HEADER).read_text()
+    fake = tmp_path / "fake_smoke.py"
+    fake.write_text("import json, sys\nreq = json.loads(sys.stdin.read())\n"
+                    f"open(req['report'], 'w').write({report!r} + '\\n')\n")
+    monkeypatch.setattr(native, "SMOKE_SCRIPT", fake)
+    result = native._smoke(lib, header, "results")
+    with pytest.raises(native.KernelCheckError, match="report of its check that cannot be read"):
+        native._judge(result, "results")
+
+
+def test_a_closed_library_is_opened_again_not_handed_back():
+    """ffi.dlclose(lib) by the student: the next load() gives an open library, not the closed one."""
+    proc = run_python("""
+import numpy as np
+import lessonkit as lk
+from lessonkit import native
+from conftest import make_case
+cache, q, _, _ = make_case(3, 50, 1, 64, 16)
+ffi, lib = native.load()
+want = lk.attend(q, cache, 0)
+ffi.dlclose(lib)
+assert np.array_equal(lk.attend(q, cache, 0), want)
+ffi2, lib2 = native.load()
+assert lib2 is not lib
+print("OK", ffi2.string(lib2.fa_backend()).decode())
+""")
+    assert "OK" in assert_clean(proc)
 
 
 def test_a_full_disk_is_a_build_error_and_leaves_nothing_behind(native_copy, monkeypatch):

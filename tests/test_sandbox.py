@@ -187,3 +187,101 @@ def test_verify_must_be_a_known_level(verify):
     from lessonkit import native
     with pytest.raises(ValueError, match="verify must be one of"):
         native.build(verify=verify)
+
+
+def test_printf_and_a_multi_line_macro_leave_a_correct_kernel_loadable(run_case):
+    """The first debugging step: printf (stdout) and fprintf(stderr) in the kernel, and a #define over
+    two lines in the header. The check's report travels on its own channel, so the kernel's output
+    cannot be taken for it; what the kernel printed is shown, cut to a few lines."""
+    out = run_case("""
+text = kernel_c.read_text()
+kernel_c.write_text("#include <stdio.h>\\n" + text)
+edit('printf("out seq_len=%d\\\\n", seq_len); fprintf(stderr, "err seq_len=%d\\\\n", seq_len);')
+header = src / "flash_attn_q8.h"
+h = header.read_text()
+i = h.rfind("#endif")
+header.write_text(h[:i] + "#define MY_MAX(a, b) \\\\\\n    ((a) > (b) ? (a) : (b))\\n" + h[i:])
+import contextlib, io
+shown = io.StringIO()
+with contextlib.redirect_stdout(shown):
+    ffi1, lib1 = native.load(src_dir=src)
+print("SHOWN", shown.getvalue().replace("\\n", " | "))
+assert np.array_equal(call(ffi1, lib1), before)
+""")
+    shown = out.split("SHOWN", 1)[1].split("\n", 1)[0]
+    assert "Your kernel printed" in shown and "out seq_len=1" in shown and "err seq_len=" in shown
+    assert "more lines)" in shown and shown.count("seq_len=") <= 10  # cut to a few lines of each
+
+
+def test_a_buffer_sized_for_short_caches_is_refused_at_the_first_longer_call(run_case):
+    """A plausible edit keeps every score in a fixed array. float seen[128] fails the new-build check
+    itself (its longest cache has 4,100 tokens over 129 blocks); float seen[8192] passes it and is
+    refused, before the call, on the first cache longer than the check's, by a check at that length
+    in a child process. Calls on short caches still run, and the process survives."""
+    out = run_case("""
+def keep_scores(n):
+    shutil.copy(native.NATIVE_DIR / "flash_attn_q8_neon.c", kernel_c)
+    text = kernel_c.read_text()
+    text = text.replace("    float M = -1e9f, S = 0.0f;", f"    float seen[{n}];\\n    float M = -1e9f, S = 0.0f;", 1)
+    text = text.replace("        s = s * ks * scale;\\n", "        s = s * ks * scale;\\n        seen[t] = s;\\n", 1)
+    text = text.replace("    /* == segment 4: normalize once == */",
+                        "    float top = -1e9f;\\n    for (int t = 0; t < seq_len; t++) top = fmaxf(top, seen[t]);\\n"
+                        "    if (top != M) S = 0.0f;\\n    /* == segment 4: normalize once == */", 1)
+    kernel_c.write_text(text)
+
+keep_scores(128)
+expect_refused()
+keep_scores(8192)
+ffi1, lib1 = native.load(src_dir=src)
+assert np.allclose(call(ffi1, lib1), before, atol=1e-6)   # right on a short cache
+rng = np.random.default_rng(1)
+long_cache = lk.KVCacheQ8(2, 64, 256)
+long_cache.append(rng.standard_normal((20000, 2, 64), dtype=np.float32), rng.standard_normal((20000, 2, 64), dtype=np.float32))
+from lessonkit.kernels.attention import call_kernel
+for attempt in (1, 2):  # the second refusal comes without a second child
+    try:
+        call_kernel(ffi1, lib1, np.empty(64, np.float32), q, long_cache, 1, 0.125)
+    except native.KernelCheckError as e:
+        print("MESSAGE", attempt, str(e).replace("\\n", " | "))
+    else:
+        raise SystemExit("a kernel that overflows on long caches was called on one")
+assert np.allclose(call(ffi1, lib1), before, atol=1e-6)   # short caches still run
+# the intact build is checked at that length once, and then called
+out = call_kernel(ffi0, lib0, np.empty(64, np.float32), q, long_cache, 1, 0.125)
+assert np.isfinite(out).all()
+""")
+    assert "SIGSEGV" in out and "4100 tokens" in out
+    assert "MESSAGE 1" in out and "MESSAGE 2" in out and "32768 tokens" in out and "The call was not made" in out
+
+
+def test_a_non_static_helper_in_the_kernel_file_says_it_must_be_static(run_case):
+    out = run_case("""
+edit("", anchor="void flash_attn_single_q_q8_neon(", path=kernel_c)
+text = kernel_c.read_text()
+kernel_c.write_text(text.replace("void flash_attn_single_q_q8_neon(", "float twice(float x) { return 2.0f * x; }\\n"
+                                 "void flash_attn_single_q_q8_neon(", 1))
+try:
+    native.load(src_dir=src)
+except native.BuildError as e:
+    print("MESSAGE", str(e).replace("\\n", " | "))
+""")
+    assert "twice is defined twice" in out and "must be static" in out and "flash_attn_q8_traced.c" in out
+    assert "/tmp" not in out.split("MESSAGE", 1)[1].split("\n", 1)[0]  # no private temporary paths
+
+
+def test_a_function_body_in_the_header_is_named_before_anything_compiles(run_case):
+    out = run_case("""
+header = src / "flash_attn_q8.h"
+h = header.read_text()
+i = h.rfind("#endif")
+header.write_text(h[:i] + "static inline float twice(float x) { return 2.0f * x; }\\n" + h[i:])
+line = h[:i].count("\\n") + 1
+try:
+    native.load(src_dir=src)
+except native.KernelCheckError:
+    raise SystemExit("the header was reported as a failed check, not named")
+except native.BuildError as e:
+    print("MESSAGE", line, str(e).replace("\\n", " | "))
+""")
+    line = out.split("MESSAGE ", 1)[1].split(" ", 1)[0]
+    assert f"flash_attn_q8.h:{line}" in out and "static inline" in out and "Traceback" not in out

@@ -35,11 +35,12 @@ BACKENDS = (*KERNELS, "numpy")
 GROUP_VARIANTS = {"group": 0, "per_head": 1, "per_head_fast": 2}
 
 
-def kernel_inputs(ffi, q: np.ndarray, cache: KVCacheQ8, kv_head: int) -> tuple:
+def kernel_inputs(ffi, q: np.ndarray, cache: KVCacheQ8, kv_head: int, lib=None) -> tuple:
     """(q's buffer, k_cache_q8, v_cache_q8, kscale, vscale, seq_len, kv_dim, kv_bs, nkv, kh_off): the
     arguments after the output that every attention kernel takes, for an already checked q (one
-    query float32 ``[hd]`` or a group ``[G, hd]``) over kv head ``kv_head`` of ``cache``."""
-    return (ffi.from_buffer("float[]", q), *cache.kernel_args(kv_head, ffi))
+    query float32 ``[hd]`` or a group ``[G, hd]``) over kv head ``kv_head`` of ``cache``, for a call
+    of ``lib`` (checked on a cache this long first: ``KVCacheQ8.kernel_args``)."""
+    return (ffi.from_buffer("float[]", q), *cache.kernel_args(kv_head, ffi, lib))
 
 
 def out_buffer(ffi, out: np.ndarray):
@@ -52,7 +53,7 @@ def call_kernel(ffi, lib, out: np.ndarray, q: np.ndarray, cache: KVCacheQ8, kv_h
     """One call of the single-query kernel ``name`` of ``lib`` (the workbook's library, or a build
     of an edited copy), writing ``out``; arguments already checked. ``seq_len`` (default the
     cache's) lets a caller read only the first tokens. Returns ``out``."""
-    qbuf, k, v, ks, vs, n_tokens, *layout = kernel_inputs(ffi, q, cache, kv_head)
+    qbuf, k, v, ks, vs, n_tokens, *layout = kernel_inputs(ffi, q, cache, kv_head, lib)
     getattr(lib, name)(out_buffer(ffi, out), qbuf, k, v, ks, vs, n_tokens if seq_len is None else seq_len,
                        *layout, cache.head_dim, scale)
     return out
@@ -107,7 +108,7 @@ def attend_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | 
     qs = group_queries(qs, cache)
     ffi, lib = native.load()
     out = np.empty(qs.shape, np.float32)
-    lib.flash_attn_group_q8_neon(out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head),
+    lib.flash_attn_group_q8_neon(out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head, lib),
                                  cache.head_dim, scale, qs.shape[0])
     return out
 
@@ -126,7 +127,7 @@ def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str 
     out = np.empty(qs.shape, np.float32) if out is None else check.float32_array("out", out, qs.shape, writable=True)
     plan = env.timing_cores(cores)
     ffi, lib = native.load()
-    args = (out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head), cache.head_dim, scale, qs.shape[0])
+    args = (out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head, lib), cache.head_dim, scale, qs.shape[0])
     with env.pinned(plan):
         return median_calls(lambda n: lib.fa_time_group_calls(GROUP_VARIANTS[variant], n, *args), repeats,
                             number, min_repeat_s)

@@ -171,7 +171,7 @@ def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
     n = len(cuts) - 1
     vkq = np.empty((n, cache.head_dim), np.float32)
     ms, ss = ffi.new("float[]", n), ffi.new("float[]", n)
-    qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(ffi, q, cache, kv_head)
+    qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(ffi, q, cache, kv_head, lib)
     rows = [out_buffer(ffi, vkq[j]) for j in range(n)]
     stop = threading.Event()
     next_chunk = itertools.count()  # next() on it is atomic under the GIL: each chunk runs once
@@ -265,7 +265,7 @@ def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threa
     plan = env.timing_cores(cores)
     ffi, lib = native.load()
     outs = np.empty((n_threads, cache.head_dim), np.float32)
-    qbuf, *kargs = kernel_inputs(ffi, q, cache, kv_head)
+    qbuf, *kargs = kernel_inputs(ffi, q, cache, kv_head, lib)
 
     def calls(j: int, n: int = number) -> float:
         return lib.fa_time_calls(0, n, out_buffer(ffi, outs[j]), qbuf, *kargs, cache.head_dim, scale)
