@@ -14,7 +14,9 @@ an address. The cache checks its own arguments, and ``kv_cache``, ``attention_ca
 ``attention_args`` check those of every attention call over it."""
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -103,6 +105,7 @@ class KVCacheQ8:
         self._shape = (nkv, hd, bs)
         self._max_tokens = C_INT_MAX // nkv
         self._lock = threading.Lock()       # serializes appends; readers never take it
+        _caches.add(self)                   # so that a forked child gets a free lock (below)
         self._k_blocks: list[np.ndarray] = []  # every block allocated, in token order; only grows
         self._v_blocks: list[np.ndarray] = []
         k_scale = np.zeros((bs, nkv), np.float32)
@@ -380,6 +383,20 @@ class KVCacheQ8:
                 ffi.from_buffer("float[]", s.k_flat[kh:end]),
                 ffi.from_buffer("float[]", s.v_flat[kh:end]),
                 s.seq_len, self.kv_dim, self.block_size, nkv, kh * self.head_dim)
+
+
+# A child forked while another thread of the parent was appending would inherit that cache's lock
+# held, by a thread that does not exist in the child: its first append would wait forever.
+_caches: weakref.WeakSet = weakref.WeakSet()
+
+
+def _free_locks_in_child() -> None:
+    for cache in list(_caches):
+        cache._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_free_locks_in_child)
 
 
 def _table_with(table: _BlockTable, n_used: int, n_blocks: int, blocks: list) -> _BlockTable:

@@ -181,7 +181,7 @@ def read_trace(log: str) -> tuple[list[int], dict[int, list[tuple[int, int]]], d
 
 def aliases(exe: Path, function: str) -> set[str]:
     """``function`` and every other function symbol of ``exe`` at its address (nm's table)."""
-    out = subprocess.run([CC.replace("gcc", "nm"), str(exe)], capture_output=True, text=True)
+    out = _run([CC.replace("gcc", "nm"), str(exe)])
     addr = {f[2]: f[0] for f in map(str.split, out.stdout.splitlines()) if len(f) == 3 and f[1] in "Tt"}
     return {function} | {name for name, a in addr.items() if function in addr and a == addr[function]}
 

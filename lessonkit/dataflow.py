@@ -356,7 +356,7 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
         subprocess.run([cycles.CC, *flags, "-g", f"-I{source.KERNEL_FILE.parent}", "-S",
                         str(source.KERNEL_FILE), "-o", str(out)], check=True, capture_output=True, timeout=300)
         asm = out.read_text()
-    version = subprocess.run([cycles.CC, "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
+    version = subprocess.run([cycles.CC, "-dumpfullversion"], capture_output=True, text=True, timeout=60).stdout.strip()
     files = dict(re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]+)"\s*$', asm, flags=re.M))
     index = next(i for i, name in files.items() if Path(name).name == source.KERNEL_FILE.name)
     body = asm.split(f"\n{function}:\n", 1)[1].split(f"\t.size\t{function},", 1)[0]

@@ -41,15 +41,15 @@ def cpu_name(cpuinfo_path: Path | str | None = None, model_path: Path | str | No
     /proc/device-tree/model (a test feeds a board's)."""
     try:
         if sys.platform == "darwin" and cpuinfo_path is None:
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
-                                  capture_output=True, text=True).stdout.strip() or platform.machine()
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                  timeout=30).stdout.strip() or platform.machine()
         for line in Path(cpuinfo_path or CPUINFO).read_text().splitlines():
             if line.lower().startswith(("model name", "hardware")):
                 return line.split(":", 1)[1].strip()
         board = board_name(model_path)
         if board:
             return board
-    except OSError:
+    except (OSError, subprocess.SubprocessError):
         pass
     return platform.machine()
 
@@ -181,6 +181,16 @@ def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | st
 _pin_lock = threading.RLock()
 
 
+def _free_pin_lock_in_child() -> None:
+    """A child forked while a thread of the parent held the lock gets a free one (see KVCacheQ8's)."""
+    global _pin_lock
+    _pin_lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_free_pin_lock_in_child)
+
+
 def _thread_ids() -> list[int]:
     """The native ids of every thread of this process (0, the calling thread, where /proc is missing).
     Every thread is pinned, not only the caller: split-KV's pool workers run kernel calls too."""
@@ -252,7 +262,10 @@ def machine_label(cores: str | None = None, cpuinfo_path: Path | str | None = No
 def _version(cmd: list[str]) -> str | None:
     if shutil.which(cmd[0]) is None:
         return None
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):  # a tool that does not answer is as good as missing
+        return None
     return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else cmd[0]
 
 

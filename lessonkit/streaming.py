@@ -381,8 +381,8 @@ SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
 
 def _valgrind_version() -> str:
     try:
-        return subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
-    except OSError:
+        return subprocess.run(["valgrind", "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 

@@ -92,8 +92,8 @@ def _cpu_has_dotprod() -> bool:
     if sys.platform == "darwin":
         try:
             out = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_DotProd"],
-                                 capture_output=True, text=True, check=False).stdout.strip()
-        except OSError:
+                                 capture_output=True, text=True, check=False, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
             out = ""
         # macOS 11 has no FEAT_* keys; every Apple Silicon chip (M1 and later) has the dot product
         return out == "1" if out in ("0", "1") else platform.machine() == "arm64"

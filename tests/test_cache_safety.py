@@ -539,3 +539,36 @@ def test_kernel_args_is_cheap():
             c.kernel_args(3, ffi)
         best = min(best, (time.perf_counter() - t0) / 200)
     assert best < 50e-6, f"kernel_args takes {best * 1e6:.1f} us"
+
+
+def test_a_child_forked_while_a_lock_is_held_gets_free_locks():
+    """A thread of the parent is inside an append (the cache's lock held) or a pinned timing (env's
+    lock held) when the process forks: the child, which has no such thread, must still append and
+    pin, not wait forever for a lock nobody will release."""
+    proc = run_python("""
+import os, signal, threading
+import numpy as np
+import lessonkit as lk
+from lessonkit import env
+cache = lk.KVCacheQ8(1, 32, 4)
+held, release = threading.Event(), threading.Event()
+def hold():
+    with cache._lock, env._pin_lock:
+        held.set()
+        release.wait()
+t = threading.Thread(target=hold)
+t.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)   # a hang ends the child with SIGALRM
+    x = np.ones((3, 1, 32), np.float32)
+    cache.append(x, x)
+    with env.pinned():
+        pass
+    os._exit(0 if cache.seq_len == 3 else 1)
+release.set()
+t.join()
+print("CHILD", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+""")
+    assert "CHILD 0" in assert_clean(proc)
