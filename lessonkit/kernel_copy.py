@@ -7,7 +7,6 @@ or computes wrong results is refused, and the student's process keeps its state 
 from __future__ import annotations
 
 import math
-import os
 import re
 import shutil
 import tempfile
@@ -20,6 +19,7 @@ import numpy as np
 from . import native, source, workspace
 from . import validate as check
 from .cache import KVCacheQ8, attention_call
+from .files import write_atomic
 from .kernels import attention
 from .language import _
 from .synthetic import cache_with_scores
@@ -69,7 +69,7 @@ def edit_line(copy: Path | str, edit: Edit) -> Change:
     new = old[:len(old) - len(old.lstrip())] + (edit.new if edit.new is not None
                                                   else f"// removed in lesson 06: {old.strip()}")
     lines[n - 1] = new + "\n"
-    path.write_text("".join(lines))
+    write_atomic(path, "".join(lines))
     return Change(edit.file, n, old, new)
 
 
@@ -193,11 +193,7 @@ def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KE
     dest = Path(dest) if dest is not None else workspace.WORK_DIR / UNMARKED_NAME
     dest.parent.mkdir(parents=True, exist_ok=True)
     kept, unused = _unmarked(Path(path))
-    fd, tmp = tempfile.mkstemp(prefix=".unmarked-", dir=dest.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join(kept) + "\n")
-    os.replace(tmp, dest)
-    return dest
+    return write_atomic(dest, "\n".join(kept) + "\n")
 
 
 def unmarked_segments(path: Path | str = source.KERNEL_FILE) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:

@@ -29,6 +29,7 @@ from pathlib import Path
 import cffi
 
 from . import validate as check
+from .files import write_atomic
 from .header import cdef
 from .language import _
 from .toolchain import (  # noqa: F401
@@ -185,13 +186,9 @@ def _read_record(lib: Path) -> dict | None:
 
 
 def _write_record(lib: Path, record: dict) -> None:
-    path = _record_path(lib)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(record, indent=1))
-        os.replace(tmp, path)
+        write_atomic(_record_path(lib), json.dumps(record, indent=1))
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise _os_error(e, lib.parent) from None
 
 
