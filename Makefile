@@ -158,11 +158,14 @@ update:
 	$(MAKE) copies
 
 # Start one lesson over; the old copy moves to $(WORK)/old/. No setup: it needs only the .venv that
-# made the copies (the standard library does the work).
+# made the copies (the standard library does the work). LESSON reaches python as typed: through the
+# environment, unexpanded ($(value)), so that no quote, $ or ; in it is read by make or the shell, and
+# after --, so that LESSON=-h is a lesson name to refuse, not a request for help.
+reset: export LESSON_ARG = $(value LESSON)
 reset:
-	@if [ -z "$(LESSON)" ]; then echo "say which lesson: make reset LESSON=04"; exit 1; fi
+	@if [ -z "$$LESSON_ARG" ]; then echo "say which lesson: make reset LESSON=04"; exit 1; fi
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it, and your copies"; exit 1; fi
-	$(PY) -m lessonkit.workspace reset "$(LESSON)"
+	@$(PY) -m lessonkit.workspace reset -- "$$LESSON_ARG"
 
 reset-native:
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it"; exit 1; fi

@@ -205,3 +205,17 @@ def test_reset_names_a_lesson_that_exists(clone):
     lines = assert_clean(out).splitlines()
     assert lines[:4] == ["refused '99'", "refused 'kernel'", "refused ''", "refused '../native'"]
     assert lines[4] == "04_kernel_walkthrough.ipynb 04_kernel_walkthrough.ipynb"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="tests the Makefile's reset target")
+def test_make_reset_takes_lesson_as_typed_and_refuses_what_is_no_lesson(clone):
+    """LESSON reaches the reset as one value, whatever quotes, $, ; or leading - it holds: not as
+    argparse's -h (help, and nothing reset, with status 0), not as shell syntax, not run."""
+    copies(clone)
+    for value in ("-h", "--help", '0"4', "0'4", "a$b", "0 4", "01; touch pwned", "`touch pwned`", "$(touch pwned)"):
+        proc = subprocess.run(["make", "-s", "reset", f"LESSON={value}", f"PY={sys.executable}"], cwd=clone,
+                              env={**os.environ, "PYTHONPATH": str(clone)}, capture_output=True, text=True)
+        assert proc.returncode != 0, (value, proc.stdout)
+        assert proc.stderr.strip().startswith(f"no single lesson {value!r};"), (value, proc.stderr)
+    assert not (clone / "my-work" / "old").exists() and not (clone / "pwned").exists()
+    assert porcelain(clone) == ""
