@@ -110,7 +110,7 @@ help:
 	@echo "  Neoverse N1 model, A55); needs llvm-19, gcc-aarch64-linux-gnu, qemu-user (CYCLES_ARGS=--quick)"
 	@echo "make update   git pull, then copy the lessons it brought into $(WORK)/ (yours stay as they are)"
 	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); LESSON=zh/04 the Chinese one;"
-	@echo "  make reset-native: the kernel copy"
+	@echo "  LESSON=glossary the glossary; make reset-native: the kernel copy"
 	@echo "make catalog   check lessonkit's Chinese messages (.po) and compile them (.mo); needs msgfmt (gettext)"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
 	@echo "make debug-aarch64   lesson 06's breakpoints in the aarch64 build (sdot) under qemu and gdb-multiarch"

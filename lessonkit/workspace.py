@@ -172,30 +172,34 @@ def _replace_untouched(lesson: Path, dest: Path, was: str, now: str) -> bool:
 
 def find_lesson(which: str | int) -> Path:
     """The shipped lesson named by its number (``"04"``, ``4``, ``"05b"``) or its name
-    (``"04_kernel_walkthrough"``, with or without ``.ipynb``); ``"zh/04"`` names the Chinese one."""
+    (``"04_kernel_walkthrough"``, with or without ``.ipynb``); ``"zh/04"`` names the Chinese one;
+    ``"glossary"`` the glossary both editions share."""
     text = str(which).strip()
     edition, text = ("zh", text[3:]) if text.startswith("zh/") else ("en", text)
     text = text.removesuffix(".ipynb")
+    if text.removesuffix(".md") == GLOSSARY.stem and GLOSSARY.exists():
+        return GLOSSARY
     pool = lessons(edition)
     if m := re.fullmatch(r"(\d{1,2})([a-z]?)", text):
         matches = [p for p in pool if p.stem.split("_", 1)[0] == f"{int(m[1]):02d}{m[2]}"]
     else:
         matches = [p for p in pool if p.stem == Path(text).name]
     if len(matches) != 1:
-        names = ", ".join(p.stem for p in pool)
+        names = ", ".join([p.stem for p in pool] + [GLOSSARY.stem])
         raise ValueError(_("no single lesson {which!r}; the lessons are {names} (give the number, e.g. LESSON=04, "
                            "or LESSON=zh/04 for the Chinese one)").format(which=which, names=names))
     return matches[0]
 
 
 def reset_lesson(which: str | int) -> tuple[Path, Path | None]:
-    """``make reset LESSON=04``: move the lesson's copy to ``my-work/old/<name>.<n>.ipynb`` and copy the
-    shipped lesson again. Returns (the new copy, where the old one went or None)."""
+    """``make reset LESSON=04``: move the lesson's copy to ``my-work/old/<name>.<n>.ipynb`` (the glossary's
+    to ``glossary.<n>.md``) and copy the shipped lesson again. Returns (the new copy, where the old one
+    went or None)."""
     lesson = find_lesson(which)
     dest = WORK_DIR / _key(lesson)
     WORK_DIR.mkdir(exist_ok=True)
     stem = lesson.stem if lesson.parent == LESSONS_DIR else f"{lesson.parent.name}-{lesson.stem}"
-    old = _move_to_old(dest, stem, ".ipynb") if dest.exists() else None
+    old = _move_to_old(dest, stem, lesson.suffix) if dest.exists() else None
     if not _copy_new(lesson, dest):  # another process made a copy in between: keep theirs
         raise FileExistsError(errno.EEXIST, "a new working copy appeared during the reset; run it again", str(dest))
     _record({_key(lesson): _sha256_file(lesson)})
@@ -265,12 +269,9 @@ def main(argv: list[str] | None = None) -> int:
                 if path.name == "native":
                     print(_("native/ changed since {shown_path} was made; `make reset-native` starts your copy "
                             "over from it (yours is kept in my-work/old/)").format(shown_path=_shown(path)))
-                elif path.suffix != ".ipynb":  # the glossary: nothing of the student's to keep in it
-                    print(_("notebooks/{name} changed; delete {shown_path} and run make copies for the new one").format(
-                            name=path.name, shown_path=_shown(path)))
-                else:
+                else:  # a lesson, or the glossary (the student's notes may be in it: reset, never delete)
                     rel = path.relative_to(WORK_DIR).as_posix()
-                    which = rel.split("_", 1)[0]
+                    which = GLOSSARY.stem if path.name == GLOSSARY.name else rel.split("_", 1)[0]
                     print(_("notebooks/{rel} changed since your copy was made; `make reset LESSON={which}` gives "
                             "you the new one (yours is kept in my-work/old/)").format(rel=rel, which=which))
         elif args.what == "reset":

@@ -219,3 +219,23 @@ def test_make_reset_takes_lesson_as_typed_and_refuses_what_is_no_lesson(clone):
         assert proc.stderr.strip().startswith(f"no single lesson {value!r};"), (value, proc.stderr)
     assert not (clone / "my-work" / "old").exists() and not (clone / "pwned").exists()
     assert porcelain(clone) == ""
+
+
+def test_a_changed_glossary_is_reset_never_deleted(clone):
+    """The glossary copy holds the student's notes: when notebooks/glossary.md changes, the advice is
+    make reset LESSON=glossary, which keeps the old copy in my-work/old/ (no advice to delete it)."""
+    work = clone / "my-work"
+    copies(clone)
+    mine, shipped = work / "glossary.md", clone / "notebooks" / "glossary.md"
+    mine.write_text(mine.read_text() + "\nmy note: the scale is per 32 values\n")
+    shipped.write_text(shipped.read_text() + "\nan added term\n")
+    git(clone, "commit", "--quiet", "-am", "an update of the glossary")
+    out = copies(clone)
+    assert ("notebooks/glossary.md changed since your copy was made; `make reset LESSON=glossary` gives you "
+            "the new one (yours is kept in my-work/old/)") in out
+    assert "delete" not in out and "my note" in mine.read_text()
+    reset = in_clone(clone, "from lessonkit import workspace\nworkspace.main(['reset', 'glossary'])")
+    assert "my-work/old/glossary.1.md: your previous copy" in reset
+    assert "my note" in (work / "old" / "glossary.1.md").read_text()
+    assert mine.read_bytes() == shipped.read_bytes()
+    assert "glossary" not in copies(clone)  # the fresh copy is of the current glossary
