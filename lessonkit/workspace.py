@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .files import write_atomic
 from .language import _
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -66,18 +67,38 @@ def _sha256_tree(folder: Path) -> str:
     return h.hexdigest()
 
 
-def _read_manifest() -> dict:
+def _write_record(entries: dict) -> None:
+    write_atomic(MANIFEST, json.dumps(entries, indent=1, sort_keys=True) + "\n")
+
+
+def _read_manifest() -> tuple[dict, str | None]:
+    """The record's sound entries (a sha256 each), and None, or a notice if the record was unreadable or
+    damaged. A damaged record is moved to my-work/old/ (nothing is deleted) and written again with its
+    sound entries, so that the next run reads a clean one; a copy whose entry is lost is never replaced
+    on the strength of it (make_copies lists it as possibly changed)."""
     try:
-        data = json.loads(MANIFEST.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+        data = json.loads(MANIFEST.read_text(encoding="utf-8"))
+    except FileNotFoundError:  # no copy made yet
+        return {}, None
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+        data = None
+    sound = {k: v for k, v in data.items() if isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v)} \
+        if isinstance(data, dict) else {}
+    if isinstance(data, dict) and len(sound) == len(data):
+        return sound, None
+    try:
+        kept = _move_to_old(MANIFEST, "copied", ".json")
+    except FileNotFoundError:  # another run moved it a moment ago, and writes the same sound entries
+        return sound, None
+    _write_record(sound)
+    return sound, _("{record}, the record of which version of each lesson your copies were made from, was "
+                    "unreadable or damaged: it is kept as {kept}, and a clean one was written from what was sound "
+                    "in it; a copy it no longer vouches for is never replaced, and is listed as possibly "
+                    "changed").format(record=_shown(MANIFEST), kept=_shown(kept))
 
 
 def _record(updates: dict) -> None:
-    tmp = MANIFEST.with_name(f"{MANIFEST.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({**_read_manifest(), **updates}, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, MANIFEST)
+    _write_record({**_read_manifest()[0], **updates})
 
 
 def _copy_new(src: Path, dest: Path) -> bool:
@@ -130,25 +151,47 @@ def _move_to_old(path: Path, stem: str, suffix: str) -> Path:
         return dest
 
 
-def make_copies() -> dict[str, list[Path]]:
+def make_copies() -> dict:
     """Copy every shipped lesson (both editions, and the glossary they link) that has no working copy
-    yet into ``my-work/``. Returns ``{"copied": [...], "updated": [...], "changed": [...]}``: the copies
-    made now; the copies the student never changed whose lesson changed, now replaced by the new
-    lesson; the copies the student changed whose lesson changed since, kept (``reset_lesson``
-    gets the new one), and ``my-work/native`` if ``native/`` changed since it was copied."""
+    yet into ``my-work/``. Returns ``{"copied": [...], "updated": [...], "changed": [...], "unknown":
+    [...], "record": notice}``: the copies made now; the copies the student never changed whose lesson
+    changed, now replaced by the new lesson; the copies the student changed whose lesson changed since,
+    kept (``reset_lesson`` gets the new one), and ``my-work/native`` if ``native/`` changed since it was
+    copied; the copies no record vouches for (its entry lost) that differ from their lesson: possibly
+    changed, kept; and the notice of a damaged record (_read_manifest), or None."""
     WORK_DIR.mkdir(exist_ok=True)
-    manifest = _read_manifest()
-    copied, updated, changed = [], [], []
+    manifest, notice = _read_manifest()
+    copied, updated, changed, unknown = [], [], [], []
     for lesson in lessons(None) + ([GLOSSARY] if GLOSSARY.exists() else []):
-        dest, now, was = WORK_DIR / _key(lesson), _sha256_file(lesson), manifest.get(_key(lesson))
+        key = _key(lesson)
+        dest, now, was = WORK_DIR / key, _sha256_file(lesson), manifest.get(key)
         if _copy_new(lesson, dest):
             copied.append(dest)
-            _record({_key(lesson): now})
-        elif was is not None and was != now:
+            _record({key: now})
+        elif was is None:
+            if not _vouch(key, dest, now, _sha256_file):
+                unknown.append(dest)
+        elif was != now:
             (updated if _replace_untouched(lesson, dest, was, now) else changed).append(dest)
-    if (WORK_DIR / "native").is_dir() and "native/" in manifest and manifest["native/"] != _sha256_tree(NATIVE_DIR):
-        changed.append(WORK_DIR / "native")
-    return {"copied": copied, "updated": updated, "changed": changed}
+    native = WORK_DIR / "native"
+    if native.is_dir() and any(native.iterdir()):
+        was, now = manifest.get("native/"), _sha256_tree(NATIVE_DIR)
+        if was is None:
+            if not _vouch("native/", native, now, _sha256_tree):
+                unknown.append(native)
+        elif was != now:
+            changed.append(native)
+    return {"copied": copied, "updated": updated, "changed": changed, "unknown": unknown, "record": notice}
+
+
+def _vouch(key: str, copy: Path, now: str, digest) -> bool:
+    """A copy with no entry in the record: only its bytes can tell, and only that it is the shipped file
+    as it is now (sha256 ``now``), so nothing of the student's is in it; then it is recorded as such (an
+    update may replace it later). True if so."""
+    if digest(copy) != now:
+        return False
+    _record({key: now})
+    return True
 
 
 def _replace_untouched(lesson: Path, dest: Path, was: str, now: str) -> bool:
@@ -260,20 +303,32 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.what == "copies":
             result = make_copies()
+            if result["record"]:
+                print(result["record"])
             for path in result["copied"]:
                 print(_("new working copy: ") + _shown(path))
             for path in result["updated"]:
                 print(_("updated: {shown_path} (the lesson changed, and you had not changed your copy)").format(
                         shown_path=_shown(path)))
-            for path in result["changed"]:
-                if path.name == "native":
-                    print(_("native/ changed since {shown_path} was made; `make reset-native` starts your copy "
-                            "over from it (yours is kept in my-work/old/)").format(shown_path=_shown(path)))
-                else:  # a lesson, or the glossary (the student's notes may be in it: reset, never delete)
+            advice = [(result["changed"],
+                       _("native/ changed since {shown_path} was made; `make reset-native` starts your copy "
+                         "over from it (yours is kept in my-work/old/)"),
+                       _("notebooks/{rel} changed since your copy was made; `make reset LESSON={which}` gives "
+                         "you the new one (yours is kept in my-work/old/)")),
+                      (result["unknown"],
+                       _("no record says which version of native/ {shown_path} was copied from, so native/ has "
+                         "possibly changed since; `make reset-native` starts your copy over from it (yours is kept "
+                         "in my-work/old/)"),
+                       _("no record says which version of notebooks/{rel} your copy was made from, so the lesson "
+                         "has possibly changed since; `make reset LESSON={which}` gives you the new one (yours is "
+                         "kept in my-work/old/)"))]
+            for paths, native_text, lesson_text in advice:
+                for path in paths:
+                    # a lesson, or the glossary (the student's notes may be in it: reset, never delete)
                     rel = path.relative_to(WORK_DIR).as_posix()
                     which = GLOSSARY.stem if path.name == GLOSSARY.name else rel.split("_", 1)[0]
-                    print(_("notebooks/{rel} changed since your copy was made; `make reset LESSON={which}` gives "
-                            "you the new one (yours is kept in my-work/old/)").format(rel=rel, which=which))
+                    print((native_text if path.name == "native" else lesson_text).format(
+                          shown_path=_shown(path), rel=rel, which=which))
         elif args.what == "reset":
             new, old = reset_lesson(args.lesson)
             print(_("{shown_old}: your previous copy").format(shown_old=_shown(old)) if old

@@ -239,3 +239,53 @@ def test_a_changed_glossary_is_reset_never_deleted(clone):
     assert "my note" in (work / "old" / "glossary.1.md").read_text()
     assert mine.read_bytes() == shipped.read_bytes()
     assert "glossary" not in copies(clone)  # the fresh copy is of the current glossary
+
+
+@pytest.mark.parametrize("damage", ["not JSON", "not an object", "a wrong value", "a folder"])
+def test_a_damaged_record_is_reported_kept_and_replaces_no_copy(clone, damage):
+    """my-work/.copied.json says which version of each lesson a copy was made from. Damaged, it is said so
+    in one line, kept in my-work/old/ and written again clean; no copy is replaced on its strength, and a
+    copy whose entry is lost is named as possibly changed (a copy that is its lesson as shipped now is not)."""
+    work, nb = clone / "my-work", clone / "notebooks"
+    copies(clone)
+    record = work / ".copied.json"
+    mine = work / "01_quantize_q.ipynb"
+    mine.write_text(mine.read_text().replace("# 01", "# 01 (my notes)", 1))
+    untouched = (work / "02_online_softmax.ipynb").read_bytes()
+    for name in ("01_quantize_q.ipynb", "02_online_softmax.ipynb"):
+        (nb / name).write_text((nb / name).read_text().replace('"cells": [', '"cells": [ ', 1))
+    git(clone, "commit", "--quiet", "-am", "an update of lessons 01 and 02")
+    entries = json.loads(record.read_text())
+    damaged = {"not JSON": record.read_bytes()[:40], "not an object": b"[]\n",
+               "a wrong value": json.dumps({**entries, "02_online_softmax.ipynb": 5}).encode()}.get(damage)
+    if damaged is None:
+        record.unlink()
+        record.mkdir()
+    else:
+        record.write_bytes(damaged)
+
+    out = copies(clone)
+    lines = out.splitlines()
+    assert lines[0] == ("my-work/.copied.json, the record of which version of each lesson your copies were made "
+                        "from, was unreadable or damaged: it is kept as my-work/old/copied.1.json, and a clean one "
+                        "was written from what was sound in it; a copy it no longer vouches for is never replaced, "
+                        "and is listed as possibly changed")
+    kept = work / "old" / "copied.1.json"
+    assert kept.is_dir() if damaged is None else kept.read_bytes() == damaged
+    assert (work / "02_online_softmax.ipynb").read_bytes() == untouched, "a copy was replaced on a damaged record"
+    assert "(my notes)" in mine.read_text()
+    lost = ["02"] if damage == "a wrong value" else ["01", "02"]
+    for n in lost:
+        assert any(line.startswith("no record says which version of notebooks/" + n) and
+                   f"`make reset LESSON={n}` gives you the new one" in line for line in lines), (n, out)
+    if damage == "a wrong value":  # its sound entries were kept
+        assert "notebooks/01_quantize_q.ipynb changed since your copy was made" in out
+    assert "00_start_here" not in out  # its copy is the lesson as shipped now: not in doubt
+    clean = json.loads(record.read_text())
+    assert isinstance(clean, dict) and all(isinstance(v, str) and len(v) == 64 for v in clean.values())
+    assert "00_start_here.ipynb" in clean and "02_online_softmax.ipynb" not in clean
+
+    again = copies(clone)  # the next run reads a clean record, and still names the copies in doubt
+    assert "damaged" not in again and not (work / "old" / "copied.2.json").exists()
+    assert "no record says which version of notebooks/02_online_softmax.ipynb" in again
+    assert porcelain(clone) == ""
