@@ -14,6 +14,7 @@ standard library, so that ``make reset`` works even when the kernel does not bui
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -22,6 +23,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .files import write_atomic
@@ -41,6 +43,16 @@ LESSON_GLOB = "[0-9][0-9]*_*.ipynb"
 # The editions: English in notebooks/, Chinese in notebooks/zh/ (lessonkit.edition makes them)
 EDITIONS = {"en": LESSONS_DIR, "zh": LESSONS_DIR / "zh"}
 GLOSSARY = LESSONS_DIR / "glossary.md"
+# A hidden temporary of this module untouched this long was left by a run that stopped (_clear_stale)
+STALE_S = 600
+
+
+class DiskFullError(OSError):
+    """A copy the disk (or the quota) had no room for; its message, in the student's language, says
+    what failed, about how much room it needs and what to do."""
+
+    def __str__(self) -> str:
+        return self.strerror
 
 
 def lessons(edition: str | None = "en") -> list[Path]:
@@ -48,6 +60,11 @@ def lessons(edition: str | None = "en") -> list[Path]:
     if edition is None:
         return [p for e in EDITIONS for p in lessons(e)]
     return sorted(EDITIONS[edition].glob(LESSON_GLOB))
+
+
+def _shipped() -> list[Path]:
+    """Every file that gets a copy in my-work/: the lessons of both editions, and the glossary."""
+    return lessons(None) + ([GLOSSARY] if GLOSSARY.exists() else [])
 
 
 def _key(lesson: Path) -> str:
@@ -159,20 +176,22 @@ def make_copies() -> dict:
     kept (``reset_lesson`` gets the new one), and ``my-work/native`` if ``native/`` changed since it was
     copied; the copies no record vouches for (its entry lost) that differ from their lesson: possibly
     changed, kept; and the notice of a damaged record (_read_manifest), or None."""
-    WORK_DIR.mkdir(exist_ok=True)
-    manifest, notice = _read_manifest()
-    copied, updated, changed, unknown = [], [], [], []
-    for lesson in lessons(None) + ([GLOSSARY] if GLOSSARY.exists() else []):
-        key = _key(lesson)
-        dest, now, was = WORK_DIR / key, _sha256_file(lesson), manifest.get(key)
-        if _copy_new(lesson, dest):
-            copied.append(dest)
-            _record({key: now})
-        elif was is None:
-            if not _vouch(key, dest, now, _sha256_file):
-                unknown.append(dest)
-        elif was != now:
-            (updated if _replace_untouched(lesson, dest, was, now) else changed).append(dest)
+    with _room_for(_("copying the lessons to my-work/"), _shipped()):
+        WORK_DIR.mkdir(exist_ok=True)
+        _clear_stale()
+        manifest, notice = _read_manifest()
+        copied, updated, changed, unknown = [], [], [], []
+        for lesson in _shipped():
+            key = _key(lesson)
+            dest, now, was = WORK_DIR / key, _sha256_file(lesson), manifest.get(key)
+            if _copy_new(lesson, dest):
+                copied.append(dest)
+                _record({key: now})
+            elif was is None:
+                if not _vouch(key, dest, now, _sha256_file):
+                    unknown.append(dest)
+            elif was != now:
+                (updated if _replace_untouched(lesson, dest, was, now) else changed).append(dest)
     native = WORK_DIR / "native"
     if native.is_dir() and any(native.iterdir()):
         was, now = manifest.get("native/"), _sha256_tree(NATIVE_DIR)
@@ -256,22 +275,75 @@ def student_native() -> Path:
     dest = WORK_DIR / "native"
     if dest.is_dir() and any(dest.iterdir()):
         return dest
-    WORK_DIR.mkdir(exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".native-", dir=WORK_DIR))
-    try:
-        # a finished copy appears under its name at once (rename), or not at all: a second
-        # Jupyter kernel calling this at the same time gets the first one's copy
-        shutil.copytree(NATIVE_DIR, tmp / "native", ignore=shutil.ignore_patterns("__pycache__"))
-        digest = _sha256_tree(tmp / "native")
+    with _room_for(_("copying native/ to my-work/native/"), [NATIVE_DIR]):
+        WORK_DIR.mkdir(exist_ok=True)
+        _clear_stale()
+        tmp = Path(tempfile.mkdtemp(prefix=".native-", dir=WORK_DIR))
         try:
-            os.rename(tmp / "native", dest)  # replaces only an empty folder, never a copy with files
-            _record({"native/": digest})
-        except OSError as e:
-            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            # a finished copy appears under its name at once (rename), or not at all: a second
+            # Jupyter kernel calling this at the same time gets the first one's copy
+            _copy_tree(NATIVE_DIR, tmp / "native")
+            digest = _sha256_tree(tmp / "native")
+            try:
+                os.rename(tmp / "native", dest)  # replaces only an empty folder, never a copy with files
+                _record({"native/": digest})
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # what a failed copy (a full disk) wrote, too
     return dest
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    """shutil.copytree without __pycache__, stopping at the first error and raising it as it is (copytree
+    goes on through every file, then raises one shutil.Error that lists them all, their errno lost)."""
+    dest.mkdir()
+    for p in sorted(src.rglob("*")):  # a folder sorts before what is in it
+        if "__pycache__" not in p.relative_to(src).parts:
+            to = dest / p.relative_to(src)
+            if p.is_dir():
+                to.mkdir()
+            else:
+                shutil.copy2(p, to)
+
+
+@contextlib.contextmanager
+def _room_for(what: str, sources: list[Path]):
+    """Turn a full disk or quota met inside into a DiskFullError that says ``what`` failed and about how
+    much room it needs (the size of ``sources``, files or folders: what the copy writes at most)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        size = sum(p.stat().st_size for s in sources for p in [s, *s.rglob("*")] if p.is_file())
+        raise DiskFullError(e.errno, _("{what} failed: the disk is full. It needs about {mb} MB free; free some "
+                                       "space, then run it again").format(what=what, mb=f"{max(size / 1e6, 0.1):.1f}")
+                            ) from None
+
+
+def _clear_stale() -> None:
+    """Remove the hidden temporaries that runs which stopped mid-copy (a kernel restarted, a power cut)
+    left in my-work/: student_native's ``.native-*`` folders, the ``.<name>.*.tmp`` files beside a copy or
+    the record. By age, not by the pid of their maker: mkstemp's names hold none, and a pid proves little
+    (reused; another container's, where a class hub's servers share a home). Every maker finishes within
+    seconds and writes as it goes, so a temporary untouched for STALE_S has no maker left; a younger one
+    may be a concurrent run's, and stays."""
+    cutoff = time.time() - STALE_S
+    # (the record's own name is hidden already; before write_atomic, its temporaries were .copied.json.<pid>.tmp)
+    found = [(f.parent, f".{f.name}.*.tmp") for f in [*(WORK_DIR / _key(p) for p in _shipped()), MANIFEST]]
+    found += [(WORK_DIR, ".native-*"), (WORK_DIR, f"{MANIFEST.name}.*.tmp")]
+    for tmp in [t for folder, pattern in found for t in folder.glob(pattern)]:
+        try:
+            if tmp.lstat().st_mtime >= cutoff:
+                continue
+            if tmp.name.startswith(".native-"):
+                shutil.rmtree(tmp)  # a folder only: raises on a file or a link, which stays
+            else:
+                tmp.unlink()
+        except OSError:  # removed by another run a moment ago, or a file of the student's: left alone
+            pass
 
 
 def reset_native(confirm: bool = False) -> tuple[Path, Path | None]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -289,3 +291,75 @@ def test_a_damaged_record_is_reported_kept_and_replaces_no_copy(clone, damage):
     assert "damaged" not in again and not (work / "old" / "copied.2.json").exists()
     assert "no record says which version of notebooks/02_online_softmax.ipynb" in again
     assert porcelain(clone) == ""
+
+
+FULL_DISK = """
+    import errno, os, shutil
+    from lessonkit import workspace
+    real = shutil.copyfile
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    for what in (workspace.student_native, workspace.make_copies):
+        shutil.copyfile = full
+        try:
+            what()
+        except OSError as e:
+            print(type(e).__name__, e.errno == errno.ENOSPC, e, sep=" | ")
+        shutil.copyfile = real
+    print(sorted(p.name for p in workspace.WORK_DIR.rglob("*")))
+    print(workspace.student_native().relative_to(workspace.REPO_DIR))
+"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_full_disk_says_so_in_one_line_and_leaves_no_partial_copy(clone, lang):
+    """shutil.copyfile raising ENOSPC (a full disk): the kernel copy and the lesson copies fail with an
+    OSError that says, in the student's language, what failed, about how much room it needs and what to
+    do, and nothing half copied stays in my-work/; with room again, the copy is made."""
+    out = assert_clean(run_python(FULL_DISK, cwd=clone, env={"PYTHONPATH": str(clone), "LESSONKIT_LANG": lang}))
+    native, lessons, left, made = out.splitlines()
+    if lang == "en":
+        assert re.fullmatch(r"DiskFullError \| True \| copying native/ to my-work/native/ failed: the disk is full\. "
+                            r"It needs about 0\.\d MB free; free some space, then run it again", native), native
+        assert re.fullmatch(r"DiskFullError \| True \| copying the lessons to my-work/ failed: the disk is full\. "
+                            r"It needs about \d+\.\d MB free; free some space, then run it again", lessons), lessons
+    else:
+        assert native.startswith("DiskFullError | True | 把 native/ 复制到 my-work/native/失败：磁盘已满。"), native
+        assert lessons.startswith("DiskFullError | True | 把课程复制到 my-work/失败：磁盘已满。"), lessons
+    assert left == "[]", "a failed copy left files in my-work/"
+    assert made == "my-work/native"
+
+
+def test_stale_temporaries_of_stopped_runs_are_cleared_and_young_ones_kept(clone):
+    """A run that stopped mid-copy leaves a hidden .native-* folder or a .<name>.*.tmp file. The next
+    make_copies or student_native removes those untouched for STALE_S (10 minutes); a younger one may be
+    a concurrent run's and stays, and so does a file of the student's that merely looks alike."""
+    work = clone / "my-work"
+    copies(clone)
+    stale = [work / ".native-k2j4h5g6", work / ".01_quantize_q.ipynb.abcd_123.tmp", work / "..copied.json.q_8r7t6y.tmp",
+             work / ".copied.json.4242.tmp",
+             work / "zh" / ".00_start_here.ipynb.x9y8z7w6.tmp"]
+    young = [work / ".native-q1w2e3r4", work / ".01_quantize_q.ipynb.fresh_12.tmp"]
+    students = [work / ".notes.tmp", work / ".native-notes", work / "old" / ".01_quantize_q.ipynb.abcd_123.tmp"]
+    hour_ago = time.time() - 3600
+
+    def make(paths, mtime=None):
+        for p in paths:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if p.name.startswith(".native-") and p not in students:
+                (p / "native").mkdir(parents=True)
+                (p / "native" / "flash_attn_q8.h").write_text("/* half a copy */")
+            else:
+                p.write_text("half a copy")
+            if mtime:
+                os.utime(p, (mtime, mtime))
+
+    make(stale, hour_ago)
+    make(young)
+    make(students, hour_ago)
+    copies(clone)
+    assert [p for p in stale if p.exists()] == []
+    assert all(p.exists() for p in young + students)
+    make(stale[:2], hour_ago)
+    in_clone(clone, "from lessonkit import workspace\nworkspace.student_native()")
+    assert [p for p in stale if p.exists()] == [] and all(p.exists() for p in young + students)
