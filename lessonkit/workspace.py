@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -357,17 +358,43 @@ def reset_native(confirm: bool = False) -> tuple[Path, Path | None]:
     return student_native(), old
 
 
+def update() -> None:
+    """``make update``: fetch, refuse an update whose incoming changes touch my-work/, then fast-forward.
+    git treats an ignored file as expendable: a commit that tracks a file under my-work/ would replace
+    the student's copy of it without a word. The merge takes the commit checked here, not ``git pull``,
+    which would fetch again and could bring one nobody checked."""
+    _git("fetch")
+    upstream = _git("rev-parse", "--verify", "@{upstream}").strip()
+    # from where the two histories part (HEAD...): what the update brings, not what HEAD has over it
+    incoming = _git("diff", "--name-only", "--no-renames", "-z", f"HEAD...{upstream}", "--", WORK_DIR.name)
+    if paths := [p for p in incoming.split("\0") if p]:
+        raise OSError(_("make update stopped, and left your files as they were: the update brings files into "
+                        "my-work/, where git would overwrite your copies without asking ({paths}); tell whoever "
+                        "publishes the workbook that my-work/ must stay out of git").format(paths=", ".join(paths)))
+    print(_git("merge", "--ff-only", upstream), end="")
+
+
+def _git(*args: str) -> str:
+    """git's output; its error messages go to the terminal as they are, and a failure stops the update."""
+    proc = subprocess.run(["git", *args], cwd=REPO_DIR, stdout=subprocess.PIPE, text=True)
+    if proc.returncode:
+        raise OSError(_("make update stopped: `git {command}` failed (git says why above); see 'Your own "
+                        "copies: update and reset' in README.md").format(command=" ".join(args)))
+    return proc.stdout
+
+
 def _shown(path: Path) -> str:
     return str(path.relative_to(REPO_DIR))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m lessonkit.workspace copies | reset LESSON | reset-native``: for the Makefile
+    """``python -m lessonkit.workspace copies | update | reset LESSON | reset-native``: for the Makefile
     (make lab, make update, make reset, make reset-native)."""
     import argparse
     p = argparse.ArgumentParser(prog="python -m lessonkit.workspace", description=main.__doc__)
     sub = p.add_subparsers(dest="what", required=True)
     sub.add_parser("copies", help="copy the lessons that have no working copy yet")
+    sub.add_parser("update", help="git fetch, and fast-forward unless the update touches my-work/")
     r = sub.add_parser("reset", help="move a lesson's working copy to my-work/old/ and copy it again")
     r.add_argument("lesson", help="its number, e.g. 04")
     sub.add_parser("reset-native", help="move my-work/native/ to my-work/old/ and copy native/ again")
@@ -401,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
                     which = GLOSSARY.stem if path.name == GLOSSARY.name else rel.split("_", 1)[0]
                     print((native_text if path.name == "native" else lesson_text).format(
                           shown_path=_shown(path), rel=rel, which=which))
+        elif args.what == "update":
+            update()
         elif args.what == "reset":
             new, old = reset_lesson(args.lesson)
             print(_("{shown_old}: your previous copy").format(shown_old=_shown(old)) if old

@@ -363,3 +363,57 @@ def test_stale_temporaries_of_stopped_runs_are_cleared_and_young_ones_kept(clone
     make(stale[:2], hour_ago)
     in_clone(clone, "from lessonkit import workspace\nworkspace.student_native()")
     assert [p for p in stale if p.exists()] == [] and all(p.exists() for p in young + students)
+
+
+def test_make_update_refuses_an_update_that_brings_files_into_my_work(clone, tmp_path, monkeypatch):
+    """git treats an ignored file as expendable: an upstream commit that tracks my-work/01_... would replace
+    the student's edited copy on git pull. make update fetches, refuses such an update in one line and
+    changes nothing; once the upstream no longer brings files there, it fast-forwards as before."""
+    for name in [k for k in os.environ if k.startswith("GIT_")]:
+        monkeypatch.delenv(name)  # a hook's GIT_DIR or GIT_WORK_TREE would point every git below elsewhere
+    git(clone, "checkout", "--quiet", "-b", "main")
+    upstream, publisher, student = tmp_path / "upstream.git", tmp_path / "publisher", tmp_path / "student"
+    git(tmp_path, "clone", "--quiet", "--bare", str(clone), str(upstream))
+    for dest in (publisher, student):
+        git(tmp_path, "clone", "--quiet", str(upstream), str(dest))
+    copies(student)
+    mine = student / "my-work" / "01_quantize_q.ipynb"
+    mine.write_text(mine.read_text().replace("# 01", "# 01 (my notes)", 1))
+    stamp = tmp_path / "installed-stamp"  # make update's setup: done, after the clone's pyproject.toml
+    stamp.touch()
+
+    def publish(*paths: str) -> str:
+        git(publisher, "add", "--force", "--", *paths)
+        git(publisher, "commit", "--quiet", "-m", "an update")
+        git(publisher, "push", "--quiet", "origin", "main")
+        return git(publisher, "rev-parse", "HEAD").strip()
+
+    def update() -> subprocess.CompletedProcess:
+        if shutil.which("make"):
+            return subprocess.run(["make", "-s", "update", f"PY={sys.executable}", f"STAMP={stamp}"], cwd=student,
+                                  env={**os.environ, "PYTHONPATH": str(student)}, capture_output=True, text=True)
+        return run_python("import sys\nfrom lessonkit import workspace\nsys.exit(workspace.main(['update']))",
+                          cwd=student, env={"PYTHONPATH": str(student)})
+
+    (publisher / "my-work").mkdir()
+    shutil.copyfile(publisher / "notebooks" / mine.name, publisher / "my-work" / mine.name)
+    publish("my-work")
+    before = git(student, "rev-parse", "HEAD")
+    proc = update()
+    assert proc.returncode != 0
+    assert (
+        "make update stopped, and left your files as they were: the update brings files into my-work/, where git "
+        "would overwrite your copies without asking (my-work/01_quantize_q.ipynb); tell whoever publishes the "
+        "workbook that my-work/ must stay out of git") in proc.stderr.splitlines(), proc.stderr
+    assert "(my notes)" in mine.read_text() and git(student, "rev-parse", "HEAD") == before
+
+    # The upstream takes the file out again and adds a lesson: nothing comes into my-work/ from git
+    git(publisher, "rm", "--quiet", "--cached", "--", f"my-work/{mine.name}")
+    shutil.copyfile(publisher / "notebooks" / "00_start_here.ipynb", publisher / "notebooks" / "10_added.ipynb")
+    head = publish("notebooks/10_added.ipynb")
+    proc = update()
+    assert proc.returncode == 0, proc.stderr
+    assert git(student, "rev-parse", "HEAD").strip() == head
+    assert "(my notes)" in mine.read_text() and porcelain(student) == ""
+    if shutil.which("make"):  # make update's second step
+        assert "new working copy: my-work/10_added.ipynb" in proc.stdout
