@@ -8,8 +8,9 @@ edited there would conflict with the next ``git pull``. So the student works on 
     my-work/old/                      what a reset moved aside; a reset never deletes anything
 
 ``make lab`` and ``make update`` add the missing copies, replace a copy you never changed when its
-lesson changed, and name the changed lessons whose copy you changed; ``make reset LESSON=04`` moves
-your copy to ``my-work/old/`` and copies the lesson again. This module itself needs only the
+lesson changed, and name the changed lessons whose copy you changed (``make update`` first refuses an
+update that would bring files into my-work/: ``update``); ``make reset LESSON=04`` moves your copy to
+``my-work/old/`` and copies the lesson again. This module itself needs only the
 standard library, so that ``make reset`` works even when the kernel does not build.
 """
 from __future__ import annotations
@@ -85,10 +86,6 @@ def _sha256_tree(folder: Path) -> str:
     return h.hexdigest()
 
 
-def _write_record(entries: dict) -> None:
-    write_atomic(MANIFEST, json.dumps(entries, indent=1, sort_keys=True) + "\n")
-
-
 def _read_manifest() -> tuple[dict, str | None]:
     """The record's sound entries (a sha256 each), and None, or a notice if the record was unreadable or
     damaged. A damaged record is moved to my-work/old/ (nothing is deleted) and written again with its
@@ -108,7 +105,7 @@ def _read_manifest() -> tuple[dict, str | None]:
         kept = _move_to_old(MANIFEST, "copied", ".json")
     except FileNotFoundError:  # another run moved it a moment ago, and writes the same sound entries
         return sound, None
-    _write_record(sound)
+    _record(sound)  # (the damaged one is out of the way: _record starts from nothing)
     return sound, _("{record}, the record of which version of each lesson your copies were made from, was "
                     "unreadable or damaged: it is kept as {kept}, and a clean one was written from what was sound "
                     "in it; a copy it no longer vouches for is never replaced, and is listed as possibly "
@@ -116,7 +113,7 @@ def _read_manifest() -> tuple[dict, str | None]:
 
 
 def _record(updates: dict) -> None:
-    _write_record({**_read_manifest()[0], **updates})
+    write_atomic(MANIFEST, json.dumps({**_read_manifest()[0], **updates}, indent=1, sort_keys=True) + "\n")
 
 
 def _copy_new(src: Path, dest: Path) -> bool:
@@ -193,14 +190,14 @@ def make_copies() -> dict:
                     unknown.append(dest)
             elif was != now:
                 (updated if _replace_untouched(lesson, dest, was, now) else changed).append(dest)
-    native = WORK_DIR / "native"
-    if native.is_dir() and any(native.iterdir()):
-        was, now = manifest.get("native/"), _sha256_tree(NATIVE_DIR)
-        if was is None:
-            if not _vouch("native/", native, now, _sha256_tree):
-                unknown.append(native)
-        elif was != now:
-            changed.append(native)
+        native = WORK_DIR / "native"
+        if native.is_dir() and any(native.iterdir()):
+            was, now = manifest.get("native/"), _sha256_tree(NATIVE_DIR)
+            if was is None:
+                if not _vouch("native/", native, now, _sha256_tree):
+                    unknown.append(native)
+            elif was != now:
+                changed.append(native)
     return {"copied": copied, "updated": updated, "changed": changed, "unknown": unknown, "record": notice}
 
 
