@@ -108,9 +108,9 @@ help:
 	@echo "make bench  time the kernel against its variants and numpy (BENCH_ARGS=--quick)"
 	@echo "make bench-a76  llvm-mca ESTIMATES of cycles per token on the RK3588's cores (A76 via the"
 	@echo "  Neoverse N1 model, A55); needs llvm-19, gcc-aarch64-linux-gnu, qemu-user (CYCLES_ARGS=--quick)"
-	@echo "make update   git pull, then copy the lessons it brought into $(WORK)/ (yours stay as they are)"
+	@echo "make update   git fetch and merge (not if it touches $(WORK)/), then copy the lessons it brought into $(WORK)/"
 	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); LESSON=zh/04 the Chinese one;"
-	@echo "  make reset-native: the kernel copy"
+	@echo "  LESSON=glossary the glossary; make reset-native: the kernel copy"
 	@echo "make catalog   check lessonkit's Chinese messages (.po) and compile them (.mo); needs msgfmt (gettext)"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
 	@echo "make debug-aarch64   lesson 06's breakpoints in the aarch64 build (sdot) under qemu and gdb-multiarch"
@@ -150,19 +150,24 @@ lab-zh:
 copies: setup
 	LESSONKIT_LANG=$(LAB_LANG) $(PY) -m lessonkit.workspace copies
 
-# The update: the new commits, then (in a new make, so that setup sees a changed pyproject.toml)
-# the copies of lessons the update added. A pull that stops on a conflict was meant for native/ or
-# notebooks/ edited in place: the README's "Your own copies" says how to keep that work.
-update:
-	git pull --ff-only || { echo "git pull failed: see 'Your own copies: update and reset' in README.md"; exit 1; }
+# The update: git fetch, then a fast-forward to the new commits unless they touch $(WORK)/ (git would
+# overwrite a student's ignored copy there without a word: lessonkit/workspace.py's update), then (in a
+# new make, so that setup sees a changed pyproject.toml) the copies of lessons the update added. A merge
+# that stops on a conflict was meant for native/ or notebooks/ edited in place: the README's "Your own
+# copies" says how to keep that work.
+update: setup
+	@LESSONKIT_LANG=$(LAB_LANG) $(PY) -m lessonkit.workspace update
 	$(MAKE) copies
 
 # Start one lesson over; the old copy moves to $(WORK)/old/. No setup: it needs only the .venv that
-# made the copies (the standard library does the work).
+# made the copies (the standard library does the work). LESSON reaches python as typed: through the
+# environment, unexpanded ($(value)), so that no quote, $ or ; in it is read by make or the shell, and
+# after --, so that LESSON=-h is a lesson name to refuse, not a request for help.
+reset: export LESSON_ARG = $(value LESSON)
 reset:
-	@if [ -z "$(LESSON)" ]; then echo "say which lesson: make reset LESSON=04"; exit 1; fi
+	@if [ -z "$$LESSON_ARG" ]; then echo "say which lesson: make reset LESSON=04"; exit 1; fi
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it, and your copies"; exit 1; fi
-	$(PY) -m lessonkit.workspace reset "$(LESSON)"
+	@$(PY) -m lessonkit.workspace reset -- "$$LESSON_ARG"
 
 reset-native:
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it"; exit 1; fi

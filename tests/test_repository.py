@@ -3,7 +3,12 @@ of their file) anywhere in the repository, this file included, and nbval's marke
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 # my-work/: the student's own copies (lessonkit/workspace.py), git-ignored, not the repository's text
@@ -45,3 +50,14 @@ def test_lessons_link_the_references_that_exist():
     assert refs.is_file()
     linked = [p.name for p in (REPO / "notebooks").glob("*.ipynb") if "../docs/references.md" in p.read_text()]
     assert linked, "no lesson links docs/references.md"
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs git and a checkout")
+def test_nothing_under_my_work_is_tracked():
+    """my-work/ holds the students' own copies, git-ignored. git treats an ignored file as expendable: a
+    tracked file there would overwrite a student's copy on their next pull (make update refuses it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # the checkout that cwd names
+    listed = subprocess.run(["git", "ls-files", "-z", "--", "my-work"], cwd=REPO, env=env, check=True,
+                            capture_output=True, text=True).stdout
+    tracked = [p for p in listed.split("\0") if p]
+    assert not tracked, f"take these out of git (git rm --cached): {tracked}"

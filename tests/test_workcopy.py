@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +207,213 @@ def test_reset_names_a_lesson_that_exists(clone):
     lines = assert_clean(out).splitlines()
     assert lines[:4] == ["refused '99'", "refused 'kernel'", "refused ''", "refused '../native'"]
     assert lines[4] == "04_kernel_walkthrough.ipynb 04_kernel_walkthrough.ipynb"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="tests the Makefile's reset target")
+def test_make_reset_takes_lesson_as_typed_and_refuses_what_is_no_lesson(clone):
+    """LESSON reaches the reset as one value, whatever quotes, $, ; or leading - it holds: not as
+    argparse's -h (help, and nothing reset, with status 0), not as shell syntax, not run."""
+    copies(clone)
+    for value in ("-h", "--help", '0"4', "0'4", "a$b", "0 4", "01; touch pwned", "`touch pwned`", "$(touch pwned)"):
+        proc = subprocess.run(["make", "-s", "reset", f"LESSON={value}", f"PY={sys.executable}"], cwd=clone,
+                              env={**os.environ, "PYTHONPATH": str(clone)}, capture_output=True, text=True)
+        assert proc.returncode != 0, (value, proc.stdout)
+        assert proc.stderr.strip().startswith(f"no single lesson {value!r};"), (value, proc.stderr)
+    assert not (clone / "my-work" / "old").exists() and not (clone / "pwned").exists()
+    assert porcelain(clone) == ""
+
+
+def test_a_changed_glossary_is_reset_never_deleted(clone):
+    """The glossary copy holds the student's notes: when notebooks/glossary.md changes, the advice is
+    make reset LESSON=glossary, which keeps the old copy in my-work/old/ (no advice to delete it)."""
+    work = clone / "my-work"
+    copies(clone)
+    mine, shipped = work / "glossary.md", clone / "notebooks" / "glossary.md"
+    mine.write_text(mine.read_text() + "\nmy note: the scale is per 32 values\n")
+    shipped.write_text(shipped.read_text() + "\nan added term\n")
+    git(clone, "commit", "--quiet", "-am", "an update of the glossary")
+    out = copies(clone)
+    assert ("notebooks/glossary.md changed since your copy was made; `make reset LESSON=glossary` gives you "
+            "the new one (yours is kept in my-work/old/)") in out
+    assert "delete" not in out and "my note" in mine.read_text()
+    reset = in_clone(clone, "from lessonkit import workspace\nworkspace.main(['reset', 'glossary'])")
+    assert "my-work/old/glossary.1.md: your previous copy" in reset
+    assert "my note" in (work / "old" / "glossary.1.md").read_text()
+    assert mine.read_bytes() == shipped.read_bytes()
+    assert "glossary" not in copies(clone)  # the fresh copy is of the current glossary
+
+
+@pytest.mark.parametrize("damage", ["not JSON", "not an object", "a wrong value", "a folder"])
+def test_a_damaged_record_is_reported_kept_and_replaces_no_copy(clone, damage):
+    """my-work/.copied.json says which version of each lesson a copy was made from. Damaged, it is said so
+    in one line, kept in my-work/old/ and written again clean; no copy is replaced on its strength, and a
+    copy whose entry is lost is named as possibly changed (a copy that is its lesson as shipped now is not)."""
+    work, nb = clone / "my-work", clone / "notebooks"
+    copies(clone)
+    record = work / ".copied.json"
+    mine = work / "01_quantize_q.ipynb"
+    mine.write_text(mine.read_text().replace("# 01", "# 01 (my notes)", 1))
+    untouched = (work / "02_online_softmax.ipynb").read_bytes()
+    for name in ("01_quantize_q.ipynb", "02_online_softmax.ipynb"):
+        (nb / name).write_text((nb / name).read_text().replace('"cells": [', '"cells": [ ', 1))
+    git(clone, "commit", "--quiet", "-am", "an update of lessons 01 and 02")
+    entries = json.loads(record.read_text())
+    damaged = {"not JSON": record.read_bytes()[:40], "not an object": b"[]\n",
+               "a wrong value": json.dumps({**entries, "02_online_softmax.ipynb": 5}).encode()}.get(damage)
+    if damaged is None:
+        record.unlink()
+        record.mkdir()
+    else:
+        record.write_bytes(damaged)
+
+    out = copies(clone)
+    lines = out.splitlines()
+    assert lines[0] == ("my-work/.copied.json, the record of which version of each lesson your copies were made "
+                        "from, was unreadable or damaged: it is kept as my-work/old/copied.1.json, and a clean one "
+                        "was written from what was sound in it; a copy it no longer vouches for is never replaced, "
+                        "and is listed as possibly changed")
+    kept = work / "old" / "copied.1.json"
+    assert kept.is_dir() if damaged is None else kept.read_bytes() == damaged
+    assert (work / "02_online_softmax.ipynb").read_bytes() == untouched, "a copy was replaced on a damaged record"
+    assert "(my notes)" in mine.read_text()
+    lost = ["02"] if damage == "a wrong value" else ["01", "02"]
+    for n in lost:
+        assert any(line.startswith("no record says which version of notebooks/" + n) and
+                   f"`make reset LESSON={n}` gives you the new one" in line for line in lines), (n, out)
+    if damage == "a wrong value":  # its sound entries were kept
+        assert "notebooks/01_quantize_q.ipynb changed since your copy was made" in out
+    assert "00_start_here" not in out  # its copy is the lesson as shipped now: not in doubt
+    clean = json.loads(record.read_text())
+    assert isinstance(clean, dict) and all(isinstance(v, str) and len(v) == 64 for v in clean.values())
+    assert "00_start_here.ipynb" in clean and "02_online_softmax.ipynb" not in clean
+
+    again = copies(clone)  # the next run reads a clean record, and still names the copies in doubt
+    assert "damaged" not in again and not (work / "old" / "copied.2.json").exists()
+    assert "no record says which version of notebooks/02_online_softmax.ipynb" in again
+    assert porcelain(clone) == ""
+
+
+FULL_DISK = """
+    import errno, os, shutil
+    from lessonkit import workspace
+    real = shutil.copyfile
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    for what in (workspace.student_native, workspace.make_copies):
+        shutil.copyfile = full
+        try:
+            what()
+        except OSError as e:
+            print(type(e).__name__, e.errno == errno.ENOSPC, e, sep=" | ")
+        shutil.copyfile = real
+    print(sorted(p.name for p in workspace.WORK_DIR.rglob("*")))
+    print(workspace.student_native().relative_to(workspace.REPO_DIR))
+"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_full_disk_says_so_in_one_line_and_leaves_no_partial_copy(clone, lang):
+    """shutil.copyfile raising ENOSPC (a full disk): the kernel copy and the lesson copies fail with an
+    OSError that says, in the student's language, what failed, about how much room it needs and what to
+    do, and nothing half copied stays in my-work/; with room again, the copy is made."""
+    out = assert_clean(run_python(FULL_DISK, cwd=clone, env={"PYTHONPATH": str(clone), "LESSONKIT_LANG": lang}))
+    native, lessons, left, made = out.splitlines()
+    if lang == "en":
+        assert re.fullmatch(r"DiskFullError \| True \| copying native/ to my-work/native/ failed: the disk is full\. "
+                            r"It needs about 0\.\d MB free; free some space, then run it again", native), native
+        assert re.fullmatch(r"DiskFullError \| True \| copying the lessons to my-work/ failed: the disk is full\. "
+                            r"It needs about \d+\.\d MB free; free some space, then run it again", lessons), lessons
+    else:
+        assert native.startswith("DiskFullError | True | 把 native/ 复制到 my-work/native/失败：磁盘已满。"), native
+        assert lessons.startswith("DiskFullError | True | 把课程复制到 my-work/失败：磁盘已满。"), lessons
+    assert left == "[]", "a failed copy left files in my-work/"
+    assert made == "my-work/native"
+
+
+def test_stale_temporaries_of_stopped_runs_are_cleared_and_young_ones_kept(clone):
+    """A run that stopped mid-copy leaves a hidden .native-* folder or a .<name>.*.tmp file. The next
+    make_copies or student_native removes those untouched for STALE_S (10 minutes); a younger one may be
+    a concurrent run's and stays, and so does a file of the student's that merely looks alike."""
+    work = clone / "my-work"
+    copies(clone)
+    stale = [work / ".native-k2j4h5g6", work / ".01_quantize_q.ipynb.abcd_123.tmp", work / "..copied.json.q_8r7t6y.tmp",
+             work / ".copied.json.4242.tmp",
+             work / "zh" / ".00_start_here.ipynb.x9y8z7w6.tmp"]
+    young = [work / ".native-q1w2e3r4", work / ".01_quantize_q.ipynb.fresh_12.tmp"]
+    students = [work / ".notes.tmp", work / ".native-notes", work / "old" / ".01_quantize_q.ipynb.abcd_123.tmp"]
+    hour_ago = time.time() - 3600
+
+    def make(paths, mtime=None):
+        for p in paths:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if p.name.startswith(".native-") and p not in students:
+                (p / "native").mkdir(parents=True)
+                (p / "native" / "flash_attn_q8.h").write_text("/* half a copy */")
+            else:
+                p.write_text("half a copy")
+            if mtime:
+                os.utime(p, (mtime, mtime))
+
+    make(stale, hour_ago)
+    make(young)
+    make(students, hour_ago)
+    copies(clone)
+    assert [p for p in stale if p.exists()] == []
+    assert all(p.exists() for p in young + students)
+    make(stale[:2], hour_ago)
+    in_clone(clone, "from lessonkit import workspace\nworkspace.student_native()")
+    assert [p for p in stale if p.exists()] == [] and all(p.exists() for p in young + students)
+
+
+def test_make_update_refuses_an_update_that_brings_files_into_my_work(clone, tmp_path, monkeypatch):
+    """git treats an ignored file as expendable: an upstream commit that tracks my-work/01_... would replace
+    the student's edited copy on git pull. make update fetches, refuses such an update in one line and
+    changes nothing; once the upstream no longer brings files there, it fast-forwards as before."""
+    for name in [k for k in os.environ if k.startswith("GIT_")]:
+        monkeypatch.delenv(name)  # a hook's GIT_DIR or GIT_WORK_TREE would point every git below elsewhere
+    git(clone, "checkout", "--quiet", "-b", "main")
+    upstream, publisher, student = tmp_path / "upstream.git", tmp_path / "publisher", tmp_path / "student"
+    git(tmp_path, "clone", "--quiet", "--bare", str(clone), str(upstream))
+    for dest in (publisher, student):
+        git(tmp_path, "clone", "--quiet", str(upstream), str(dest))
+    copies(student)
+    mine = student / "my-work" / "01_quantize_q.ipynb"
+    mine.write_text(mine.read_text().replace("# 01", "# 01 (my notes)", 1))
+    stamp = tmp_path / "installed-stamp"  # make update's setup: done, after the clone's pyproject.toml
+    stamp.touch()
+
+    def publish(*paths: str) -> str:
+        git(publisher, "add", "--force", "--", *paths)
+        git(publisher, "commit", "--quiet", "-m", "an update")
+        git(publisher, "push", "--quiet", "origin", "main")
+        return git(publisher, "rev-parse", "HEAD").strip()
+
+    def update() -> subprocess.CompletedProcess:
+        if shutil.which("make"):
+            return subprocess.run(["make", "-s", "update", f"PY={sys.executable}", f"STAMP={stamp}"], cwd=student,
+                                  env={**os.environ, "PYTHONPATH": str(student)}, capture_output=True, text=True)
+        return run_python("import sys\nfrom lessonkit import workspace\nsys.exit(workspace.main(['update']))",
+                          cwd=student, env={"PYTHONPATH": str(student)})
+
+    (publisher / "my-work").mkdir()
+    shutil.copyfile(publisher / "notebooks" / mine.name, publisher / "my-work" / mine.name)
+    publish("my-work")
+    before = git(student, "rev-parse", "HEAD")
+    proc = update()
+    assert proc.returncode != 0
+    assert (
+        "make update stopped, and left your files as they were: the update brings files into my-work/, where git "
+        "would overwrite your copies without asking (my-work/01_quantize_q.ipynb); tell whoever publishes the "
+        "workbook that my-work/ must stay out of git") in proc.stderr.splitlines(), proc.stderr
+    assert "(my notes)" in mine.read_text() and git(student, "rev-parse", "HEAD") == before
+
+    # The upstream takes the file out again and adds a lesson: nothing comes into my-work/ from git
+    git(publisher, "rm", "--quiet", "--cached", "--", f"my-work/{mine.name}")
+    shutil.copyfile(publisher / "notebooks" / "00_start_here.ipynb", publisher / "notebooks" / "10_added.ipynb")
+    head = publish("notebooks/10_added.ipynb")
+    proc = update()
+    assert proc.returncode == 0, proc.stderr
+    assert git(student, "rev-parse", "HEAD").strip() == head
+    assert "(my notes)" in mine.read_text() and porcelain(student) == ""
+    if shutil.which("make"):  # make update's second step
+        assert "new working copy: my-work/10_added.ipynb" in proc.stdout
