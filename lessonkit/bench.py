@@ -25,6 +25,7 @@ from threadpoolctl import threadpool_limits
 from . import env, kernels, native, reference, timing
 from . import validate as check
 from .cache import KVCacheQ8
+from .files import write_atomic
 from .kernels import split
 from .language import _
 from .table import Table
@@ -427,8 +428,7 @@ def main(argv=None) -> int:
     result = run(lengths, repeats, args.n_kv_heads, cores=args.cores)
     print(report(result))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**result, "targets": targets(result)}, f, indent=1)
+        write_atomic(args.json, json.dumps({**result, "targets": targets(result)}, indent=1))
     return 0
 
 

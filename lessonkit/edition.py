@@ -51,6 +51,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
+from .files import write_atomic  # a failed write leaves the old file, not a truncated one
 from .workspace import EDITIONS, LESSON_GLOB, REPO_DIR  # where the editions live (the working copies mirror them)
 
 EN_DIR, ZH_DIR = EDITIONS["en"], EDITIONS["zh"]
@@ -452,7 +453,7 @@ def skeleton(en_path: Path) -> Path:
     parts = [skeleton_block(c) for c in nb["cells"]
              if c["cell_type"] == "markdown" or (c["cell_type"] == "code" and prose(cell_text(c)))]
     src.parent.mkdir(parents=True, exist_ok=True)
-    src.write_text("\n".join(parts), encoding="utf-8")
+    write_atomic(src, "\n".join(parts))
     return src
 
 
@@ -493,7 +494,7 @@ def build(en_path: Path) -> Path:
     nb["cells"] = cells
     target.parent.mkdir(parents=True, exist_ok=True)
     # as nbformat writes it (sorted keys), so that a build after a run changes only what changed
-    target.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_atomic(target, json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     return target
 
 
@@ -509,7 +510,7 @@ def execute(path: Path, timeout: int = 1200) -> None:
     for c in nb.cells:
         c.metadata.pop("execution", None)
     text = nbformat.writes(nb)
-    path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    write_atomic(path, text if text.endswith("\n") else text + "\n")
 
 
 def pick(names: list[str]) -> list[Path]:

@@ -3,6 +3,7 @@ run produces every row and the report. Speed is never asserted here."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -170,3 +171,23 @@ def test_targets_without_fast_or_ggml_say_why():
     assert st2["8K: fast vs llama.cpp q8_0, 1 head, 1 thread, x faster"].startswith("skipped: pip install")
     del r["rows"][262144]
     assert bench.targets(r)[-1][3].startswith("not measured")
+
+
+def _no_run(monkeypatch):
+    """bench.main without the (long) run: a fixed result, its report and targets."""
+    monkeypatch.setattr(bench, "run", lambda *a, **k: {"rows": {512: {}}})
+    monkeypatch.setattr(bench, "report", lambda result: "report")
+    monkeypatch.setattr(bench, "targets", lambda result: [])
+
+
+def test_json_is_written_whole(tmp_path, monkeypatch, full_disk):
+    """--json replaces its file in one rename: a failed write leaves the old figures, no temporary."""
+    _no_run(monkeypatch)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--json", str(out)]) == 0
+    assert json.loads(out.read_text()) == {"rows": {"512": {}}, "targets": []}
+    out.write_text("old")
+    full_disk()
+    with pytest.raises(OSError):
+        bench.main(["--json", str(out)])
+    assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["bench.json"]

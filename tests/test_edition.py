@@ -91,21 +91,47 @@ def test_a_changed_english_cell_is_reported_stale(tmp_path, monkeypatch):
         edition.build(copy)
 
 
+def _copy(tmp_path, monkeypatch, en, nb=None):
+    """A copy of lesson ``en`` (or ``nb`` in its place) in tmp_path/notebooks/, with the real translation
+    file and the real Chinese twin beside it, where a build writes."""
+    (tmp_path / "notebooks" / "zh").mkdir(parents=True)
+    (tmp_path / "zh").mkdir()
+    copy = tmp_path / "notebooks" / en.name
+    copy.write_text(json.dumps(load(en) if nb is None else nb), encoding="utf-8")
+    shutil.copy(edition.source_path(en), tmp_path / "zh" / edition.source_path(en).name)
+    shutil.copy(edition.zh_path(en), tmp_path / "notebooks" / "zh" / en.name)
+    monkeypatch.setattr(edition, "SOURCES_DIR", tmp_path / "zh")
+    monkeypatch.setattr(edition, "ZH_DIR", tmp_path / "notebooks" / "zh")
+    monkeypatch.setattr(edition, "REPO_DIR", tmp_path)
+    return copy
+
+
 def _changed_copy(tmp_path, monkeypatch, en, cell_id, old, new):
     """A copy of lesson ``en`` with ``old`` replaced by ``new`` in cell ``cell_id``, and the real
     translation file beside it."""
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "zh").mkdir()
-    copy = tmp_path / "notebooks" / en.name
     nb = load(en)
     cell = next(c for c in nb["cells"] if c["id"] == cell_id)
     assert edition.cell_text(cell).count(old) == 1
     cell["source"] = edition.cell_text(cell).replace(old, new)
+    return _copy(tmp_path, monkeypatch, en, nb)
+
+
+def test_a_failed_build_leaves_the_old_notebook(tmp_path, monkeypatch):
+    """The Chinese notebook is written beside itself and renamed into place: a write that fails (here
+    the text cannot be encoded, a lone surrogate in the notebook's metadata) leaves the old twin whole
+    and no temporary file."""
+    nb = load(EN[0])
+    nb["metadata"]["note"] = "\ud800"
+    copy = _copy(tmp_path, monkeypatch, EN[0], nb)
+    twin = edition.zh_path(copy)
+    old = twin.read_bytes()
+    with pytest.raises(UnicodeEncodeError):
+        edition.build(copy)
+    assert twin.read_bytes() == old
+    assert [p.name for p in twin.parent.iterdir()] == [twin.name]
+    del nb["metadata"]["note"]
     copy.write_text(json.dumps(nb), encoding="utf-8")
-    shutil.copy(edition.source_path(en), tmp_path / "zh" / edition.source_path(en).name)
-    monkeypatch.setattr(edition, "SOURCES_DIR", tmp_path / "zh")
-    monkeypatch.setattr(edition, "REPO_DIR", tmp_path)
-    return copy
+    assert edition.build(copy) == twin and twin.read_bytes() == old  # the same sources build the same file
 
 
 def test_a_changed_english_string_is_reported(tmp_path, monkeypatch):
