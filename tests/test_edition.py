@@ -134,6 +134,46 @@ def test_a_failed_build_leaves_the_old_notebook(tmp_path, monkeypatch):
     assert edition.build(copy) == twin and twin.read_bytes() == old  # the same sources build the same file
 
 
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    """A translation file saved by an editor that writes a UTF-8 byte-order mark reads as without it
+    (not as text before the first header)."""
+    src = edition.source_path(EN[0])
+    (bom := tmp_path / src.name).write_bytes(b"\xef\xbb\xbf" + src.read_bytes())
+    assert edition.read_blocks(bom) == edition.read_blocks(src)
+
+
+def test_a_translation_file_that_is_not_utf8_is_named(tmp_path, monkeypatch):
+    copy = _copy(tmp_path, monkeypatch, EN[0])
+    src = edition.source_path(copy)
+    lines = src.read_bytes().split(b"\n")
+    lines[2] = "中文".encode("gbk")  # saved in the Chinese Windows encoding
+    src.write_bytes(b"\n".join(lines))
+    [found] = edition.problems(copy)
+    assert found.startswith(f"zh/{src.name}:3: not UTF-8 text") and "save it as UTF-8" in found, found
+    with pytest.raises(ValueError, match="not UTF-8 text"):
+        edition.build(copy)
+
+
+@pytest.mark.parametrize("text,why", [
+    (lambda good: good[:len(good) // 2], "not valid JSON"),
+    (lambda good: "[]", "not a notebook"),
+    (lambda good: '{"cells": [{"source": "x"}]}', "not a notebook"),
+], ids=["cut off", "a list", "a cell without type or id"])
+def test_a_corrupt_notebook_is_named(tmp_path, monkeypatch, text, why):
+    """An English lesson, or the Chinese twin a build keeps the outputs of, that is not a notebook:
+    the message names the file, what is wrong and what to do (not a bare JSONDecodeError)."""
+    copy = _copy(tmp_path, monkeypatch, EN[0])
+    good = copy.read_text(encoding="utf-8")
+    copy.write_text(text(good), encoding="utf-8")
+    [found] = edition.problems(copy)
+    assert found.startswith(f"notebooks/{copy.name}") and why in found and "git checkout --" in found, found
+    copy.write_text(good, encoding="utf-8")
+    twin = edition.zh_path(copy)
+    twin.write_text(text(twin.read_text(encoding="utf-8")), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"notebooks/zh/{copy.name}.*{why}"):
+        edition.build(copy)
+
+
 def test_a_changed_english_string_is_reported(tmp_path, monkeypatch):
     """The drift check covers the code cells' prose: change one printed string of a copy of lesson 00
     and its block is stale, the new string has no Chinese, the old pair is unused; a new comment
