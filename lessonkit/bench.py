@@ -16,8 +16,10 @@ import json
 import math
 import os
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -25,6 +27,7 @@ from threadpoolctl import threadpool_limits
 from . import env, kernels, native, reference, timing
 from . import validate as check
 from .cache import KVCacheQ8
+from .files import write_atomic
 from .kernels import split
 from .language import _
 from .table import Table
@@ -413,6 +416,25 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _json_path_error(path: Path) -> str | None:
+    """Why --json PATH cannot be written, asked before the long run that ends by writing it: by
+    making the temporary file write_atomic will make there (os.access answers yes to root, even in
+    /proc)."""
+    folder = path.parent
+    if path.is_dir():
+        return _("--json {path} is a folder; give a file name, e.g. {example}").format(
+                 path=path, example=path / "bench.json")
+    if not folder.is_dir():
+        return _("--json {path}: there is no folder {folder}; make it (mkdir -p {folder}) or choose another "
+                 "path").format(path=path, folder=folder)
+    try:
+        tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".tmp").close()
+    except OSError as e:
+        return _("--json {path}: cannot write a file in {folder} ({why}); choose another path").format(
+                 path=path, folder=folder, why=e.strerror)
+    return None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m lessonkit.bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="1K, 8K and 64K only, fewer repeats (under a minute)")
@@ -423,12 +445,13 @@ def main(argv=None) -> int:
                    help="core type to run on where there are several, e.g. Cortex-A55 (default: the big cores; "
                         "'any': no pinning)")
     args = p.parse_args(argv)
+    if args.json and (why := _json_path_error(Path(args.json))):
+        p.error(why)
     lengths, repeats = (QUICK_LENGTHS, 3) if args.quick else (FULL_LENGTHS, 7)
     result = run(lengths, repeats, args.n_kv_heads, cores=args.cores)
     print(report(result))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**result, "targets": targets(result)}, f, indent=1)
+        write_atomic(args.json, json.dumps({**result, "targets": targets(result)}, indent=1))
     return 0
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from . import cycles, env, native
 from . import validate as check
 from .cache import KVCacheQ8, attention_call, kv_cache
+from .files import write_atomic
 from .language import _
 from .table import Table
 from .traffic import SYS_CACHE, size_bytes
@@ -172,7 +173,7 @@ def results(saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
     if save if save is not None else os.environ.get(SAVE_ENV) == "1":
         res = collect()
         saved.parent.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps(res, indent=1) + "\n")
+        write_atomic(saved, json.dumps(res, indent=1) + "\n")  # minutes of figures: never half a file
         return res, _("measured now and saved to {name}").format(name=saved.name)
     if not saved.is_file():
         raise RuntimeError(_("no saved results in {name}: run the notebook with {SAVE_ENV}=1").format(

@@ -34,6 +34,7 @@ import numpy as np
 from . import native, traffic
 from . import validate as check
 from .cache import KVCacheQ8, kv_cache
+from .files import write_atomic
 from .kernels.attention import KERNELS, call_kernel, kernel_inputs
 from .kernels.split import Partial, chunk_bounds, empty, finish, merge, merge_all  # noqa: F401 (lesson 05's names)
 from .language import _
@@ -433,7 +434,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
             data = dict(generated_by="lessonkit.streaming.simulations", valgrind=_valgrind_version(),
                         machine=platform.machine(),
                         results=[r for r in kept if key(r) not in new_keys] + fresh)
-            saved.write_text(json.dumps(data, indent=1) + "\n")
+            write_atomic(saved, json.dumps(data, indent=1) + "\n")  # the merge keeps earlier calls' results
             note += _("; saved to {name}").format(name=saved.name)
         return results, note
     if not saved.is_file():

@@ -1,5 +1,8 @@
-"""Shared test data: random K/V/q in float32 and a KVCacheQ8 holding them."""
+"""Shared test data: random K/V/q in float32 and a KVCacheQ8 holding them; a disk that fills up."""
 from __future__ import annotations
+
+import errno
+import os
 
 import numpy as np
 import pytest
@@ -29,3 +32,12 @@ def make_case(seed: int, seq_len: int, n_kv_heads: int, head_dim: int, block_siz
 @pytest.fixture
 def small_case():
     return make_case(seed=1, seq_len=40, n_kv_heads=2, head_dim=64, block_size=16)
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """Call it, and from then on every rename fails as on a full disk: os.replace, the last step of
+    lessonkit.files.write_atomic, which must then leave the old file and no temporary one."""
+    def refuse(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return lambda: monkeypatch.setattr(os, "replace", refuse)

@@ -3,6 +3,8 @@ run produces every row and the report. Speed is never asserted here."""
 from __future__ import annotations
 
 import itertools
+import json
+import os
 
 import numpy as np
 import pytest
@@ -170,3 +172,43 @@ def test_targets_without_fast_or_ggml_say_why():
     assert st2["8K: fast vs llama.cpp q8_0, 1 head, 1 thread, x faster"].startswith("skipped: pip install")
     del r["rows"][262144]
     assert bench.targets(r)[-1][3].startswith("not measured")
+
+
+def _no_run(monkeypatch):
+    """bench.main without the (long) run: a fixed result, its report and targets."""
+    monkeypatch.setattr(bench, "run", lambda *a, **k: {"rows": {512: {}}})
+    monkeypatch.setattr(bench, "report", lambda result: "report")
+    monkeypatch.setattr(bench, "targets", lambda result: [])
+
+
+def test_json_is_written_whole(tmp_path, monkeypatch, full_disk):
+    """--json replaces its file in one rename: a failed write leaves the old figures, no temporary."""
+    _no_run(monkeypatch)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--json", str(out)]) == 0
+    assert json.loads(out.read_text()) == {"rows": {"512": {}}, "targets": []}
+    out.write_text("old")
+    full_disk()
+    with pytest.raises(OSError):
+        bench.main(["--json", str(out)])
+    assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["bench.json"]
+
+
+@pytest.mark.parametrize("where,why", [
+    ("missing/bench.json", "there is no folder"),
+    ("a_file/bench.json", "there is no folder"),
+    ("", "is a folder"),
+    pytest.param("/proc/bench.json", "cannot write a file in /proc",
+                 marks=pytest.mark.skipif(not os.path.isdir("/proc"), reason="no /proc here")),
+], ids=["no folder", "a file for a folder", "a folder", "/proc"])
+def test_an_unwritable_json_path_is_refused_before_the_run(tmp_path, monkeypatch, capsys, where, why):
+    """make bench BENCH_ARGS="--json PATH" writes PATH after minutes of timing: a PATH that cannot be
+    written is argparse's error (exit 2), naming it, before anything runs."""
+    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("the run started before --json was checked"))
+    (tmp_path / "a_file").write_text("")
+    path = tmp_path / where  # /proc/... stays absolute
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--json", str(path)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"error: --json {path}" in err and why in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # the probe left nothing behind

@@ -91,21 +91,87 @@ def test_a_changed_english_cell_is_reported_stale(tmp_path, monkeypatch):
         edition.build(copy)
 
 
+def _copy(tmp_path, monkeypatch, en, nb=None):
+    """A copy of lesson ``en`` (or ``nb`` in its place) in tmp_path/notebooks/, with the real translation
+    file and the real Chinese twin beside it, where a build writes."""
+    (tmp_path / "notebooks" / "zh").mkdir(parents=True)
+    (tmp_path / "zh").mkdir()
+    copy = tmp_path / "notebooks" / en.name
+    copy.write_text(json.dumps(load(en) if nb is None else nb), encoding="utf-8")
+    shutil.copy(edition.source_path(en), tmp_path / "zh" / edition.source_path(en).name)
+    shutil.copy(edition.zh_path(en), tmp_path / "notebooks" / "zh" / en.name)
+    monkeypatch.setattr(edition, "SOURCES_DIR", tmp_path / "zh")
+    monkeypatch.setattr(edition, "ZH_DIR", tmp_path / "notebooks" / "zh")
+    monkeypatch.setattr(edition, "REPO_DIR", tmp_path)
+    return copy
+
+
 def _changed_copy(tmp_path, monkeypatch, en, cell_id, old, new):
     """A copy of lesson ``en`` with ``old`` replaced by ``new`` in cell ``cell_id``, and the real
     translation file beside it."""
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "zh").mkdir()
-    copy = tmp_path / "notebooks" / en.name
     nb = load(en)
     cell = next(c for c in nb["cells"] if c["id"] == cell_id)
     assert edition.cell_text(cell).count(old) == 1
     cell["source"] = edition.cell_text(cell).replace(old, new)
+    return _copy(tmp_path, monkeypatch, en, nb)
+
+
+def test_a_failed_build_leaves_the_old_notebook(tmp_path, monkeypatch):
+    """The Chinese notebook is written beside itself and renamed into place: a write that fails (here
+    the text cannot be encoded, a lone surrogate in the notebook's metadata) leaves the old twin whole
+    and no temporary file."""
+    nb = load(EN[0])
+    nb["metadata"]["note"] = "\ud800"
+    copy = _copy(tmp_path, monkeypatch, EN[0], nb)
+    twin = edition.zh_path(copy)
+    old = twin.read_bytes()
+    with pytest.raises(UnicodeEncodeError):
+        edition.build(copy)
+    assert twin.read_bytes() == old
+    assert [p.name for p in twin.parent.iterdir()] == [twin.name]
+    del nb["metadata"]["note"]
     copy.write_text(json.dumps(nb), encoding="utf-8")
-    shutil.copy(edition.source_path(en), tmp_path / "zh" / edition.source_path(en).name)
-    monkeypatch.setattr(edition, "SOURCES_DIR", tmp_path / "zh")
-    monkeypatch.setattr(edition, "REPO_DIR", tmp_path)
-    return copy
+    assert edition.build(copy) == twin and twin.read_bytes() == old  # the same sources build the same file
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    """A translation file saved by an editor that writes a UTF-8 byte-order mark reads as without it
+    (not as text before the first header)."""
+    src = edition.source_path(EN[0])
+    (bom := tmp_path / src.name).write_bytes(b"\xef\xbb\xbf" + src.read_bytes())
+    assert edition.read_blocks(bom) == edition.read_blocks(src)
+
+
+def test_a_translation_file_that_is_not_utf8_is_named(tmp_path, monkeypatch):
+    copy = _copy(tmp_path, monkeypatch, EN[0])
+    src = edition.source_path(copy)
+    lines = src.read_bytes().split(b"\n")
+    lines[2] = "中文".encode("gbk")  # saved in the Chinese Windows encoding
+    src.write_bytes(b"\n".join(lines))
+    [found] = edition.problems(copy)
+    assert found.startswith(f"zh/{src.name}:3: not UTF-8 text") and "save it as UTF-8" in found, found
+    with pytest.raises(ValueError, match="not UTF-8 text"):
+        edition.build(copy)
+
+
+@pytest.mark.parametrize("text,why", [
+    (lambda good: good[:len(good) // 2], "not valid JSON"),
+    (lambda good: "[]", "not a notebook"),
+    (lambda good: '{"cells": [{"source": "x"}]}', "not a notebook"),
+], ids=["cut off", "a list", "a cell without type or id"])
+def test_a_corrupt_notebook_is_named(tmp_path, monkeypatch, text, why):
+    """An English lesson, or the Chinese twin a build keeps the outputs of, that is not a notebook:
+    the message names the file, what is wrong and what to do (not a bare JSONDecodeError)."""
+    copy = _copy(tmp_path, monkeypatch, EN[0])
+    good = copy.read_text(encoding="utf-8")
+    copy.write_text(text(good), encoding="utf-8")
+    [found] = edition.problems(copy)
+    assert found.startswith(f"notebooks/{copy.name}") and why in found and "git checkout --" in found, found
+    copy.write_text(good, encoding="utf-8")
+    twin = edition.zh_path(copy)
+    twin.write_text(text(twin.read_text(encoding="utf-8")), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"notebooks/zh/{copy.name}.*{why}"):
+        edition.build(copy)
 
 
 def test_a_changed_english_string_is_reported(tmp_path, monkeypatch):

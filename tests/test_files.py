@@ -16,13 +16,10 @@ def test_write_replaces_and_keeps_mode(tmp_path):
     assert [q.name for q in tmp_path.iterdir()] == ["a.json"]
 
 
-def test_failed_write_keeps_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+def test_failed_write_keeps_old_file_and_leaves_no_temporary(tmp_path, full_disk):
     p = tmp_path / "a.json"
     p.write_text("old")
-
-    def full_disk(*a, **k):
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(os, "replace", full_disk)
+    full_disk()
     with pytest.raises(OSError):
         write_atomic(p, "new")
     assert p.read_text() == "old"

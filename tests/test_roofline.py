@@ -2,6 +2,7 @@
 every version against the scalar reference, and input checks before any C call."""
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -82,3 +83,16 @@ def test_saved_results_found_from_the_chinese_lessons(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # like notebooks/zh/: no data/ here; the lesson's path reaches notebooks/data/
     res, note = roofline.results(lk.native.REPO_DIR / "notebooks" / "data" / "09_how_fast.json", save=False)
     assert res["rows"] and "09_how_fast.json" in note
+
+
+def test_saving_results_replaces_the_file_whole(tmp_path, monkeypatch, full_disk):
+    """Lesson 09's saved figures are written beside the file and renamed over it: a failed write (here
+    the rename) leaves the old figures and no temporary file."""
+    saved = tmp_path / "09.json"
+    monkeypatch.setattr(roofline, "collect", lambda: {"new": 2})
+    assert roofline.results(saved, save=True)[0] == {"new": 2} == json.loads(saved.read_text())
+    saved.write_text("old")
+    full_disk()
+    with pytest.raises(OSError):
+        roofline.results(saved, save=True)
+    assert saved.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["09.json"]

@@ -190,3 +190,17 @@ def test_saving_in_several_calls_keeps_every_configuration(tmp_path, monkeypatch
     monkeypatch.setattr(traffic, "valgrind_available", lambda: False)
     loaded, _ = streaming.simulations(first + second[1:], saved)
     assert [c[1] for c in loaded] == [1024, 2048, 4096]
+
+
+def test_saving_simulations_replaces_the_file_whole(tmp_path, monkeypatch, full_disk):
+    """The saved simulations are written beside the file and renamed over it: a failed write (here the
+    rename) leaves the results saved before and no temporary file."""
+    saved = tmp_path / "sim.json"
+    monkeypatch.setattr(traffic, "valgrind_available", lambda: True)
+    monkeypatch.setattr(traffic, "simulate", lambda v, n, preset_name: _fake(v, n, preset_name))
+    streaming.simulations([("single", 1024, "a76")], saved, save=True)
+    old = saved.read_text()
+    full_disk()
+    with pytest.raises(OSError):
+        streaming.simulations([("single", 2048, "a76")], saved, save=True)
+    assert saved.read_text() == old and [p.name for p in tmp_path.iterdir()] == ["sim.json"]
