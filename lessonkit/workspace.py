@@ -47,6 +47,7 @@ EDITIONS = {"en": LESSONS_DIR, "zh": LESSONS_DIR / "zh"}
 GLOSSARY = LESSONS_DIR / "glossary.md"
 # A hidden temporary of this module untouched this long was left by a run that stopped (_clear_stale)
 STALE_S = 600
+GIT_TIMEOUT_S = 300  # one git step of make update (a fetch over a slow network included)
 
 
 class DiskFullError(OSError):
@@ -373,7 +374,10 @@ def update() -> None:
 
 def _git(*args: str) -> str:
     """git's output; its error messages go to the terminal as they are, and a failure stops the update."""
-    proc = subprocess.run(["git", *args], cwd=REPO_DIR, stdout=subprocess.PIPE, text=True)
+    try:  # bounded: a fetch from an unreachable server gives up instead of hanging the update
+        proc = subprocess.run(["git", *args], cwd=REPO_DIR, stdout=subprocess.PIPE, text=True, timeout=GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc = subprocess.CompletedProcess(args, 1)
     if proc.returncode:
         raise OSError(_("make update stopped: `git {command}` failed (git says why above); see 'Your own "
                         "copies: update and reset' in README.md").format(command=" ".join(args)))
