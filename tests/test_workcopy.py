@@ -371,7 +371,7 @@ def test_make_update_refuses_an_update_that_brings_files_into_my_work(clone, tmp
     changes nothing; once the upstream no longer brings files there, it fast-forwards as before."""
     for name in [k for k in os.environ if k.startswith("GIT_")]:
         monkeypatch.delenv(name)  # a hook's GIT_DIR or GIT_WORK_TREE would point every git below elsewhere
-    git(clone, "checkout", "--quiet", "-b", "main")
+    git(clone, "checkout", "--quiet", "-B", "main")
     upstream, publisher, student = tmp_path / "upstream.git", tmp_path / "publisher", tmp_path / "student"
     git(tmp_path, "clone", "--quiet", "--bare", str(clone), str(upstream))
     for dest in (publisher, student):
