@@ -400,7 +400,7 @@ def _os_error(e: OSError, build_dir: Path) -> BuildError:
         what = _("a file or folder disappeared during the build (did `make clean` run at the same time?). Run the "
                  "cell again.")
     else:
-        what = _("see the error above; run the cell again once it is fixed.")
+        what = _("fix what the system's message names, then run the cell again.")
     return BuildError(_("Could not build in {build_dir}: {strerror_e} ({e}): {what}").format(
                         build_dir=build_dir, strerror_e=e.strerror or e, e=type(e).__name__, what=what))
 
