@@ -417,3 +417,26 @@ def test_make_update_refuses_an_update_that_brings_files_into_my_work(clone, tmp
     assert "(my notes)" in mine.read_text() and porcelain(student) == ""
     if shutil.which("make"):  # make update's second step
         assert "new working copy: my-work/10_added.ipynb" in proc.stdout
+
+
+def test_an_interrupted_make_copies_keeps_the_record_of_the_copies_it_made(clone):
+    """The record is written as each copy is made: a make copies stopped (Ctrl-C) after 11 copies has
+    recorded those 11, so that the next run knows they are the shipped lessons, not possibly changed."""
+    out = in_clone(clone, """
+import json
+from lessonkit import workspace
+real, made = workspace._copy_new, []
+def copy_then_stop(src, dest):
+    if len(made) == 11:
+        raise KeyboardInterrupt
+    made.append(dest)
+    return real(src, dest)
+workspace._copy_new = copy_then_stop
+try:
+    workspace.make_copies()
+except KeyboardInterrupt:
+    pass
+record = json.loads(workspace.MANIFEST.read_text())
+print("RECORDED", len(record), sorted(record) == sorted(workspace._key(workspace.LESSONS_DIR / d.relative_to(workspace.WORK_DIR)) for d in made))
+""")
+    assert "RECORDED 11 True" in out
