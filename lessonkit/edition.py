@@ -51,7 +51,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import write_atomic  # a failed write leaves the old file, not a truncated one
+from .files import read_notebook, read_utf8, write_atomic  # named errors; no half-written file
 from .workspace import EDITIONS, LESSON_GLOB, REPO_DIR  # where the editions live (the working copies mirror them)
 
 EN_DIR, ZH_DIR = EDITIONS["en"], EDITIONS["zh"]
@@ -85,41 +85,6 @@ def source_path(en_path: Path) -> Path:
     return SOURCES_DIR / (en_path.stem + ".md")
 
 
-def _shown(path: Path) -> Path:
-    """A path as a message names it: from the repository's top when it is inside it."""
-    return path.relative_to(REPO_DIR) if path.is_relative_to(REPO_DIR) else path
-
-
-def read_utf8(path: Path) -> str:
-    """The text of a translation file or a notebook. A byte-order mark (Windows editors write one) is
-    dropped, line ends become "\\n" (as Path.read_text makes them), and a file that is not UTF-8 is a
-    ValueError naming it and the line, not a bare UnicodeDecodeError."""
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8").removeprefix("\ufeff")  # not utf-8-sig, whose error offsets skip the mark
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise ValueError(f"{_shown(path)}:{line}: not UTF-8 text ({e.reason} at byte {e.start}); save it as "
-                         "UTF-8 (your editor's encoding setting, or iconv -f GBK -t UTF-8 for a GBK file)") from None
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def read_notebook(path: Path) -> dict:
-    """A notebook's JSON. A file that is not JSON, or not a notebook of cells with ids, is a ValueError
-    naming it and what to do, not a bare JSONDecodeError or KeyError."""
-    fix = f"restore it (git checkout -- {_shown(path)}) or mend it"
-    try:
-        nb = json.loads(read_utf8(path))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{_shown(path)}:{e.lineno}:{e.colno}: not valid JSON ({e.msg}), so not a notebook; "
-                         f"{fix}") from None
-    cells = nb.get("cells") if isinstance(nb, dict) else None
-    if not isinstance(cells, list) or not all(isinstance(c, dict) and {"cell_type", "id"} <= c.keys() for c in cells):
-        raise ValueError(f"{_shown(path)}: not a notebook (nbformat 4.5: a list of cells, each with a cell_type "
-                         f"and an id); {fix}")
-    return nb
-
-
 @dataclass
 class Block:
     cell_id: str
@@ -133,7 +98,7 @@ class Block:
 def read_blocks(path: Path) -> list[Block]:
     """The blocks of a translation file, in order (text without the header and trailing blank lines)."""
     blocks: list[Block] = []
-    lines = read_utf8(path).split("\n")
+    lines = read_utf8(path, REPO_DIR).split("\n")
     current = None
     body: list[str] = []
     for n, line in enumerate(lines, start=1):
@@ -160,7 +125,7 @@ def problems(en_path: Path) -> list[str]:
     if not src.exists():
         return [f"{rel}: missing (python -m lessonkit.edition skeleton {en_path.stem[:2]} makes one to fill in)"]
     try:
-        nb = read_notebook(en_path)
+        nb = read_notebook(en_path, REPO_DIR)
         blocks = read_blocks(src)
     except ValueError as e:
         return [str(e)]
@@ -484,7 +449,7 @@ def skeleton(en_path: Path) -> Path:
     src = source_path(en_path)
     if src.exists():
         raise FileExistsError(f"{src.relative_to(REPO_DIR)} exists; edit it")
-    nb = read_notebook(en_path)
+    nb = read_notebook(en_path, REPO_DIR)
     parts = [skeleton_block(c) for c in nb["cells"]
              if c["cell_type"] == "markdown" or (c["cell_type"] == "code" and prose(cell_text(c)))]
     src.parent.mkdir(parents=True, exist_ok=True)
@@ -503,14 +468,14 @@ def build(en_path: Path) -> Path:
     found = problems(en_path)
     if found:
         raise ValueError(f"cannot build the Chinese {en_path.name}:\n" + "\n".join(found))
-    nb = read_notebook(en_path)
+    nb = read_notebook(en_path, REPO_DIR)
     blocks = read_blocks(source_path(en_path))
     zh = {b.cell_id: b for b in blocks if b.kind == "cell"}
     pairs = {b.cell_id: read_pairs(b) for b in blocks if b.kind == "code"}
     old_outputs = {}
     target = zh_path(en_path)
     if target.exists():
-        for c in read_notebook(target)["cells"]:
+        for c in read_notebook(target, REPO_DIR)["cells"]:
             if c["cell_type"] == "code":
                 old_outputs[(c["id"], cell_text(c))] = (c.get("outputs", []), c.get("execution_count"))
     outputs, count = old_outputs.get((LANGUAGE_CELL_ID, LANGUAGE_CELL), ([], None))
