@@ -162,7 +162,9 @@ update: setup
 # Start one lesson over; the old copy moves to $(WORK)/old/. No setup: it needs only the .venv that
 # made the copies (the standard library does the work). LESSON reaches python as typed: through the
 # environment, unexpanded ($(value)), so that no quote, $ or ; in it is read by make or the shell, and
-# after --, so that LESSON=-h is a lesson name to refuse, not a request for help.
+# after --, so that LESSON=-h is a lesson name to refuse, not a request for help. unexport: make would
+# otherwise export the command line's LESSON to every recipe, expanding it (LESSON='$(shell ...)' ran).
+unexport LESSON
 reset: export LESSON_ARG = $(value LESSON)
 reset:
 	@if [ -z "$$LESSON_ARG" ]; then echo "say which lesson: make reset LESSON=04"; exit 1; fi

@@ -29,14 +29,19 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, encoding: str = "ut
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
+    fd = tmp = None
+    try:  # mkstemp inside: an interrupt right after it still removes the file (only one inside it cannot)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
+            fd = None  # the file object owns it now
             f.write(payload)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:  # KeyboardInterrupt too: the temporary file never stays behind
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException:  # KeyboardInterrupt too: the temporary file does not stay behind
+        if fd is not None:
+            os.close(fd)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path
 
@@ -66,6 +71,8 @@ def read_notebook(path: Path, root: Path = REPO_DIR) -> dict:
     fix = f"restore it (git checkout -- {_shown(path, root)}) or mend it"
     try:
         nb = json.loads(read_utf8(path, root))
+    except RecursionError:
+        raise ValueError(f"{_shown(path, root)}: nested too deep to be a notebook; {fix}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{_shown(path, root)}:{e.lineno}:{e.colno}: not valid JSON ({e.msg}), so not a notebook; "
                          f"{fix}") from None

@@ -13,6 +13,7 @@ are the ones that passed that check (their SHA-256 is recorded beside it); an em
 is rebuilt."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -31,6 +33,7 @@ import cffi
 from . import validate as check
 from .files import write_atomic
 from .header import cdef
+from .smoke import CASES as CHECK_CASES
 from .language import _
 from .toolchain import (  # noqa: F401
     AARCH64_MARCH,
@@ -200,28 +203,22 @@ def _level_ok(record: dict, verify: str) -> bool:
     return verify != "results" or not record.get("failures")
 
 
-def _smoke(lib: Path, header: str, verify: str, tokens: int | None = None) -> dict:
-    """Run lessonkit/smoke.py on ``lib`` in a child process (``tokens``: only its long case, at that
-    length). Returns ``{"verified": level, "failures": [...], "crash": str|None, "output": str}``
-    (failures as smoke.py codes them; output: what the kernel itself printed, cut to a few lines)."""
+def _smoke(lib: Path, header: str, verify: str, shape: list | None = None) -> dict:
+    """Run lessonkit/smoke.py on ``lib`` in a child process (``shape``: only one case, ``[seq_len,
+    n_kv_heads, head_dim, block_size]``). Returns ``{"verified": level, "failures": [...], "crash":
+    str|None, "output": str, "covered": [shape, ...]}`` (failures as smoke.py codes them; output: what
+    the kernel itself printed, cut to a few lines; covered: the cache shapes it ran on)."""
     if verify == "skip":
-        return {"verified": "skip", "failures": [], "crash": None, "output": ""}
+        return {"verified": "skip", "failures": [], "crash": None, "output": "", "covered": []}
     with tempfile.TemporaryDirectory(prefix="lessonkit-check-") as tmp:
         report, out, err = (Path(tmp) / name for name in ("report", "stdout", "stderr"))
-        request = json.dumps({"library": str(lib), "header": header, "report": str(report), "tokens": tokens})
-        try:
-            with open(out, "wb") as fo, open(err, "wb") as fe:
-                proc = subprocess.run([sys.executable, "-I", str(SMOKE_SCRIPT)], input=request.encode(),
-                                      stdout=fo, stderr=fe, timeout=smoke_timeout())
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = None
-        except OSError as e:
-            raise BuildError(_("Could not start the check of the new build ({executable}): {e}").format(
-                               executable=sys.executable, e=e)) from None
+        request = json.dumps({"library": str(lib), "header": header, "report": str(report), "shape": shape})
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            code = _run_check(request, fo, fe)
         steps = _text(report).splitlines()
         printed = "\n".join(part for part in (_cut(_text(out)), _cut(_text(err))) if part)  # stdout, then stderr
-    result = {"verified": verify, "failures": [], "crash": None, "output": printed, "tokens": tokens or CHECKED_TOKENS}
+    covered = [shape] if shape else [list(case[:4]) for case in CHECK_CASES]
+    result = {"verified": verify, "failures": [], "crash": None, "output": printed, "covered": covered}
     if code is None:
         result["crash"] = _while(_("did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)").format(
                                  SMOKE_TIMEOUT_S=smoke_timeout()), steps)
@@ -245,6 +242,27 @@ def _smoke(lib: Path, header: str, verify: str, tokens: int | None = None) -> di
                      _while(_("stopped with exit code {returncode}").format(returncode=code), steps))
             result["crash"] = crash + (f":\n{printed}" if printed else "")
     return result
+
+
+def _run_check(request: str, stdout, stderr) -> int | None:
+    """smoke.py's exit code (negative: the signal that ended it), or None if it ran out of time. It runs
+    in a process group of its own, and the whole group is killed when it ends: a process the kernel
+    forked (or a hung one's) does not outlive the check."""
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", str(SMOKE_SCRIPT)], stdin=subprocess.PIPE, stdout=stdout,
+                                stderr=stderr, start_new_session=True)
+    except OSError as e:
+        raise BuildError(_("Could not start the check of the new build ({executable}): {e}").format(
+                           executable=sys.executable, e=e)) from None
+    try:
+        proc.communicate(request.encode(), timeout=smoke_timeout())
+        return proc.returncode
+    except subprocess.TimeoutExpired:
+        return None
+    finally:  # also on an interrupt: nothing of the check keeps running
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _text(path: Path) -> str:
@@ -390,7 +408,7 @@ def _ffi_for(header: str) -> cffi.FFI:
         ffi = cffi.FFI()
         try:
             ffi.cdef(cdef(header))
-        except cffi.CDefError as e:  # its line numbers are the file's: header.cdef keeps every line
+        except (cffi.CDefError, cffi.FFIError) as e:  # line numbers are the file's: header.cdef keeps every line
             why = str(e).replace("<cdef source string>", HEADER)
             raise BuildError(_("cffi cannot read {HEADER}: {e}. Python reads this header as a list of plain C "
                                "declarations: keep function bodies (static inline helpers) in a .c file or in "
@@ -416,6 +434,8 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
     fp = _fingerprint(src_dir)
     cur = _current.get(slot)
     if cur is not None and cur[0] == fp and _is_open(cur[2]):
+        if _records[id(cur[2])][3] != verify:  # cover() judges by the level of the latest load
+            _records[id(cur[2])] = (*_records[id(cur[2])][:3], verify)
         return cur[1], cur[2]
     path, record = _build(debug, dotprod, defines, src_dir, None, verify)
     if path not in _libs or not _is_open(_libs[path][1]):
@@ -428,7 +448,6 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
             _record_path(path).unlink(missing_ok=True)
             raise BuildError(_("The library {name} could not be loaded: {e}. It was removed; run the cell again to "
                                "rebuild it.").format(name=path.name, e=e)) from None
-        _records[id(_libs[path][1])] = (_libs[path][1], path, record)
         if record.get("warnings"):
             _show_warnings(record["warnings"])
         if record.get("output"):
@@ -440,6 +459,7 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
             _warn_wrong(verify, record["failures"])
     ffi, lib = _libs[path]
     _current[slot] = (fp, ffi, lib, path)
+    _records[id(lib)] = (lib, path, record, verify)
     return ffi, lib
 
 
@@ -464,57 +484,87 @@ def _warn_wrong(verify: str, failures: list, where: str = "") -> None:
                            BuildWarning, "lessonkit.native.load", 0)
 
 
-# ----------------------------------------------------------------------------- longer caches
+# ----------------------------------------------------------------------------- larger caches
 
-# A new build is checked on caches of up to CHECKED_TOKENS tokens (smoke.py's longest case; a record
-# from before that case was written says 70). A call on a longer cache first has its library checked
-# again, in a child process, on a cache at least that long: a buffer sized for short caches (a
-# `float seen[8192]` in a student's edit) then fails there, never in the student's process. The
-# length is rounded up to a power of two, and at least doubled, so that a cache growing token by token
-# is checked a few times, not at every call; each length passed is kept in the library's record.
-CHECKED_TOKENS = 4100
-RECORD_TOKENS_BEFORE = 70
+# A new build is checked on smoke.py's cases, the largest 4,100 tokens of 8 kv heads of head_dim 128 in
+# blocks of 16. A call on a cache that no case covers (one with at least its tokens, kv heads and
+# head_dim, in blocks no larger) first has its library checked again, in a child process, on a cache of
+# the call's shape and at least its length: a buffer sized for short caches (a `float seen[8192]` in a
+# student's edit, or one sized by tokens x head_dim) then fails there, never in the student's process.
+# The length is rounded up to a power of two, at least twice what that shape was checked on, so a cache
+# growing token by token is checked a few times, not at every call; each shape that passed is kept in
+# the library's record. A record from before shapes were kept covers nothing: its first call re-checks.
 ROUND_UP_TO = 1 << 22  # above this, the check runs at the call's own length (no rounding up)
+_cover_lock = threading.Lock()  # one check at a time: threads calling together wait for the first one
 
 
-def cover(lib, seq_len: int) -> None:
-    """Make sure ``lib`` passed its check on a cache of at least ``seq_len`` tokens before it is
-    called on one: runs the check at that length if it has not (lessonkit.smoke's long case, in a
-    child process) and raises KernelCheckError, before the call, if the library crashes, hangs or
-    (with verify="results") computes wrong results there. A library load() did not open is not
-    checked here (there is nothing known to check it against)."""
+def _free_cover_lock_in_child() -> None:
+    """A child forked while a thread of the parent was checking gets a free lock (as KVCacheQ8's)."""
+    global _cover_lock
+    _cover_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_free_cover_lock_in_child)
+
+
+def _covered_by(record: dict, shape: tuple) -> list:
+    """The shapes of ``record`` that cover ``shape`` in kv heads, head_dim and block size (any length)."""
+    T, nkv, hd, bs = shape
+    entries = record.get("covered")
+    return [c for c in entries if isinstance(c, list) and len(c) == 4 and all(isinstance(x, int) for x in c)
+            and c[1] >= nkv and c[2] >= hd and c[3] <= bs] if isinstance(entries, list) else []
+
+
+def cover(lib, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int) -> None:
+    """Make sure ``lib`` passed its check on a cache at least this large before it is called on one:
+    runs the check on a cache of this shape if no case covered it (lessonkit.smoke, in a child
+    process) and raises KernelCheckError, before the call, if the library crashes, hangs or (loaded
+    with verify="results") computes wrong results there. A library load() did not open is not checked
+    here (there is nothing known to check it against)."""
     entry = _records.get(id(lib))
     if entry is None or entry[0] is not lib:
         return
-    unused, path, record = entry
-    checked = record.get("tokens", RECORD_TOKENS_BEFORE)
-    if seq_len <= checked or record.get("verified", "skip") == "skip":
-        return
-    refused = record.get("refused")  # this process saw it fail at that length: no second child
-    if refused and seq_len >= refused[0]:
-        raise KernelCheckError(refused[1])
-    n = max(seq_len, 2 * checked)
-    n = 1 << (n - 1).bit_length() if n <= ROUND_UP_TO else seq_len
-    result = _smoke(path, record["header"], record["verified"], tokens=n)
-    wrong = result["failures"] and record["verified"] == "results"
-    if result["crash"] or wrong:
-        what = result["crash"] or _("computes wrong results against the reference:\n{lines}").format(
-                                    lines=_failure_lines(result["failures"]))
-        message = _("This build of the kernel passed its check on caches of up to {checked} tokens; checked now on "
-                    "a cache of {n} tokens (in a child process, before your call on {seq_len} tokens), it {what}\n"
-                    "The call was not made; your process and what it holds are safe. A buffer sized for short "
-                    "caches (such as float seen[8192]) is the usual cause: size it by seq_len, or do without it. "
-                    "Calls on caches of up to {checked} tokens still run.").format(
-                    checked=checked, n=n, seq_len=seq_len, what=what)
-        record["refused"] = (n, message)
-        raise KernelCheckError(message)
-    if result["failures"]:
-        _warn_wrong(record["verified"], result["failures"], _(" (on a cache of {n} tokens)").format(n=n))
-    record["tokens"] = n
-    try:
-        _write_record(path, {k: v for k, v in record.items() if k != "refused"})
-    except BuildError:
-        pass  # a read-only folder (a class hub's prebuilt libraries): this process remembers it
+    with _cover_lock:
+        unused, path, record, verify = _records[id(lib)]
+        shape = (seq_len, n_kv_heads, head_dim, block_size)
+        same = _covered_by(record, shape)
+        checked = max((c[0] for c in same), default=0)
+        if seq_len <= checked or verify == "skip":
+            return
+        n = max(seq_len, 2 * checked)
+        n = 1 << (n - 1).bit_length() if n <= ROUND_UP_TO else seq_len
+        refused = record.get("refused", {}).get(shape[1:])  # this process saw it fail on that shape
+        if refused and n >= refused[0]:
+            raise KernelCheckError(refused[1])
+        result = _smoke(path, record["header"], verify, [n, *shape[1:]])
+        if result["crash"] or (result["failures"] and verify == "results"):
+            message = _refusal(result, checked, n, shape)
+            record.setdefault("refused", {})[shape[1:]] = (n, message)
+            raise KernelCheckError(message)
+        if result["failures"]:
+            _warn_wrong(verify, result["failures"], _(" (on a cache of {n} tokens)").format(n=n))
+        record["covered"] = [*record.get("covered", []), [n, *shape[1:]]]
+        try:
+            _write_record(path, {k: v for k, v in record.items() if k != "refused"})
+        except BuildError:
+            pass  # a read-only folder (a class hub's prebuilt libraries): this process remembers it
+
+
+def _refusal(result: dict, checked: int, n: int, shape: tuple) -> str:
+    seq_len, nkv, hd, bs = shape
+    if result["crash"]:
+        what, why = result["crash"], _("A buffer sized for short caches (such as float seen[8192]), or by tokens x "
+                                       "head_dim, is the usual cause: size it by seq_len, or do without it.")
+    else:
+        what = _("computes wrong results against the reference:\n{lines}").format(
+                 lines=_failure_lines(result["failures"]))
+        why = _("A counter or a sum that overflows or loses precision on long caches is the usual cause.")
+    return _("This build of the kernel passed its check on caches of up to {checked} tokens of this shape "
+             "({nkv} kv heads, head_dim {hd}, blocks of {bs}); checked now on a cache of {n} tokens (in a child "
+             "process, before your call on {seq_len} tokens), it {what}\nThe call was not made; your process and "
+             "what it holds are safe. {why} Calls on smaller caches still run.").format(
+             checked=checked, nkv=nkv, hd=hd, bs=bs, n=n, seq_len=seq_len, what=what, why=why)
 
 
 def library_path(debug: bool = False, dotprod: bool | None = None) -> Path:

@@ -281,15 +281,18 @@ def build_dir_for(src_dir: Path) -> Path:
     raw = os.environ.get("LESSONKIT_BUILD_DIR", "").strip()
     if not raw:
         return src_dir.parent / ".build"
-    folder = Path(raw).expanduser().resolve()
+    folder, why = Path(raw), ""
     try:
+        folder = folder.expanduser().resolve()
         folder.mkdir(parents=True, exist_ok=True)
-        usable = os.access(folder, os.W_OK | os.X_OK)
-        why = "" if usable else _("it cannot be written")
+        # a file made and removed, not os.access, which says yes to root even in /proc
+        tempfile.NamedTemporaryFile(dir=folder, prefix=".lessonkit-probe-").close()
     except FileExistsError:
         why = _("it is a file, not a folder")
-    except OSError as e:
-        why = e.strerror or str(e)
+    except RuntimeError as e:  # expanduser of ~nosuchuser
+        why = str(e)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        why = getattr(e, "strerror", None) or str(e)
     if why:
         raise BuildError(_("LESSONKIT_BUILD_DIR={raw!r} names a folder lessonkit cannot build in ({folder}: {why}). "
                            "Set it to a folder you can write, e.g. os.environ['LESSONKIT_BUILD_DIR'] = "
@@ -355,7 +358,10 @@ def source_dir(src_dir) -> Path:
     if not isinstance(src_dir, (str, os.PathLike)):
         raise TypeError(_("src_dir must be a folder (a str or a pathlib.Path); got {kind}").format(
                           kind=type(src_dir).__name__))
-    return Path(src_dir).expanduser().resolve()
+    try:
+        return Path(src_dir).expanduser().resolve()
+    except RuntimeError as e:  # ~nosuchuser
+        raise ValueError(_("src_dir {src_dir!r}: {e}").format(src_dir=str(src_dir), e=e)) from None
 
 
 def _native_dir(src_dir) -> Path:

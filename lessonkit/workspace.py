@@ -47,6 +47,7 @@ EDITIONS = {"en": LESSONS_DIR, "zh": LESSONS_DIR / "zh"}
 GLOSSARY = LESSONS_DIR / "glossary.md"
 # A hidden temporary of this module untouched this long was left by a run that stopped (_clear_stale)
 STALE_S = 600
+MANIFEST_MAX_BYTES = 1 << 20  # the record holds a line per lesson: far larger is not a record
 GIT_TIMEOUT_S = 300  # one git step of make update (a fetch over a slow network included)
 
 
@@ -93,10 +94,15 @@ def _read_manifest() -> tuple[dict, str | None]:
     sound entries, so that the next run reads a clean one; a copy whose entry is lost is never replaced
     on the strength of it (make_copies lists it as possibly changed)."""
     try:
+        # a regular file of sane size only: a FIFO would block the read, /dev/zero would never end it
+        if not MANIFEST.is_file() or MANIFEST.stat().st_size > MANIFEST_MAX_BYTES:
+            raise ValueError(MANIFEST)
         data = json.loads(MANIFEST.read_text(encoding="utf-8"))
     except FileNotFoundError:  # no copy made yet
         return {}, None
-    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deep
+        if not MANIFEST.is_symlink() and not MANIFEST.exists():
+            return {}, None  # nothing there (is_file() is False for a missing file too)
         data = None
     sound = {k: v for k, v in data.items() if isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v)} \
         if isinstance(data, dict) else {}

@@ -214,7 +214,8 @@ def test_make_reset_takes_lesson_as_typed_and_refuses_what_is_no_lesson(clone):
     """LESSON reaches the reset as one value, whatever quotes, $, ; or leading - it holds: not as
     argparse's -h (help, and nothing reset, with status 0), not as shell syntax, not run."""
     copies(clone)
-    for value in ("-h", "--help", '0"4', "0'4", "a$b", "0 4", "01; touch pwned", "`touch pwned`", "$(touch pwned)"):
+    for value in ("-h", "--help", '0"4', "0'4", "a$b", "0 4", "01; touch pwned", "`touch pwned`", "$(touch pwned)",
+                  "$(shell touch pwned)", "$(error boom)", "$(LESSON)"):  # the last three: make's own syntax
         proc = subprocess.run(["make", "-s", "reset", f"LESSON={value}", f"PY={sys.executable}"], cwd=clone,
                               env={**os.environ, "PYTHONPATH": str(clone)}, capture_output=True, text=True)
         assert proc.returncode != 0, (value, proc.stdout)
