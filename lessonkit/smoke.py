@@ -34,8 +34,8 @@ import numpy as np
 TOL = 1e-4
 # On long caches the float32 running sums S and VKQ (one term per token) carry a rounding error that
 # grows about as sqrt(seq_len) * 2**-24 (float32's unit roundoff, each rounding a step of a random
-# walk): 1.1e-4 of the intact kernel at 2M tokens. The tolerance grows with it, four times over, so it
-# stays far below a real mistake's 1e-2 at any length a cache can have.
+# walk): 1.1e-4 of the intact kernel at 2M tokens. The tolerance grows with it, four times over; it stays
+# far below a real mistake's 1e-2 up to caches larger than memory holds (2e-3 at 64M tokens).
 def tolerance(seq_len: int) -> float:
     return max(TOL, 4 * seq_len ** 0.5 * 2.0 ** -24)
 
