@@ -24,3 +24,16 @@ def test_failed_write_keeps_old_file_and_leaves_no_temporary(tmp_path, full_disk
         write_atomic(p, "new")
     assert p.read_text() == "old"
     assert [q.name for q in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_an_interrupt_right_after_the_temporary_is_made_leaves_nothing(tmp_path, monkeypatch):
+    p = tmp_path / "a.json"
+    p.write_text("old")
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(os, "fdopen", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(p, "new")
+    assert p.read_text() == "old"
+    assert [q.name for q in tmp_path.iterdir()] == ["a.json"]

@@ -285,3 +285,28 @@ except native.BuildError as e:
 """)
     line = out.split("MESSAGE ", 1)[1].split(" ", 1)[0]
     assert f"flash_attn_q8.h:{line}" in out and "static inline" in out and "Traceback" not in out
+
+
+def test_a_process_the_kernel_forks_does_not_outlive_the_check(run_case, tmp_path):
+    """The check runs in a process group of its own and the group is killed when it ends: a kernel that
+    forks a sleeper leaves nothing running (the sleeper writes its pid first)."""
+    pid_file = tmp_path / "sleeper.pid"
+    out = run_case(f"""
+text = kernel_c.read_text()
+kernel_c.write_text("#include <stdio.h>\\n#include <unistd.h>\\n" + text)
+edit('if (seq_len == 1 && fork() == 0) {{ FILE *f = fopen("{pid_file}", "w"); fprintf(f, "%d", (int)getpid()); '
+     'fclose(f); sleep(60); _exit(0); }}')
+ffi1, lib1 = native.load(src_dir=src)
+import os, time
+pid = int(Path("{pid_file}").read_text())
+for _ in range(50):
+    try:
+        run_state = Path(f"/proc/{{pid}}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        run_state = "gone"
+    if run_state in ("gone", "Z", "X"):
+        break
+    time.sleep(0.1)
+print("SLEEPER", run_state)
+""")
+    assert "SLEEPER gone" in out or "SLEEPER Z" in out or "SLEEPER X" in out, out

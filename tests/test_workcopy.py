@@ -441,3 +441,20 @@ record = json.loads(workspace.MANIFEST.read_text())
 print("RECORDED", len(record), sorted(record) == sorted(workspace._key(workspace.LESSONS_DIR / d.relative_to(workspace.WORK_DIR)) for d in made))
 """)
     assert "RECORDED 11 True" in out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "deep"])
+def test_a_record_that_is_no_file_is_damaged_not_read(clone, kind):
+    """A FIFO would block the read for ever, /dev/zero would never end it, JSON nested 100,000 deep
+    overflows the parser: each is a damaged record (moved to my-work/old/, reported), in bounded time."""
+    copies(clone)
+    record = clone / "my-work" / ".copied.json"
+    record.unlink()
+    if kind == "fifo":
+        os.mkfifo(record)
+    elif kind == "device":
+        record.symlink_to("/dev/zero")
+    else:
+        record.write_text("[" * 100_000)
+    out = in_clone(clone, "from lessonkit import workspace\nworkspace.main(['copies'])", timeout=60)
+    assert "was unreadable or damaged: it is kept as my-work/old/copied.1.json" in out
