@@ -421,6 +421,8 @@ def _json_path_error(path: Path) -> str | None:
     making the temporary file write_atomic will make there (os.access answers yes to root, even in
     /proc)."""
     folder = path.parent
+    if not str(path).strip() or path == Path("."):  # --json "" would quietly write nothing
+        return _("--json needs a file name, e.g. bench.json")
     if path.is_dir():
         return _("--json {path} is a folder; give a file name, e.g. {example}").format(
                  path=path, example=path / "bench.json")
@@ -445,12 +447,12 @@ def main(argv=None) -> int:
                    help="core type to run on where there are several, e.g. Cortex-A55 (default: the big cores; "
                         "'any': no pinning)")
     args = p.parse_args(argv)
-    if args.json and (why := _json_path_error(Path(args.json))):
+    if args.json is not None and (why := _json_path_error(Path(args.json))):
         p.error(why)
     lengths, repeats = (QUICK_LENGTHS, 3) if args.quick else (FULL_LENGTHS, 7)
     result = run(lengths, repeats, args.n_kv_heads, cores=args.cores)
     print(report(result))
-    if args.json:
+    if args.json is not None:
         write_atomic(args.json, json.dumps({**result, "targets": targets(result)}, indent=1))
     return 0
 

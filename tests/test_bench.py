@@ -212,3 +212,11 @@ def test_an_unwritable_json_path_is_refused_before_the_run(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert stop.value.code == 2 and f"error: --json {path}" in err and why in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # the probe left nothing behind
+
+
+@pytest.mark.parametrize("empty", ["", " "])
+def test_an_empty_json_path_is_refused_before_the_run(monkeypatch, capsys, empty):
+    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("the run started before --json was checked"))
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--json", empty])
+    assert stop.value.code == 2 and "--json needs a file name" in capsys.readouterr().err
