@@ -487,11 +487,11 @@ def _warn_wrong(verify: str, failures: list, where: str = "") -> None:
 # ----------------------------------------------------------------------------- larger caches
 
 # A new build is checked on smoke.py's cases, the largest 4,100 tokens of 8 kv heads of head_dim 128 in
-# blocks of 16. A call on a cache that no case covers (one with at least its tokens, kv heads and
-# head_dim, in blocks no larger) first has its library checked again, in a child process, on a cache of
-# the call's shape and at least its length: a buffer sized for short caches (a `float seen[8192]` in a
+# blocks of 16. A call on a cache that no case covers (every size a buffer could be sized by at most a
+# case's: _checked_length) first has its library checked again, in a child process, on a cache of the
+# call's shape and at least its length: a buffer sized for short caches (a `float seen[8192]` in a
 # student's edit, or one sized by tokens x head_dim) then fails there, never in the student's process.
-# The length is rounded up to a power of two, at least twice what that shape was checked on, so a cache
+# The length is rounded up to a power of two, at least twice the length covered before, so a cache
 # growing token by token is checked a few times, not at every call; each shape that passed is kept in
 # the library's record. A record from before shapes were kept covers nothing: its first call re-checks.
 ROUND_UP_TO = 1 << 22  # above this, the check runs at the call's own length (no rounding up)
@@ -508,12 +508,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_free_cover_lock_in_child)
 
 
-def _covered_by(record: dict, shape: tuple) -> list:
-    """The shapes of ``record`` that cover ``shape`` in kv heads, head_dim and block size (any length)."""
-    T, nkv, hd, bs = shape
+def _checked_length(record: dict, shape: tuple) -> int:
+    """The longest cache of ``shape``'s kv heads, head_dim and block size that a case of ``record`` covers:
+    one whose every size a buffer could be sized by (tokens, tokens x head_dim, tokens x kv heads, tokens x
+    kv_dim, blocks; and per token head_dim and kv_dim) is at most that case's. 0 if none."""
+    unused, nkv, hd, bs = shape
     entries = record.get("covered")
-    return [c for c in entries if isinstance(c, list) and len(c) == 4 and all(isinstance(x, int) for x in c)
-            and c[1] >= nkv and c[2] >= hd and c[3] <= bs] if isinstance(entries, list) else []
+    best = 0
+    for c in entries if isinstance(entries, list) else []:
+        if not (isinstance(c, list) and len(c) == 4 and all(isinstance(x, int) and x > 0 for x in c)):
+            continue  # a damaged entry covers nothing
+        T2, nkv2, hd2, bs2 = c
+        if hd <= hd2 and nkv * hd <= nkv2 * hd2:
+            best = max(best, min(T2, T2 * hd2 // hd, T2 * nkv2 // nkv, T2 * nkv2 * hd2 // (nkv * hd),
+                                 -(-T2 // bs2) * bs))
+    return best
 
 
 def cover(lib, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int) -> None:
@@ -528,8 +537,7 @@ def cover(lib, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int) ->
     with _cover_lock:
         unused, path, record, verify = _records[id(lib)]
         shape = (seq_len, n_kv_heads, head_dim, block_size)
-        same = _covered_by(record, shape)
-        checked = max((c[0] for c in same), default=0)
+        checked = _checked_length(record, shape)
         if seq_len <= checked or verify == "skip":
             return
         n = max(seq_len, 2 * checked)

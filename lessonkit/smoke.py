@@ -76,54 +76,56 @@ def quantize_rows(x: np.ndarray):
 
 
 class Cache:
-    """A q8 cache in the kernel's layout, built with the library's own quantizer."""
+    """A q8 cache in the kernel's layout, built with the library's own quantizer. Only kv head ``kh``, the
+    one every call reads, holds data; the other heads' codes and scales are zero, so a kernel that reads
+    another head's row is off at once, and a large case costs the time of one head, not of all."""
 
-    def __init__(self, ffi, lib, T, nkv, hd, bs, rows):
-        """``rows(t0, t1)``: the float32 K and V rows ``[t1 - t0, nkv, hd]`` of tokens t0 ... t1 - 1."""
+    def __init__(self, ffi, lib, T, nkv, hd, bs, kh, rows):
+        """``rows(t0, t1)``: head kh's float32 K and V rows ``[t1 - t0, hd]`` of tokens t0 ... t1 - 1."""
         self.T, self.hd = T, hd
         nblocks = -(-T // bs)
         self.k_blocks = [np.zeros((bs, nkv * hd), np.int8) for unused in range(nblocks)]
         self.v_blocks = [np.zeros((bs, nkv * hd), np.int8) for unused in range(nblocks)]
         self.k_scale = np.zeros((T, nkv), np.float32)
         self.v_scale = np.zeros((T, nkv), np.float32)
-        for b in range(nblocks):  # one call per block: its rows (token, head) lie hd apart
+        for b in range(nblocks):  # one call per block: head kh's rows lie kv_dim apart, its scales nkv apart
             t0, t1 = b * bs, min(T, (b + 1) * bs)
             for X, blocks, scales in zip(rows(t0, t1), (self.k_blocks, self.v_blocks), (self.k_scale, self.v_scale)):
-                lib.kvq8_quantize_rows(ffi.from_buffer("float[]", np.ascontiguousarray(X)), (t1 - t0) * nkv, hd, hd,
-                                       ffi.from_buffer("int8_t[]", blocks[b]), hd,
-                                       ffi.from_buffer("float[]", scales[t0:t1]), 1)
+                lib.kvq8_quantize_rows(ffi.from_buffer("float[]", np.ascontiguousarray(X)), t1 - t0, hd, hd,
+                                       ffi.from_buffer("int8_t[]", blocks[b]) + kh * hd, nkv * hd,
+                                       ffi.from_buffer("float[]", scales[t0:t1]) + kh, nkv)
         self.k_ptrs = ffi.new("int8_t *[]", [ffi.from_buffer("int8_t[]", b) for b in self.k_blocks])
         self.v_ptrs = ffi.new("int8_t *[]", [ffi.from_buffer("int8_t[]", b) for b in self.v_blocks])
 
-    def codes(self, blocks, kh, t0=0, t1=None):
-        """Tokens t0 ... t1 - 1 of kv head kh, as float64 (a block-aligned t0)."""
-        t1 = self.T if t1 is None else t1
-        bs = blocks[0].shape[0]
-        rows = np.concatenate(blocks[t0 // bs:-(-t1 // bs)])[:t1 - t0]
-        return rows[:, kh * self.hd:(kh + 1) * self.hd].astype(np.float64)
+    def codes(self, kh):
+        """Kv head kh's int8 K and V codes, ``[T, hd]`` each (gathered once per case: every reference
+        of the case reads them)."""
+        if getattr(self, "_codes", (None,))[0] != kh:
+            cols = slice(kh * self.hd, (kh + 1) * self.hd)
+            self._codes = (kh, *(np.concatenate([b[:, cols] for b in blocks])[:self.T]
+                                 for blocks in (self.k_blocks, self.v_blocks)))
+        return self._codes[1:]
 
     def args(self, ffi, kh):
         return (self.k_ptrs, self.v_ptrs,
                 ffi.from_buffer("float[]", self.k_scale) + kh, ffi.from_buffer("float[]", self.v_scale) + kh)
 
 
-def reference(cache: Cache, kh: int, q: np.ndarray, scale: float) -> np.ndarray:
+def reference(cache: Cache, kh: int, q: np.ndarray, scale: float, chunk: int = 1 << 16) -> np.ndarray:
     """The output in float64, from the cache's int8 codes and Q's codes (segment 1 as the kernel);
-    whole blocks of about 64K tokens at a time, so that a long case stays small."""
+    ``chunk`` tokens at a time in float64, so that a long case stays small."""
     from lessonkit.quant import q_codes
-    bs = cache.k_blocks[0].shape[0]
-    chunk = bs * max(1, (1 << 16) // bs)
+    K8, V8 = cache.codes(kh)
     qi, qsc = q_codes(q)
     qblocks = qi.astype(np.float64).reshape(-1, QBLK)
     s = np.empty(cache.T)
     for t0 in range(0, cache.T, chunk):
-        K = cache.codes(cache.k_blocks, kh, t0, min(cache.T, t0 + chunk))
+        K = K8[t0:t0 + chunk].astype(np.float64)
         dots = (K.reshape(len(K), -1, QBLK) * qblocks).sum(axis=2)
         s[t0:t0 + len(K)] = (dots * qsc.astype(np.float64)).sum(axis=1)
     s *= cache.k_scale[:, kh] / 127.0 * scale
     w = np.exp(s - max(-1e9, s.max())) * cache.v_scale[:, kh] / 127.0
-    out = sum(w[t0:t0 + chunk] @ cache.codes(cache.v_blocks, kh, t0, min(cache.T, t0 + chunk))
-              for t0 in range(0, cache.T, chunk))
+    out = sum(w[t0:t0 + chunk] @ V8[t0:t0 + chunk].astype(np.float64) for t0 in range(0, cache.T, chunk))
     return out / np.exp(s - max(-1e9, s.max())).sum()
 
 
@@ -169,13 +171,13 @@ def check_kernels(ffi, lib, failures, rng, cases=CASES) -> None:
         q = rng.standard_normal(hd).astype(np.float32)
 
         def rows(t0, t1):
-            K = rng.standard_normal((t1 - t0, nkv, hd)).astype(np.float32)
+            K = rng.standard_normal((t1 - t0, hd)).astype(np.float32)
             if rising:  # token t's K leans more and more towards q: each score beats the last
                 lean = (1.0 + 0.5 * np.arange(t0, t1))[:, None] * (q / np.abs(q).max())
-                K[:, kh] = (0.2 * K[:, kh] + lean).astype(np.float32)
-            return K, rng.standard_normal((t1 - t0, nkv, hd)).astype(np.float32)
+                K = (0.2 * K + lean).astype(np.float32)
+            return K, rng.standard_normal((t1 - t0, hd)).astype(np.float32)
 
-        cache = Cache(ffi, lib, T, nkv, hd, bs, rows)
+        cache = Cache(ffi, lib, T, nkv, hd, bs, kh, rows)
         scale = float(1.0 / np.sqrt(hd))
         want = reference(cache, kh, q, scale)
         qb, ptrs = ffi.from_buffer("float[]", q), cache.args(ffi, kh)

@@ -51,9 +51,17 @@ def test_a_shape_no_case_covers_is_checked_even_when_short(fake_child):
     """A buffer sized by tokens x head_dim overflows at 2,000 tokens of head_dim 256, a shape the
     check had only run on 9 tokens of."""
     native.cover(fake_child["lib"], 2000, 1, 256, 32)
-    native.cover(fake_child["lib"], 100, 16, 64, 16)    # more kv heads than any case
-    native.cover(fake_child["lib"], 100, 2, 64, 8)      # blocks of 8: only the 70-token case covers them
-    assert fake_child["asked"] == [[2048, 1, 256, 32], [128, 16, 64, 16], [256, 2, 64, 8]]
+    native.cover(fake_child["lib"], 100, 32, 64, 16)    # a token row (kv_dim 2048) longer than any case's
+    native.cover(fake_child["lib"], 3000, 2, 64, 1)     # more blocks than any case (3000 of 1 token)
+    assert fake_child["asked"] == [[2048, 1, 256, 32], [128, 32, 64, 16], [4096, 2, 64, 1]]
+
+
+def test_a_smaller_cache_in_every_size_is_covered_whatever_its_shape(fake_child):
+    """Fewer tokens, tokens x kv heads, tokens x kv_dim and blocks than the 4,100 x 8 x 128 case, in
+    blocks of 16: covered, with 16 kv heads of 64 too (the sizes a buffer could be sized by are smaller)."""
+    for shape in ((2000, 16, 64, 16), (100, 2, 64, 8), (4100, 1, 32, 16), (500, 8, 128, 64)):
+        native.cover(fake_child["lib"], *shape)
+    assert fake_child["asked"] == []
 
 
 def test_a_refusal_is_kept_for_every_call_it_would_check_again(fake_child):
