@@ -409,6 +409,7 @@ def _ffi_for(header: str) -> cffi.FFI:
             ffi.cdef(cdef(header))
         except (cffi.CDefError, cffi.FFIError) as e:  # line numbers are the file's: header.cdef keeps every line
             why = str(e).replace("<cdef source string>", HEADER)
+            why = re.sub(r"\s*\(for interactive usage, try cdef\(xx, override=True\)\)", "", why)  # not for a file
             raise BuildError(_("cffi cannot read {HEADER}: {e}. Python reads this header as a list of plain C "
                                "declarations: keep function bodies (static inline helpers) in a .c file or in "
                                "q8_simd.h, and types and constants cffi can parse. Nothing new was loaded.").format(

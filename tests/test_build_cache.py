@@ -299,3 +299,22 @@ def test_dotprod_override_is_honoured(monkeypatch):
     monkeypatch.setenv("LESSONKIT_DOTPROD", "maybe")
     with pytest.raises(native.BuildError, match="LESSONKIT_DOTPROD must be 1"):
         toolchain._cpu_has_dotprod()
+
+
+@pytest.mark.parametrize("line", ["const char *fa_backend(void);", "typedef int fa_trace;", "void f(int n, float a[n]);"])
+def test_a_header_cffi_refuses_is_named_with_its_file(line):
+    """Valid C that cffi cannot take (a second prototype, a clashing typedef, a variable-length array
+    parameter) is a BuildError naming flash_attn_q8.h, not cffi's bare FFIError and its advice."""
+    header = (native.NATIVE_DIR / native.HEADER).read_text()
+    i = header.rfind("#endif")
+    with pytest.raises(native.BuildError, match="cffi cannot read flash_attn_q8.h") as e:
+        native._ffi_for(header[:i] + line + "\n" + header[i:])
+    assert "override=True" not in str(e.value)
+
+
+def test_a_home_folder_that_does_not_exist_is_named(native_copy, monkeypatch):
+    monkeypatch.setenv("LESSONKIT_BUILD_DIR", "~no-such-user-xyz/build")
+    with pytest.raises(native.BuildError, match="LESSONKIT_BUILD_DIR='~no-such-user-xyz/build' names a folder"):
+        native.build(src_dir=native_copy)
+    with pytest.raises(ValueError, match="src_dir '~no-such-user-xyz/native'"):
+        native.load(src_dir="~no-such-user-xyz/native")
