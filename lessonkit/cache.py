@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import coverage, native
+from . import native
 from . import validate as check
 from .header import KVQ_INV
 from .language import _
@@ -365,7 +365,7 @@ class KVCacheQ8:
         """The cache's arguments of the kernel for one kv head, in the article's order:
         ``(k_cache_q8, v_cache_q8, kscale, vscale, seq_len, kv_dim, kv_bs, nkv, kh_off)``.
         ``lib``: the library about to be called with them; it is first made sure to have passed its
-        check on a cache this large (``coverage.cover``), so a kernel edit that only works on small
+        check on a cache this large (``native.cover``), so a kernel edit that only works on small
         caches is refused before the call, not found by a crash.
 
         All from one state of the cache: an append in another thread does not change them. The
@@ -375,7 +375,7 @@ class KVCacheQ8:
         kh, s = self.check_head(kv_head), self._state
         _not_empty(s.seq_len)
         if lib is not None:
-            coverage.cover(lib, s.seq_len, self.n_kv_heads, self.head_dim, self.block_size)
+            native.cover(lib, s.seq_len, self.n_kv_heads, self.head_dim, self.block_size)
         nkv = self.n_kv_heads
         end = s.seq_len * nkv  # the kernel reads kscale[t * nkv] for t < seq_len
         return (ffi.from_buffer("int8_t *[]", s.k_table[:s.n_blocks]),

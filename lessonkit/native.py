@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -30,9 +31,9 @@ from pathlib import Path
 import cffi
 
 from . import validate as check
+from . import check_report
 from .files import write_atomic
 from .header import cdef
-from .smoke import CASES as CHECK_CASES
 from .language import _
 from .toolchain import (  # noqa: F401
     AARCH64_MARCH,
@@ -214,13 +215,14 @@ def _smoke(lib: Path, header: str, verify: str, shape: list | None = None) -> di
         request = json.dumps({"library": str(lib), "header": header, "report": str(report), "shape": shape})
         with open(out, "wb") as fo, open(err, "wb") as fe:
             code = _run_check(request, fo, fe)
-        steps = _text(report).splitlines()
-        printed = "\n".join(part for part in (_cut(_text(out)), _cut(_text(err))) if part)  # stdout, then stderr
-    covered = [shape] if shape else [list(case[:4]) for case in CHECK_CASES]
-    result = {"verified": verify, "failures": [], "crash": None, "output": printed, "covered": covered}
+        steps = check_report.text(report).splitlines()
+        # what the kernel printed: the first lines of its stdout, then of its stderr
+        printed = "\n".join(part for part in map(check_report.cut, map(check_report.text, (out, err))) if part)
+    result = {"verified": verify, "failures": [], "crash": None, "output": printed, "covered": []}
     if code is None:
-        result["crash"] = _while(_("did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)").format(
-                                 SMOKE_TIMEOUT_S=smoke_timeout()), steps)
+        result["crash"] = check_report.while_running(
+            _("did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)").format(
+              SMOKE_TIMEOUT_S=smoke_timeout()), steps)
     elif code < 0:
         try:
             name = signal.Signals(-code).name
@@ -231,14 +233,14 @@ def _smoke(lib: Path, header: str, verify: str, shape: list | None = None) -> di
                 "SIGFPE": _("arithmetic exception"), "SIGABRT": _("abort")}.get(name)
         crash = _("crashed with {name} ({what})").format(name=name, what=what) if what else \
             _("crashed with {name}").format(name=name)
-        result["crash"] = _while(crash, steps) + (f":\n{printed}" if printed else "")
+        result["crash"] = check_report.while_running(crash, steps) + (f":\n{printed}" if printed else "")
     else:
         try:
-            result["failures"] = _read_report(steps)
+            result["failures"], result["covered"] = check_report.read_report(steps)
         except ValueError as e:
             crash = (_("wrote a report of its check that cannot be read ({why})").format(why=e)
                      if steps and steps[-1].startswith("report ") else
-                     _while(_("stopped with exit code {returncode}").format(returncode=code), steps))
+                     check_report.while_running(_("stopped with exit code {returncode}").format(returncode=code), steps))
             result["crash"] = crash + (f":\n{printed}" if printed else "")
     return result
 
@@ -264,90 +266,6 @@ def _run_check(request: str, stdout, stderr) -> int | None:
         proc.wait()
 
 
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _cut(text: str, keep: int = 5) -> str:
-    """The first ``keep`` lines of ``text`` (each at most 200 characters), and how many more there were."""
-    lines = text.splitlines()
-    shown = "\n".join(l[:200] for l in lines[:keep])
-    return shown + (_("\n... ({more} more lines)").format(more=len(lines) - keep) if len(lines) > keep else "")
-
-
-def _read_report(steps: list[str]) -> list:
-    """The failures of smoke.py's last line, ``report {"failures": [...]}``; ValueError if the line is
-    missing or not what smoke.py writes (a check that died half way, or another program's output)."""
-    if not steps or not steps[-1].startswith("report "):
-        raise ValueError("no report")
-    report = json.loads(steps[-1][len("report "):])
-    failures = report.get("failures") if isinstance(report, dict) else None
-    if not isinstance(failures, list):
-        raise ValueError("no list of failures")
-    for f in failures:
-        try:
-            _failure(f)  # every failure must be one that can be put in words
-        except (TypeError, KeyError, IndexError, ValueError, AttributeError):
-            raise ValueError(f"unreadable failure {f!r:.80}") from None
-    return failures
-
-
-def _while(what: str, steps: list[str]) -> str:
-    """``what`` happened, and the step of smoke.py that was running then (its last "running" line)."""
-    running = [l[len("running "):] for l in steps if l.startswith("running ")]
-    try:
-        step = _subject(*json.loads(running[-1]))
-    except (IndexError, ValueError, TypeError, KeyError):
-        return what
-    return _("{what} while running {step}").format(what=what, step=step)
-
-
-# The words of smoke.py's codes, with their numbers: one table.
-_SMOKE_WORDS = {
-    "case": lambda T, nkv, hd, bs, kh: _(" on case '{T} tokens, head_dim {hd}, blocks of {bs}, kv head {kh} of "
-                                         "{nkv}'").format(T=T, hd=hd, bs=bs, kh=kh, nkv=nkv),
-    "case_rising": lambda T, nkv, hd, bs, kh: _(" on case '{T} rising scores (a new max at every token), head_dim "
-                                                "{hd}, blocks of {bs}, kv head {kh} of {nkv}'").format(
-                                                T=T, hd=hd, bs=bs, kh=kh, nkv=nkv),
-    "rows": lambda: _(" on 5 rows (zeros, huge, tiny)"),
-    "recording": lambda: _(" (recording)"),
-    "not_recording": lambda: _(" (not recording)"),
-    "group": lambda G: _(" (G = {G} query heads)").format(G=G),
-    "tokens": lambda t0, t1: _(" (tokens [{t0}, {t1}))").format(t0=t0, t1=t1),
-    "merged": lambda: _(" (chunks merged)"),
-    "two_ranges": lambda: _(" (two ranges)"),
-    "variant": lambda v: _(" (variant {v})").format(v=v),
-    "nan": lambda: _(": the output holds NaN or Inf"),
-    "off": lambda err, tol: _(": off by {err:.1e} of max|reference| (tolerance {tol:.0e})").format(
-                              err=err, tol=tol),
-    "returned": lambda value: _(": returned {value}").format(value=value),
-    "scales": lambda: _(": the scales are not the raw max|x| of each row"),
-    "codes": lambda bad, n: _(": {bad} of {n} codes differ from floor(x * 127 / max + 0.5)").format(
-                              bad=bad, n=n),
-    "not_positive": lambda: _(": did not return a positive bandwidth"),
-    "empty_string": lambda: _(": returned an empty string"),
-    "missing": lambda why: _("missing function: {why}").format(why=why),
-}
-
-
-def _subject(fn: str, case, part) -> str:
-    """A step of smoke.py in words: the function, what part of it, on which case."""
-    words = fn + (_SMOKE_WORDS[part[0]](*part[1:]) if part else "")
-    if case:
-        words += _SMOKE_WORDS["case_rising" if case[5] else "case"](*case[:5])
-    return words
-
-
-def _failure(f) -> str:
-    """One failure that smoke.py reported, in words (a record of an older lessonkit holds words)."""
-    if isinstance(f, str):
-        return f
-    return _subject(*f[:3]) + _SMOKE_WORDS[f[3][0]](*f[3][1:])
-
-
 def _judge(result: dict, verify: str) -> None:
     """Raise KernelCheckError for a crash or hang (always) and for wrong results (verify="results").
     Wrong results allowed by verify="crashes" are shown by load() as a warning."""
@@ -361,19 +279,7 @@ def _judge(result: dict, verify: str) -> None:
                                  "engine's quantized math in numpy, float64):\n{failure_lines_failures}\n{keep} To "
                                  "load a kernel you broke on purpose, pass verify='crashes' (crashes and hangs are "
                                  "still caught; results are not).").format(
-                                 failure_lines_failures=_failure_lines(failures), keep=keep))
-
-
-def _failure_lines(failures: list, keep: int = 5) -> str:
-    """The first failure of each function (the functions share most of their code, so one line
-    each says enough), at most ``keep`` of them, and how many other checks failed."""
-    firsts: dict[str, str] = {}
-    for f in failures:
-        firsts.setdefault(f[0] if isinstance(f, list) else re.split(r" on | \(|:", f, maxsplit=1)[0], _failure(f))
-    shown = list(firsts.values())[:keep]
-    more = len(failures) - len(shown)
-    return "\n".join(f"  {f}" for f in shown) + (_("\n  ({more} more failed checks not shown)").format(
-                                                   more=more) if more else "")
+                                 failure_lines_failures=check_report.failure_lines(failures), keep=keep))
 
 
 def _prune(build_dir: Path, stem: str) -> None:
@@ -480,8 +386,99 @@ def _warn_wrong(verify: str, failures: list, where: str = "") -> None:
     # named after the call, not the caller's file: a notebook's cell has a temporary path
     warnings.warn_explicit(BuildWarning(_("loaded with verify={verify!r}: this build computes wrong results (as "
                                           "you meant it to?):").format(verify=verify) + where
-                                        + f"\n{_failure_lines(failures)}"),
+                                        + f"\n{check_report.failure_lines(failures)}"),
                            BuildWarning, "lessonkit.native.load", 0)
+
+
+# ----------------------------------------------------------------------------- larger caches
+
+# A new build is checked on smoke.py's cases, the largest 4,100 tokens of 8 kv heads of head_dim 128 in
+# blocks of 16. A call on a cache that no case covers (every size a buffer could be sized by at most a
+# case's: _checked_length) first has its library checked again, in a child process, on a cache of the
+# call's shape and at least its length: a buffer sized for short caches (a `float seen[8192]` in a
+# student's edit, or one sized by tokens x head_dim) then fails there, never in the student's process.
+# The length is rounded up to a power of two, at least twice the length covered before, so a cache
+# growing token by token is checked a few times, not at every call; each shape that passed is kept in
+# the library's record. A record from before shapes were kept covers nothing: its first call re-checks.
+ROUND_UP_TO = 1 << 22  # above this, the check runs at the call's own length (no rounding up)
+_cover_lock = threading.Lock()  # one check at a time: threads calling together wait for the first one
+
+
+def _free_cover_lock_in_child() -> None:
+    """A child forked while a thread of the parent was checking gets a free lock (as KVCacheQ8's)."""
+    global _cover_lock
+    _cover_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_free_cover_lock_in_child)
+
+
+def _checked_length(record: dict, shape: tuple) -> int:
+    """The longest cache of ``shape``'s kv heads, head_dim and block size that a case of ``record`` covers:
+    one whose every size a buffer could be sized by (tokens, tokens x head_dim, tokens x kv heads, tokens x
+    kv_dim, blocks; and per token head_dim and kv_dim) is at most that case's. 0 if none."""
+    unused, nkv, hd, bs = shape
+    entries = record.get("covered")
+    best = 0
+    for c in entries if isinstance(entries, list) else []:
+        if not (isinstance(c, list) and len(c) == 4 and all(isinstance(x, int) and x > 0 for x in c)):
+            continue  # a damaged entry covers nothing
+        T2, nkv2, hd2, bs2 = c
+        if hd <= hd2 and nkv * hd <= nkv2 * hd2:
+            best = max(best, min(T2, T2 * hd2 // hd, T2 * nkv2 // nkv, T2 * nkv2 * hd2 // (nkv * hd),
+                                 -(-T2 // bs2) * bs))
+    return best
+
+
+def cover(lib, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int) -> None:
+    """Make sure ``lib`` passed its check on a cache at least this large before it is called on one:
+    runs the check on a cache of this shape if no case covered it (lessonkit.smoke, in a child
+    process) and raises KernelCheckError, before the call, if the library crashes, hangs or (loaded
+    with verify="results") computes wrong results there. A library load() did not open is not checked
+    here (there is nothing known to check it against)."""
+    entry = _records.get(id(lib))
+    if entry is None or entry[0] is not lib:
+        return
+    with _cover_lock:
+        unused, path, record, verify = _records[id(lib)]
+        shape = (seq_len, n_kv_heads, head_dim, block_size)
+        checked = _checked_length(record, shape)
+        if seq_len <= checked or verify == "skip":
+            return
+        n = max(seq_len, 2 * checked)
+        n = 1 << (n - 1).bit_length() if n <= ROUND_UP_TO else seq_len
+        refused = record.get("refused", {}).get(shape[1:])  # this process saw it fail on that shape
+        if refused and n >= refused[0]:
+            raise KernelCheckError(refused[1])
+        result = _smoke(path, record["header"], verify, [n, *shape[1:]])
+        if result["crash"] or (result["failures"] and verify == "results"):
+            message = _refusal(result, checked, n, shape)
+            record.setdefault("refused", {})[shape[1:]] = (n, message)
+            raise KernelCheckError(message)
+        if result["failures"]:
+            _warn_wrong(verify, result["failures"], _(" (on a cache of {n} tokens)").format(n=n))
+        record["covered"] = [*record.get("covered", []), [n, *shape[1:]]]
+        try:
+            _write_record(path, {k: v for k, v in record.items() if k != "refused"})
+        except BuildError:
+            pass  # a read-only folder (a class hub's prebuilt libraries): this process remembers it
+
+
+def _refusal(result: dict, checked: int, n: int, shape: tuple) -> str:
+    seq_len, nkv, hd, bs = shape
+    if result["crash"]:
+        what, why = result["crash"], _("A buffer sized for short caches (such as float seen[8192]), or by tokens x "
+                                       "head_dim, is the usual cause: size it by seq_len, or do without it.")
+    else:
+        what = _("computes wrong results against the reference:\n{lines}").format(
+                 lines=check_report.failure_lines(result["failures"]))
+        why = _("A counter or a sum that overflows or loses precision on long caches is the usual cause.")
+    return _("This build of the kernel passed its check on caches of up to {checked} tokens of this shape "
+             "({nkv} kv heads, head_dim {hd}, blocks of {bs}); checked now on a cache of {n} tokens (in a child "
+             "process, before your call on {seq_len} tokens), it {what}\nThe call was not made; your process and "
+             "what it holds are safe. {why} Calls on smaller caches still run.").format(
+             checked=checked, nkv=nkv, hd=hd, bs=bs, n=n, seq_len=seq_len, what=what, why=why)
 
 
 def library_path(debug: bool = False, dotprod: bool | None = None) -> Path:

@@ -12,7 +12,8 @@ It reports codes and numbers, never words (``lessonkit.native`` words them in th
 on its own channel, the report file, so that a ``printf`` in the kernel (the kernel's stdout and
 stderr are the child's own) can never be taken for the report: each step before it runs
 (``running [function, case, part]``: a crash or a hang names the step), then one line
-``report {"failures": [[function, case, part, [code, numbers...]], ...]}``.
+``report {"failures": [[function, case, part, [code, numbers...]], ...], "covered": [shape, ...]}`` (the
+cache shapes it ran on, ``[seq_len, n_kv_heads, head_dim, block_size]``: what the library's record keeps).
 
 It imports numpy, cffi, lessonkit.header and lessonkit.quant (for Q's codes) only: nothing in the child
 builds anything."""
@@ -298,14 +299,16 @@ def main() -> int:
     failures: list = []
     rng = np.random.default_rng(20240902)
     shape = request.get("shape")  # a call's (seq_len, n_kv_heads, head_dim, block_size): that case alone
-    parts = ([lambda *a: check_kernels(*a, cases=[(*shape, shape[1] - 1, 0)])] if shape else
+    cases = [(*shape, shape[1] - 1, 0)] if shape else CASES
+    parts = ([lambda *a: check_kernels(*a, cases=cases)] if shape else
              [check_quantizer, check_kernels, check_helpers])
     for part in parts:
         try:
             part(ffi, lib, failures, rng)
         except AttributeError as e:  # a function the header no longer declares
             failures.append(["", None, None, ["missing", str(e)]])
-    print("report " + json.dumps({"failures": failures}), file=_report, flush=True)
+    covered = [list(case[:4]) for case in cases]  # the cache shapes the kernels ran on, for native's record
+    print("report " + json.dumps({"failures": failures, "covered": covered}), file=_report, flush=True)
     return 0
 
 

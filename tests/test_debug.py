@@ -18,7 +18,7 @@ import pytest
 
 import lessonkit as lk
 import transcripts
-from lessonkit import by_hand, debug, debugger, env, kernel_copy, native, rounding, source, toy
+from lessonkit import by_hand, check_report, debug, debugger, env, kernel_copy, native, rounding, source, toy
 
 GDB_OUTPUT = """\
 Breakpoint 1 (flash_attn_single_q_q8_neon) pending.
@@ -224,7 +224,7 @@ def build_failures(copy) -> list[str]:
     """What the check of a new build (in a child process, before loading) found wrong in ``copy``, in
     words (the record holds smoke.py's codes and numbers)."""
     record = Path(str(native.build(src_dir=copy, verify="crashes")) + ".json")
-    return [native._failure(f) for f in json.loads(record.read_text())["failures"]]
+    return [check_report.failure(f) for f in json.loads(record.read_text())["failures"]]
 
 
 def test_the_intact_kernel_gives_the_reference_weights():
