@@ -86,39 +86,70 @@ ex2 = Exercise(
     hint=N_("codes = lk.attend(q_out, cache, 0, trace=True)[1].q_codes; np.unique(np.delete(codes[:32], 5))."))
 
 
+def l01_per128_queries() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Lesson 01 exercise 3's queries: 12 Gaussian ones (standard deviation 2, as in the lesson) and 12
+    with the lesson's outlier channels 5, 6 and 70 (blocks 0 and 2), seed 2."""
+    rng = np.random.default_rng(2)
+    gaussian = [rng.standard_normal(128).astype(np.float32) * 2 for unused in range(12)]
+    return gaussian, [rounding.outlier_q(128, rng, channels=OUTLIER_CHANNELS) for unused in range(12)]
+
+
+OUTLIER_CHANNELS = (5, 6, 70)
+CLEAN_BLOCKS = (1, 3)   # the blocks of 32 without an outlier channel
+
+
 @functools.lru_cache(maxsize=None)
 def _per128_facts():
     hd, qblk = 128, header.constants()["QBLK"]   # QBLK as the kernel's header defines it now
-    err32, err128 = [], []
-    for seed in range(6):
-        q = rounding.outlier_q(hd, np.random.default_rng(100 + seed))
-        codes, sc = quantize_q(q)
-        err32.append(np.sqrt(np.mean((codes * np.repeat(sc, 32) - q) ** 2)))
+    gaussian, outliers = l01_per128_queries()
+    clean = np.zeros(hd, bool)
+    for b in CLEAN_BLOCKS:
+        clean[b * 32:(b + 1) * 32] = True
+
+    def errors(q):   # (per-32 error from the kernel's own codes and scales, per-128 error), float64 [hd]
+        codes, scales = kernel_q_codes(q)
+        q64 = q.astype(np.float64)
         qm = np.abs(q).max()
-        c128 = rounding.round_codes(q * np.float32(127 / qm), "engine")
-        err128.append(np.sqrt(np.mean((c128 * (qm / 127) - q) ** 2)))
+        c128 = rounding.round_codes(q * (np.float32(127) / qm), "engine")
+        return (codes * np.repeat(scales.astype(np.float64), 32) - q64, c128 * (float(qm) / 127) - q64)
+
+    def ratio(queries, mask):   # RMS over the pooled values of all queries, per 128 over per 32
+        e32, e128 = (np.concatenate([errors(q)[k][mask] for q in queries]) for k in (0, 1))
+        return float(np.sqrt(np.mean(e128 ** 2)) / np.sqrt(np.mean(e32 ** 2)))
+
     # one `s += dot32 * qsc[b]` multiply per block, against one for the whole head
     return {"multiplies_saved_per_token": hd // qblk - 1, "qblk": qblk,
-            "ratio": float(np.mean(err128) / np.mean(err32)),
-            "larger_q_error": "per128" if np.mean(err128) > np.mean(err32) else "per32"}
+            "ratio_gaussian": ratio(gaussian, np.ones(hd, bool)), "ratio_clean_blocks": ratio(outliers, clean)}
 
 
 ex3 = Exercise(
-    "per128", N_("exercise 3: why not per 128?"),
+    "per128", N_("exercise 3: what one scale per 128 would cost"),
     N_("For head_dim 128, segment 2 does `s += (float)dot32 * qsc[b]` once per block of 32 and token. With one "
-       "scale for all 128 values, the int32 dots could be added first and that multiply done once per token. How "
-       "many multiplies per token does that save? On lesson 01's outlier queries (rounding.outlier_q), which gives "
-       "the larger RMS error of the dequantized Q: one scale per 128 ('per128') or per 32 ('per32')? Fields: a "
-       "whole number; the text 'per128' or 'per32'."),
+       "scale for the whole head (qm = max|q| over all 128 values), the int32 dots could be added first and that "
+       "multiply done once per token. (1) How many multiplies per token would that save? (2) What would it cost? "
+       "qs_gauss, qs_outlier = exercises.lesson01.l01_per128_queries() gives 12 Gaussian queries and 12 with outlier "
+       "channels 5, 6 and 70 (in blocks 0 and 2). Quantize each query both ways: per 32 as the kernel does "
+       "(quantize_q), per 128 with one qm for the whole vector (rounding.round_codes(q * (127 / qm), 'engine')). "
+       "Dequantize and give the RMS error against q, per 128 divided by per 32, over the values of all 12 "
+       "queries together: for the Gaussian queries over all values, for the outlier queries over blocks 1 and 3 "
+       "only (the blocks without an outlier). Fields: a whole number; two ratios (within 5 %)."),
     facts=_per128_facts,
     fields={"multiplies_saved_per_token": Field(int, N_("not {got}: count the float multiplies by qsc[b] per token "
                                                         "in segment 2 (one per block of {qblk}) and how many one "
                                                         "scale for the whole head needs")),
-            "larger_q_error": Field({"per128": "per128", "per32": "per32"}, N_("measure it: on the outlier "
-                    "queries, the RMS error of the dequantized Q is larger with {want}"))},
-    correct=N_("{multiplies_saved_per_token} multiplies per token saved, for an RMS error of Q {ratio:.1f}x larger "
-               "on outlier queries: q8_0's 32 keeps an outlier's damage inside its block"),
-    hint=N_("segment 2 does s += dot32 * qsc[b] once per block; with one block the int32 dots could be summed "
-            "first. For the error: codes * step - q, RMS, with qm over the whole vector."))
+            # 5 %: pooling the values or averaging the per-query ratios differ by about 3 % here
+            "ratio_gaussian": Field(float, N_("on the Gaussian queries the per-128 RMS error is not {got} times "
+                                              "the per-32 one: dequantize both ways (codes times step), subtract "
+                                              "q, and divide the two RMS errors"), rtol=0.05),
+            "ratio_clean_blocks": Field(float, N_("in blocks 1 and 3 of the outlier queries the ratio is not "
+                                                  "{got}: take the errors of channels 32-63 and 96-127 only, for "
+                                                  "both ways of quantizing"), rtol=0.05)},
+    correct=N_("{multiplies_saved_per_token} multiplies per token saved, for a Q error {ratio_gaussian:.2f}x larger "
+               "on Gaussian queries, but {ratio_clean_blocks:.1f}x larger in the blocks an outlier never touched: "
+               "with one scale per head, the outlier sets every value's step. q8_0's 32 keeps that damage inside "
+               "its block"),
+    hint=N_("segment 2 multiplies by qsc[b] once per block. For the cost: per 32, codes * np.repeat(scales, 32); "
+            "per 128, codes * qm / 127; the error is that minus q; pool the 12 queries' errors (np.concatenate) "
+            "before taking the RMS."))
 
 register(__name__, [ex1, ex2, ex3])

@@ -133,11 +133,14 @@ def _invariant(answer, facts):
 
 ex3 = Exercise(
     "invariant", N_("exercise 3: the invariant"),
-    N_("Write the state of section 1.3 as a function f(s, M, V) -> (S, VKQ): S[t] = sum_{j<=t} exp(s_j - M_t), "
-       "VKQ[t] = sum_{j<=t} exp(s_j - M_t) V[j]. The check feeds it the kernel's trace of a realistic sequence (s "
-       "= trace.s, M = trace.M, V dequantized) and compares with trace.S and trace.vkq."),
+    N_("Section 1.3 says what the running state holds after token t. Write it as a function f(s, M, V) -> (S, "
+       "VKQ) that computes the state after every token directly from the scores s, the running max M (M[t] is M "
+       "after token t) and V, without replaying the kernel's loop: S has one value per token, VKQ one row of hd "
+       "values per token. The check feeds it the kernel's trace of a realistic sequence (s = trace.s, M = "
+       "trace.M, V dequantized) and compares with the kernel's own trace.S and trace.vkq, token by token."),
     facts=_invariant_facts, template={"invariant": ...}, check=_invariant,
-    hint=N_("a lower-triangular matrix E[t, j] = exp(s_j - M_t) for j <= t, else 0; S = E.sum(1), VKQ = E @ V."),
+    hint=N_("For token t: which tokens j are in its sums, and which max is each exponent taken against, M after "
+            "token t or the final one? An array indexed [t, j] that is zero where j > t holds every t at once."),
     explain=N_("lessonkit.exercises.invariant_reference is one way to write it."))
 
 register(__name__, [ex1, ex2, ex3])
