@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-
 import numpy as np
 
 from .. import layout, native, source
 from ..kernels.attention import attend
 from ..language import N_, _
 from ..quant import quantize_kv_rows
-from .core import Exercise, Field, Wrong, close, field_of, lesson00_data, make_cache, register, whole
+from .core import Exercise, Field, make_cache, register
 
 
 @functools.lru_cache(maxsize=None)
@@ -103,48 +101,58 @@ ex2 = Exercise(
             "read K's and V's scale at index t * nkv (source.find_line('kscale[(size_t)t * nkv]', segment=2) and "
             "its V twin in segment 3)."))
 
-KV_BS = (16, 64, 256, 4096)
+ZERO_TOKEN, ZERO_HEAD = 5, 1
+
+
+def l03_zero_key_data(T: int = 64, seed: int = 53):
+    """K, V for 2 kv heads of 32 (T tokens) where token 5's K row of kv head 1 is all zero, and a query."""
+    rng = np.random.default_rng(seed)
+    K = rng.standard_normal((T, 2, 32), dtype=np.float32)
+    V = rng.standard_normal((T, 2, 32), dtype=np.float32)
+    K[ZERO_TOKEN, ZERO_HEAD] = 0.0
+    return K, V, rng.standard_normal(32, dtype=np.float32)
 
 
 @functools.lru_cache(maxsize=None)
-def _kv_bs_facts():
-    T = np.arange(1, 32768 + 1)
-    K, V, q, kh = lesson00_data()
-    outs = [attend(q, make_cache(K[:200], V[:200], bs), kh).tobytes() for bs in (1, 4096)]
-    return {"avg_waste_bytes": {bs: float(np.mean((-T) % bs) * 2 * 8 * 128) for bs in KV_BS},  # unused rows x K+V
-            "pointer_entries_kv_bs1": 32768, "output_changes": outs[0] != outs[1]}   # kv_bs 1: a block per token
-
-
-def _kv_bs(answer, facts):
-    got, waste = field_of(answer, "avg_waste_bytes"), facts["avg_waste_bytes"]
-    if not isinstance(got, Mapping) or len(got) > 4 * len(KV_BS):
-        raise Wrong(_("'avg_waste_bytes' is a dict {16: ..., 64: ..., 256: ..., 4096: ...}"))
-    by_size = {whole(k, "a kv_bs key") if isinstance(k, str) else k: x for k, x in got.items()}
-    for bs in KV_BS:
-        v = field_of(by_size, bs, float)
-        if not close(v, waste[bs], 0.01):
-            raise Wrong(_("kv_bs = {bs}: the average waste is {v_waste_bs} than {v:.0f} bytes (unused rows of the "
-                          "last block x kv_dim x 2 for K and V, averaged over T = 1..32768)").format(
-                          bs=bs, v_waste_bs=_('more') if waste[bs] > v else _('less'), v=v))
-    return _("average waste {bs_kv_bs_waste}; {facts} entries (x 8 bytes, per table) with kv_bs = 1; the output "
-             "{facts2}").format(
-             bs_kv_bs_waste=', '.join((f'{bs}: {waste[bs]:.0f} B' for bs in KV_BS)),
-             facts=facts['pointer_entries_kv_bs1'],
-             facts2=_('changes') if facts['output_changes'] else _('does not change'))
+def _zero_key_facts():
+    """From the compiled kernel's trace on the question's cache: the zero row's stored scale and score,
+    and its share exp(s - M) / S of the weights with the call's final M and S."""
+    K, V, q = l03_zero_key_data()
+    cache = make_cache(K, V, 16)
+    unused, tr = attend(q, cache, ZERO_HEAD, trace=True)
+    t = ZERO_TOKEN
+    return {"stored_scale": float(cache.k_scales(ZERO_HEAD)[t]), "score": float(tr.s[t]),
+            "weight_share": float(np.exp(np.float64(tr.s[t]) - tr.M[-1]) / tr.S[-1]),
+            "uniform": 1 / len(K), "n": len(K)}
 
 
 ex3 = Exercise(
-    "kv_bs", N_("exercise 3: what kv_bs costs"),
-    N_("Qwen3-8B (8 kv heads, hd 128), one layer, context length uniform in 1..32768: average bytes of K+V codes "
-       "in the unused rows of the last block, for kv_bs = 16, 64, 256, 4096? Entries of a pointer table with kv_bs "
-       "= 1 at 32768 tokens? Does kv_bs change the kernel's output?"),
-    facts=_kv_bs_facts, check=_kv_bs,
-    template={"avg_waste_bytes": {16: ..., 64: ..., 256: ..., 4096: ...}, "pointer_entries_kv_bs1": ...,
-              "output_changes": ...},
-    fields={"pointer_entries_kv_bs1": Field(int, N_("with kv_bs = 1 at 32768 tokens a pointer table has one entry "
-                                                    "per block: not {got}")),
-            "output_changes": Field(bool, N_("run the kernel on the same data with two block sizes and compare the "
-                                             "bytes of the outputs"))},
-    hint=N_("unused rows = (-T) % kv_bs; average over every T with numpy; one byte per value, K and V."))
+    "zero_key", N_("exercise 3: a key of zeros"),
+    N_("K, V, q = ex.lesson03.l03_zero_key_data(): 64 tokens, 2 kv heads of 32; token 5's K row of kv head 1 is all "
+       "zero. Build c = lk.KVCacheQ8(2, 32, 16); c.append(K, V) and run out, tr = lk.attend(q, c, 1, trace=True) "
+       "(tr.s[t] is token t's score, tr.M[-1] and tr.S[-1] the final M and S).\n  stored_scale (a number): the K "
+       "scale the cache stores for that row.\n  score (a number): the kernel's score for token 5.\n  weight_share "
+       "(a number): token 5's share of the softmax weights in this call, its weight divided by the sum of all."),
+    facts=_zero_key_facts,
+    fields={"stored_scale": Field(float, N_("not {got}: the stored scale is the row's raw max|x|"), atol=0.0),
+            "score": Field(float, N_("not {got}: all codes of the row are 0, so every block's int32 dot is 0"),
+                           atol=1e-12),
+            # the kernel's own S is float32 over 64 terms (relative error ~1e-6); 1e-3 accepts any honest
+            # recomputation from tr and rejects scores from the unquantized K (off by about 1e-2)
+            "weight_share": Field(float, (N_("{got:.3g} is too small: a zero key is not an absent key; its weight is "
+                                             "exp(score - M) divided by S"),
+                                          N_("{got:.3g} is too large: divide exp(score - M) by the final S")),
+                                  rtol=1e-3,
+                                  mistakes=((0.0, N_("a zero key is not an absent key: score 0 still gets the weight "
+                                                     "exp(0 - M), divided by S")),
+                                            (lambda uniform, **unused: uniform,
+                                             N_("1/{n} is the share if every score were equal; this token's weight is "
+                                                "exp(0 - M) / S with the call's final M and S"))))},
+    correct=N_("scale {stored_scale:g}, score {score:g}: the zero row still takes {weight_share:.2%} of the weights "
+               "(a missing token would take none)"),
+    hint=N_("the guard in kvq8_quant.c writes codes 0; the scale is max|x|. The weight of token t is "
+            "exp(tr.s[t] - tr.M[-1]) and the weights sum to tr.S[-1]."),
+    explain=N_("Dequantizing is a multiplication, so a zero row needs no guard in the kernel: its score is exactly 0, "
+               "and 0 is not minus infinity. To leave a token out, the caller must not pass it (seq_len)."))
 
 register(__name__, [ex1, ex2, ex3])

@@ -50,12 +50,12 @@ def _outside(answer, facts):
 ex1 = Exercise(
     "outside_segments", N_("exercise 1: lines in no segment"),
     N_("List the lines of flash_attn_single_q_q8_neon that lie in no segment (numbers or (first, last) ranges; "
-       "blank lines may be left out)."),
+       "blank lines may be left out). Section 2's listings print every line of the function with its number."),
     facts=_outside_facts, template={"lines": [...]}, check=_outside,
     hint=N_("source.function_lines('flash_attn_single_q_q8_neon') and source.kernel_segments(): every line of the "
             "first range that is in none of the second."),
     explain=N_("They belong to the article's parts as follows: the signature and `if (hd ...)` to the call itself, "
-               "M/S/VKQ and the token loop to the online softmax (the article's segment 2 declares them)."))
+               "M/S/VKQ and the token loop to the online softmax (the article's 段2 declares them)."))
 
 
 def _once_facts():
