@@ -198,6 +198,11 @@ CASES = [
      {"one_core_gbps": 264 / (100 / 2.4), "four_cores_gbps": 4 * 264 / (100 / 2.4), "verdict": "b"},
      "four share one DRAM"),
     (E.lesson09.ex3, {"choice": "a"}, {"choice": "b"}, "instruction count did fall"),
+    # 4 heads x 512 operations on 264 bytes = 2048 / 264 = 7.76 op/B; ridge 60 Gop/s / 10 GB/s = 6 op/B
+    (E.lesson09.ex4, {"ops_per_byte": 2048 / 264, "ridge": 6.0, "roof": "a"},
+     {"ops_per_byte": 512 / 264, "ridge": 6.0, "roof": "a"}, "one head's intensity"),
+    (E.lesson09.ex4, {"ops_per_byte": 2048 / 264, "ridge": 6.0, "roof": "a"},
+     {"ops_per_byte": 2048 / 264, "ridge": 10 / 60, "roof": "b"}, "peak / bandwidth"),
 ]
 
 

@@ -111,4 +111,50 @@ at_the_floor = Exercise(
     hint=N_("Compare both times with the dashed line of the plot: bytes per token / read bandwidth."),
     explain=N_("A loop faster than memory waits for memory: only reading fewer bytes helps then."))
 
-register(__name__, [floor, four_cores, at_the_floor])
+# ---------------------------------------------------------------------------- ex4: the roofline
+
+# round roofs near the board's (lesson 09's roofs table: 10.8 GB/s cited, about 61 Gop/s by the N1 model),
+# so the student works the ridge out instead of reading it off the table
+L09_ROOF_GBPS, L09_ROOF_GOPS, L09_HEADS = 10.0, 60.0, 4
+
+ROOF_CHOICES = {
+    "a": Choice(N_("the compute roof: the grouped call is right of the ridge point"),
+                N_("right of the ridge the flat compute roof is the lower one: four heads' work per byte read makes "
+                   "the loop's arithmetic, not memory, its bound")),
+    "b": Choice(N_("the memory roof: every version of the kernel is left of the ridge point"),
+                N_("one head's loop is left of the ridge, but the grouped call does four heads' work on the same "
+                   "bytes: compare its own intensity with the ridge")),
+    "c": Choice(N_("neither: a roofline bounds only loops that read DRAM"),
+                N_("the two roofs bound every loop; what moves is which of them is lower at the loop's intensity")),
+}
+
+
+def _roof_facts():
+    one = roofline.intensity()
+    return {"ops_per_byte": roofline.intensity(heads=L09_HEADS), "ridge": L09_ROOF_GOPS / L09_ROOF_GBPS,
+            "roof": "a", "one_head": one, "inverse": L09_ROOF_GBPS / L09_ROOF_GOPS}
+
+
+grouped_roof = Exercise(
+    "grouped_roof", N_("The grouped call on the roofline"),
+    question=N_("The grouped call scores {L09_HEADS} query heads against one kv head: per token it does {L09_HEADS} x "
+                "{ops} operations on the same {nbytes} bytes. What is its arithmetic intensity (ops_per_byte: a "
+                "number)? A core with a memory roof of {L09_ROOF_GBPS:g} GB/s and a compute roof of {L09_ROOF_GOPS:g} "
+                "Gop/s: at what intensity is its ridge point (ridge: a number, operations per byte)? Which roof bounds "
+                "the grouped call on that core (roof: a letter)?", L09_HEADS=L09_HEADS, ops=roofline.ops_per_token(),
+                nbytes=roofline.bytes_per_token(), L09_ROOF_GBPS=L09_ROOF_GBPS, L09_ROOF_GOPS=L09_ROOF_GOPS),
+    facts=_roof_facts,
+    fields={"ops_per_byte": Field(float, N_("ops_per_byte = {got:g} is not the operations of all heads over the bytes "
+                                            "they share (within 2 %)"), rtol=0.02,
+                mistakes=((lambda one_head, **unused: one_head, N_("{got:g} is one head's intensity; the grouped call "
+                                                                   "does the work of all its heads on those bytes")),)),
+            "ridge": Field(float, N_("ridge = {got:g}: the roofs meet where bandwidth x intensity = peak"), rtol=0.02,
+                mistakes=((lambda inverse, **unused: inverse, N_("{got:g} is bandwidth / peak; the ridge is where "
+                                                                  "GB/s x op/B reaches the peak: peak / bandwidth")),)),
+            "roof": Field(ROOF_CHOICES)},
+    correct=N_("{ops_per_byte:.2f} op/B, right of the ridge at {ridge:g} op/B (one head: {one_head:.2f}, left of it): "
+               "{why}"),
+    hint=N_("Intensity = operations / bytes. On the memory roof the rate is GB/s x op/B; set it equal to the peak."),
+    explain=N_("roofline.intensity(heads=4) computes it; the ridge is peak / bandwidth."))
+
+register(__name__, [floor, four_cores, at_the_floor, grouped_roof])
