@@ -357,6 +357,16 @@ def steps(res: dict) -> list[dict]:
     return out
 
 
+def _bottleneck(text: str | None) -> str:
+    """lessonkit.cycles' bottleneck ("Resource Pressure N1UnitV1 (pressure 42% of cycles)") in the lesson's words."""
+    import re
+    m = re.match(r"^(Resource Pressure|Data Dependencies) ?(.*?) \(pressure (\d+)% of cycles\)$", text or "")
+    if not m:
+        return text or "-"
+    what = m.group(2) if m.group(1) == "Resource Pressure" and m.group(2) else _("data dependencies")
+    return _("{what} ({pct} % of cycles with backend pressure)").format(what=what, pct=m.group(3))
+
+
 def steps_table(res: dict) -> Table:
     """steps() as a table: each change as a signed percent and its verdict."""
     Tc, Td = lengths_here(res)
@@ -374,7 +384,7 @@ def steps_table(res: dict) -> Table:
     for r in steps(res):
         agree = {True: _("yes"), False: _("no")}.get(r.get("agree"), "-")
         rows.append([r["name"], r["before"], cell(r.get("cache")), *([cell(r.get("dram"))] if Td else []),
-                     cell(r.get("a76")), agree, r.get("bottleneck", "-")])
+                     cell(r.get("a76")), agree, _bottleneck(r.get("bottleneck"))])
     margins = ", ".join(f"{T // 1024}K {100 * noise(res, T):.0f} %" for T in (Tc, Td) if T and noise(res, T) is not None)
     return Table(rows, header=head,
                  caption=_("change of time per token against the version before; here: {machine}, a change "
