@@ -5,7 +5,10 @@
 then "fast"; ``check_variants()`` holds each to the scalar C kernel on awkward shapes; ``measure()``
 times them in alternation and keeps the minimum of the rounds (load on a shared machine only adds
 time); ``results(saved)`` measures everything and saves it (LESSONKIT_SAVE_RESULTS=1) or reads it back,
-with llvm-mca's ESTIMATES for the Cortex-A76 (lessonkit.cycles) beside the timings."""
+with llvm-mca's ESTIMATES for the Cortex-A76 (lessonkit.cycles) beside the timings. ``steps(res)`` judges
+each idea against the version before it, here (beyond a re-run's spread) and by estimate (with the
+model's error, MCA_ERROR); ``ops_per_token``, ``intensity`` and the roofs saved by ``collect`` (the N1
+model's cycles for PEAK_BLOCK, numpy's sgemm rate) place the versions on a roofline."""
 from __future__ import annotations
 
 import dataclasses
