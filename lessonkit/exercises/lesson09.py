@@ -93,22 +93,44 @@ four_cores = Exercise(
 
 # ---------------------------------------------------------------------------- ex3: what cannot change
 
+# a loop at 12 ns/token in cache, made twice as fast in cache, on a machine whose DRAM floor is 8 ns/token:
+# the floor holds the new version above its in-cache time once the KV cache is read from DRAM
+L09_OLD_NS, L09_NEW_NS, L09_FLOOR_GBPS = 12.0, 6.0, 33.0
+
 FLOOR_CHOICES = {
-    "a": Choice(N_("the old version already took about bytes / bandwidth per token"),
-                N_("at the floor, time is set by the bytes read; fewer instructions do not read fewer bytes")),
-    "b": Choice(N_("the compiler removed the new instructions again at -O3"),
-                N_("the instruction count did fall (it was measured); the time is held by something else")),
-    "c": Choice(N_("timings of long caches are noise on a shared machine"),
-                N_("noise moves a timing up and down; it does not hold it at one value for every version")),
+    "a": Choice(N_("memory: the new loop is faster than DRAM can feed it"),
+                N_("in cache it needs fewer ns than the floor; from DRAM it waits for the bytes, so only reading "
+                   "fewer bytes would help it further")),
+    "b": Choice(N_("its instructions: it halved them, so it halves its time at every length"),
+                N_("that holds while the bytes come from the CPU's cache; from DRAM no loop goes below the floor")),
+    "c": Choice(N_("neither: a long cache is noise on a shared machine"),
+                N_("noise only adds time; it does not set a floor the same for every version")),
 }
+
+
+def _floor_limit_facts():
+    floor = roofline.floor_ns(roofline.bytes_per_token(), L09_FLOOR_GBPS)
+    return {"best_ns": max(L09_NEW_NS, floor), "choice": "a", "floor": floor, "old": L09_OLD_NS, "new": L09_NEW_NS}
 
 
 at_the_floor = Exercise(
     "at_the_floor", N_("When fewer instructions do not help"),
-    question=N_("A new version runs half the instructions per token of the one before it. At 1K tokens it is "
-                "faster; at 256K tokens both take the same ns per token. Why (choice: a letter)?"),
-    facts={"choice": "a"}, fields={"choice": Field(FLOOR_CHOICES)},
-    hint=N_("Compare both times with the dashed line of the plot: bytes per token / read bandwidth."),
+    question=N_("A version runs {L09_OLD_NS:g} ns per token at 8K tokens, its KV cache in the CPU's cache. A new "
+                "version halves its instructions and runs {L09_NEW_NS:g} ns per token at 8K. The machine reads DRAM "
+                "at {L09_FLOOR_GBPS:g} GB/s, and each token is {nbytes} bytes. At 256K tokens, read from DRAM, how "
+                "many ns per token can the new version take at best (best_ns: a number)? What holds it there "
+                "(choice: a letter)?", L09_OLD_NS=L09_OLD_NS, L09_NEW_NS=L09_NEW_NS, L09_FLOOR_GBPS=L09_FLOOR_GBPS,
+                nbytes=roofline.bytes_per_token()),
+    facts=_floor_limit_facts,
+    fields={"best_ns": Field(float, N_("best_ns = {got:g}: the loop cannot beat its own time nor the DRAM floor "
+                                       "(within 2 %)"), rtol=0.02,
+                mistakes=((lambda new, **unused: new, N_("{got:g} ns is its time in cache; from DRAM it cannot go below "
+                                                         "bytes / bandwidth")),
+                          (lambda old, **unused: old, N_("{got:g} ns is the old version's time; the new one is faster "
+                                                         "than that even from DRAM")))),
+            "choice": Field(FLOOR_CHOICES)},
+    correct=N_("{best_ns:.1f} ns per token: the floor ({floor:.1f} ns) is above its {new:g} ns in cache. {why}"),
+    hint=N_("Work out the DRAM floor first (bytes / GB/s), then compare it with the new version's own time."),
     explain=N_("A loop faster than memory waits for memory: only reading fewer bytes helps then."))
 
 # ---------------------------------------------------------------------------- ex4: the roofline
