@@ -226,7 +226,14 @@ CASES = [
     (E.lesson09.ex2, {"one_core_gbps": 264 / (100 / 2.4), "four_cores_gbps": 4 * 264 / (100 / 2.4), "verdict": "a"},
      {"one_core_gbps": 264 / (100 / 2.4), "four_cores_gbps": 4 * 264 / (100 / 2.4), "verdict": "b"},
      "four share one DRAM"),
-    (E.lesson09.ex3, {"choice": "a"}, {"choice": "b"}, "instruction count did fall"),
+    # the floor: 264 bytes / 33 GB/s = 8 ns, above the new version's 6 ns in cache: 8 ns at best from DRAM
+    (E.lesson09.ex3, {"best_ns": 8.0, "choice": "a"}, {"best_ns": 6.0, "choice": "a"}, "its time in cache"),
+    (E.lesson09.ex3, {"best_ns": 8.0, "choice": "a"}, {"best_ns": 8.0, "choice": "b"}, "no loop goes below"),
+    # 4 heads x 512 operations on 264 bytes = 2048 / 264 = 7.76 op/B; ridge 60 Gop/s / 10 GB/s = 6 op/B
+    (E.lesson09.ex4, {"ops_per_byte": 2048 / 264, "ridge": 6.0, "roof": "a"},
+     {"ops_per_byte": 512 / 264, "ridge": 6.0, "roof": "a"}, "one head's intensity"),
+    (E.lesson09.ex4, {"ops_per_byte": 2048 / 264, "ridge": 6.0, "roof": "a"},
+     {"ops_per_byte": 2048 / 264, "ridge": 10 / 60, "roof": "b"}, "peak / bandwidth"),
 ]
 
 

@@ -96,3 +96,59 @@ def test_saving_results_replaces_the_file_whole(tmp_path, monkeypatch, full_disk
     with pytest.raises(OSError):
         roofline.results(saved, save=True)
     assert saved.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["09.json"]
+
+
+def test_intensity_by_hand():
+    # 128 multiply-adds for K.q and 128 for the V sum, 2 operations each, on 264 bytes; four heads share them
+    assert roofline.ops_per_token(128) == 512
+    assert roofline.intensity() == pytest.approx(512 / 264)
+    assert roofline.intensity(heads=4) == pytest.approx(4 * 512 / 264)
+
+
+def _res(first, again, est):
+    """A saved-results dict of two versions at 8K (in a 32 MiB cache) and 256K (not), with A76 estimates."""
+    mk = lambda r: {8192: {"neon": 10.0, "tile": r[0]}, 262144: {"neon": 10.0, "tile": r[1]}}
+    return {"machine": "m", "bytes_per_token": 264, "cache_bytes": 32 << 20, "rows": mk(first),
+            "rows_again": mk(again),
+            "a76": {"neon": {"cycles_per_token": 100.0, "bottleneck": "b0"},
+                    "tile": {"cycles_per_token": est, "bottleneck": "b1"}}}
+
+
+def test_steps_verdicts_follow_the_numbers(monkeypatch):
+    monkeypatch.setattr(roofline, "path", lambda: ["neon", "tile"])
+    # 8K: 8.0 against 10.0 is -20 %, beyond the 4.8 % the second pass moved (8.0 vs 8.4): faster;
+    # 256K: 10.3 against 10.0 is +3 %, within the 3 % the second pass moved (10.3 vs 10.0): no clear change
+    res = _res((8.0, 10.3), (8.4, 10.0), est=80.0)
+    assert roofline.lengths_here(res) == (8192, 262144)
+    assert roofline.noise(res, 8192) == pytest.approx(1 - 8.0 / 8.4)
+    (row,) = roofline.steps(res)
+    assert row["cache"] == (pytest.approx(-0.2), "faster")
+    assert row["dram"] == (pytest.approx(0.03), "no clear change")
+    # the estimate: -20 % is the model's "faster", and within its 36 % average error
+    assert row["a76"] == (pytest.approx(-0.2), "faster", True)
+    assert row["agree"] is False and row["bottleneck"] == "b1"
+    # a step the estimate calls slower by more than the model's error
+    (row,) = roofline.steps(_res((12.0, 12.0), (12.0, 12.0), est=150.0))
+    assert row["cache"][1] == row["dram"][1] == row["a76"][1] == "slower" and row["a76"][2] is False
+    assert row["agree"] is True
+    assert "faster" in roofline.steps_table(res).cells()[0][2]
+
+
+def test_a76_peak_block_is_the_useful_work():
+    sdot = [i for i in roofline.PEAK_BLOCK if i.startswith("sdot")]
+    fmla = [i for i in roofline.PEAK_BLOCK if i.startswith("fmla")]
+    # 8 sdot x 16 int8 multiply-adds = 128 (K.q), 32 fmla x 4 lanes = 128 (V): 512 operations at hd 128
+    assert 2 * (16 * len(sdot) + 4 * len(fmla)) == roofline.ops_per_token()
+    # no accumulator is written by more than two instructions a block: the pipes bound it, not a chain
+    dests = [i.split()[1] for i in roofline.PEAK_BLOCK]
+    assert max(dests.count(d) for d in dests) <= 2
+
+
+def test_instruction_counts_read_the_compiled_library():
+    if lk.native.backend().startswith("simde-x86") is False:
+        pytest.skip("counts x86 instructions")
+    counts = roofline.instruction_counts(lk.native.library_path(), names=["neon", "magic", "fast"])
+    if counts is None:
+        pytest.skip("no objdump")
+    # magic's conversion adds integers where the others convert; fast reaches v8's code through its jump
+    assert counts["magic"]["vpaddd"] > counts["fast"]["vpaddd"] and counts["fast"]["vcvtdq2ps"] > 0

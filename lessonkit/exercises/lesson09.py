@@ -93,22 +93,90 @@ four_cores = Exercise(
 
 # ---------------------------------------------------------------------------- ex3: what cannot change
 
+# a loop at 12 ns/token in cache, made twice as fast in cache, on a machine whose DRAM floor is 8 ns/token:
+# the floor holds the new version above its in-cache time once the KV cache is read from DRAM
+L09_OLD_NS, L09_NEW_NS, L09_FLOOR_GBPS = 12.0, 6.0, 33.0
+
 FLOOR_CHOICES = {
-    "a": Choice(N_("the old version already took about bytes / bandwidth per token"),
-                N_("at the floor, time is set by the bytes read; fewer instructions do not read fewer bytes")),
-    "b": Choice(N_("the compiler removed the new instructions again at -O3"),
-                N_("the instruction count did fall (it was measured); the time is held by something else")),
-    "c": Choice(N_("timings of long caches are noise on a shared machine"),
-                N_("noise moves a timing up and down; it does not hold it at one value for every version")),
+    "a": Choice(N_("memory: the new loop is faster than DRAM can feed it"),
+                N_("in cache it needs fewer ns than the floor; from DRAM it waits for the bytes, so only reading "
+                   "fewer bytes would help it further")),
+    "b": Choice(N_("its instructions: it halved them, so it halves its time at every length"),
+                N_("that holds while the bytes come from the CPU's cache; from DRAM no loop goes below the floor")),
+    "c": Choice(N_("neither: a long cache is noise on a shared machine"),
+                N_("noise only adds time; it does not set a floor the same for every version")),
 }
+
+
+def _floor_limit_facts():
+    floor = roofline.floor_ns(roofline.bytes_per_token(), L09_FLOOR_GBPS)
+    return {"best_ns": max(L09_NEW_NS, floor), "choice": "a", "floor": floor, "old": L09_OLD_NS, "new": L09_NEW_NS}
 
 
 at_the_floor = Exercise(
     "at_the_floor", N_("When fewer instructions do not help"),
-    question=N_("A new version runs half the instructions per token of the one before it. At 1K tokens it is "
-                "faster; at 256K tokens both take the same ns per token. Why (choice: a letter)?"),
-    facts={"choice": "a"}, fields={"choice": Field(FLOOR_CHOICES)},
-    hint=N_("Compare both times with the dashed line of the plot: bytes per token / read bandwidth."),
+    question=N_("A version runs {L09_OLD_NS:g} ns per token at 8K tokens, its KV cache in the CPU's cache. A new "
+                "version halves its instructions and runs {L09_NEW_NS:g} ns per token at 8K. The machine reads DRAM "
+                "at {L09_FLOOR_GBPS:g} GB/s, and each token is {nbytes} bytes. At 256K tokens, read from DRAM, how "
+                "many ns per token can the new version take at best (best_ns: a number)? What holds it there "
+                "(choice: a letter)?", L09_OLD_NS=L09_OLD_NS, L09_NEW_NS=L09_NEW_NS, L09_FLOOR_GBPS=L09_FLOOR_GBPS,
+                nbytes=roofline.bytes_per_token()),
+    facts=_floor_limit_facts,
+    fields={"best_ns": Field(float, N_("best_ns = {got:g}: the loop cannot beat its own time nor the DRAM floor "
+                                       "(within 2 %)"), rtol=0.02,
+                mistakes=((lambda new, **unused: new, N_("{got:g} ns is its time in cache; from DRAM it cannot go below "
+                                                         "bytes / bandwidth")),
+                          (lambda old, **unused: old, N_("{got:g} ns is the old version's time; the new one is faster "
+                                                         "than that even from DRAM")))),
+            "choice": Field(FLOOR_CHOICES)},
+    correct=N_("{best_ns:.1f} ns per token: the floor ({floor:.1f} ns) is above its {new:g} ns in cache. {why}"),
+    hint=N_("Work out the DRAM floor first (bytes / GB/s), then compare it with the new version's own time."),
     explain=N_("A loop faster than memory waits for memory: only reading fewer bytes helps then."))
 
-register(__name__, [floor, four_cores, at_the_floor])
+# ---------------------------------------------------------------------------- ex4: the roofline
+
+# round roofs near the board's (lesson 09's roofs table: 10.8 GB/s cited, about 61 Gop/s by the N1 model),
+# so the student works the ridge out instead of reading it off the table
+L09_ROOF_GBPS, L09_ROOF_GOPS, L09_HEADS = 10.0, 60.0, 4
+
+ROOF_CHOICES = {
+    "a": Choice(N_("the compute roof: the grouped call is right of the ridge point"),
+                N_("right of the ridge the flat compute roof is the lower one: four heads' work per byte read makes "
+                   "the loop's arithmetic, not memory, its bound")),
+    "b": Choice(N_("the memory roof: every version of the kernel is left of the ridge point"),
+                N_("one head's loop is left of the ridge, but the grouped call does four heads' work on the same "
+                   "bytes: compare its own intensity with the ridge")),
+    "c": Choice(N_("neither: a roofline bounds only loops that read DRAM"),
+                N_("the two roofs bound every loop; what moves is which of them is lower at the loop's intensity")),
+}
+
+
+def _roof_facts():
+    one = roofline.intensity()
+    return {"ops_per_byte": roofline.intensity(heads=L09_HEADS), "ridge": L09_ROOF_GOPS / L09_ROOF_GBPS,
+            "roof": "a", "one_head": one, "inverse": L09_ROOF_GBPS / L09_ROOF_GOPS}
+
+
+grouped_roof = Exercise(
+    "grouped_roof", N_("The grouped call on the roofline"),
+    question=N_("The grouped call scores {L09_HEADS} query heads against one kv head: per token it does {L09_HEADS} x "
+                "{ops} operations on the same {nbytes} bytes. What is its arithmetic intensity (ops_per_byte: a "
+                "number)? A core with a memory roof of {L09_ROOF_GBPS:g} GB/s and a compute roof of {L09_ROOF_GOPS:g} "
+                "Gop/s: at what intensity is its ridge point (ridge: a number, operations per byte)? Which roof bounds "
+                "the grouped call on that core (roof: a letter)?", L09_HEADS=L09_HEADS, ops=roofline.ops_per_token(),
+                nbytes=roofline.bytes_per_token(), L09_ROOF_GBPS=L09_ROOF_GBPS, L09_ROOF_GOPS=L09_ROOF_GOPS),
+    facts=_roof_facts,
+    fields={"ops_per_byte": Field(float, N_("ops_per_byte = {got:g} is not the operations of all heads over the bytes "
+                                            "they share (within 2 %)"), rtol=0.02,
+                mistakes=((lambda one_head, **unused: one_head, N_("{got:g} is one head's intensity; the grouped call "
+                                                                   "does the work of all its heads on those bytes")),)),
+            "ridge": Field(float, N_("ridge = {got:g}: the roofs meet where bandwidth x intensity = peak"), rtol=0.02,
+                mistakes=((lambda inverse, **unused: inverse, N_("{got:g} is bandwidth / peak; the ridge is where "
+                                                                  "GB/s x op/B reaches the peak: peak / bandwidth")),)),
+            "roof": Field(ROOF_CHOICES)},
+    correct=N_("{ops_per_byte:.2f} op/B, right of the ridge at {ridge:g} op/B (one head: {one_head:.2f}, left of it): "
+               "{why}"),
+    hint=N_("Intensity = operations / bytes. On the memory roof the rate is GB/s x op/B; set it equal to the peak."),
+    explain=N_("roofline.intensity(heads=4) computes it; the ridge is peak / bandwidth."))
+
+register(__name__, [floor, four_cores, at_the_floor, grouped_roof])
