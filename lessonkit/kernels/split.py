@@ -18,7 +18,11 @@ sequence. ``flash_attn_partial_q8_neon`` (native/flash_attn_q8_partial.c) runs t
 a token range and returns its state instead of the output; chunks run in parallel on threads (cffi
 releases the GIL during a C call) and their states are merged. One pool serves the whole process:
 ``POOL_WORKERS = os.cpu_count() - 1`` workers plus the calling thread, never more threads than the
-cores this process may use (``usable_cores()``); it ends at interpreter exit or ``shutdown_pool()``."""
+cores this process may use (``usable_cores()``); it ends at interpreter exit or ``shutdown_pool()``.
+
+**Timing** (lesson 08): ``parallel_capacity`` (what a second thread gets on this machine now) and
+``split_times`` (the parts of a 2-chunk split call timed apart: each half alone and at once, the
+hand-off, the merge)."""
 from __future__ import annotations
 
 import atexit
