@@ -197,7 +197,7 @@ CASES = [
     # lesson 05b: bytes by hand as for lesson 05
     (E.lesson05b.ex1, {"bytes_after_last_chunk": (512 + 32768) * 160 + 32768 * 160},
      {"bytes_after_last_chunk": 2 * 32768 * 160 + 32768 * 160}, "pass 1 (M and S) runs as the chunks arrive"),
-    (E.lesson05b.ex2, {"choice": "a"}, {"choice": "c"}, "first level"),
+    (E.lesson05b.ex2, {"choice": "a"}, {"choice": "c"}, "missed every level"),
     (E.lesson06.ex2, right_ex06_segments, lambda: right_ex06_segments(source.KERNEL_FILE) | {2: (
         right_ex06_segments()[2][0] - 1, right_ex06_segments()[2][1])}, "segment 2"),
     (E.lesson06.ex3, {"choice": "a"}, {"choice": "b"}, "cannot be taken out"),

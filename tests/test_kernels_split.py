@@ -293,3 +293,35 @@ def test_a_forked_process_splits_after_its_parent_did():
     with multiprocessing.get_context("fork").Pool(2) as pool:
         errs = pool.starmap_async(_split_in_child, [(q, cache)] * 2).get(timeout=60)
     assert max(errs) <= SPLIT_RTOL, errs
+
+
+@pytest.mark.skipif(split.usable_cores() < 2, reason="split_times needs 2 usable cores")
+def test_split_times_parts(case):
+    """Speed is not asserted (it depends on the machine's load). What holds on any machine: every part
+    is a finite, non-negative time; the overlap is a fraction; and the span of both halves at once
+    contains each half's call in every repeat, so its median is at least each half's median."""
+    cache, q, _, _ = case
+    t = split.split_times(q, cache, 1, repeats=3)
+    assert t.seq_len == cache.seq_len
+    for name, value in vars(t).items():
+        for x in (value if isinstance(value, tuple) else (value,)):
+            assert math.isfinite(x) and x >= 0, (name, x)
+    assert 0 <= t.overlap <= 1
+    assert t.wall_together >= max(t.together)
+    assert min(t.alone) > 0
+
+
+def test_split_times_refusals(case, monkeypatch):
+    cache, q, _, _ = case
+    monkeypatch.setattr(split, "usable_cores", lambda: 2)  # the refusals below come before the measurement
+    one_token = lk.KVCacheQ8(2, 64, 16)
+    one_token.append(np.ones((1, 2, 64), np.float32), np.ones((1, 2, 64), np.float32))
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        split.split_times(q, one_token)
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        split.split_times(q, cache, repeats=0)
+    with pytest.raises(ValueError, match="kv_head must be below 2"):
+        split.split_times(q, cache, 2)
+    monkeypatch.setattr(split, "usable_cores", lambda: 1)
+    with pytest.raises(ValueError, match="needs 2 cores"):
+        split.split_times(q, cache)

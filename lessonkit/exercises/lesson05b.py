@@ -37,20 +37,21 @@ ex1 = Exercise(
             "traffic.bytes_per_token(128, 8)."))
 
 EXP_CHOICES = {
-    "a": Choice(N_("its pass 2 is a loop of independent exps, which the x86 build vectorizes with the inline exp"),
-                N_("right: q8_simd.h turns expf into an inline function on x86, and the compiler runs pass 2 many "
-                   "lanes at a time; the single pass computes one exp per token inside a dependent chain, and "
-                   "ARM's build calls libm's expf for every score in both")),
+    "a": Choice(N_("its pass 2 is a loop of independent exps, and on x86 each exp is inline code, not a call"),
+                N_("right: q8_simd.h turns expf into an inline function on x86, so pass 2's loop has no call in it and "
+                   "no exp waits for another: a loop the compiler may run several lanes at a time. The single pass "
+                   "computes one exp per token inside a dependent chain, and ARM's build calls libm's expf for "
+                   "every score in both. (The lesson shows the sources, not the instructions compiled from them.)")),
     "b": Choice(N_("it reads fewer bytes of K and V than the single pass does on every call"),
                 N_("no: it reads the same K and V rows and scales, plus its score array (lesson 05's model)")),
     "c": Choice(N_("its score array stays in the first-level cache, so none of its loads ever miss"),
-                N_("no: the simulation shows the score array's lines missing the first level; bytes are not why")),
+                N_("no: lesson 05's simulation has the score array's lines coming from DRAM, so they missed every level")),
 }
 
 ex2 = Exercise(
     "why_fast", N_("exercise 2: why stored scores run fast on x86"),
-    N_("On this x86 machine the stored-scores variant is faster per token than the single pass. Which reason do "
-       "the sources and the disassembly support?"),
+    N_("On this x86 machine the stored-scores variant can be faster per token than the single pass. Which reason "
+       "do the source lines of section 5, and lesson 05's bytes, support?"),
     facts={"choice": "a"}, fields={"choice": Field(EXP_CHOICES)},
     hint=N_("look at the #if around q8_expf in native/q8_simd.h, and at pass 2 in flash_attn_two_pass_scores_rest_q8 (native/flash_attn_q8_two_pass_parts.c)."))
 

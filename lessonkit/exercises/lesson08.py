@@ -94,6 +94,6 @@ ex3 = Exercise(
     question=N_("Split-KV cuts one query head's tokens into 2 chunks and runs them on 2 threads. When does that "
                 "finish the head clearly faster than the same 2 chunks on 1 thread?"),
     facts={"choice": "a"}, fields={"choice": Field(THREADS)},
-    hint=N_("Look at the split rows of the timing table at 8K and at 256K, and at the parallel capacity under it."))
+    hint=N_("Look at the split rows of the timing table at 8K and at 256K, at the parallel capacity under it, and at the verdict lines of where a split call's time goes."))
 
 register(__name__, [ex1, ex2, ex3])

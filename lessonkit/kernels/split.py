@@ -18,7 +18,11 @@ sequence. ``flash_attn_partial_q8_neon`` (native/flash_attn_q8_partial.c) runs t
 a token range and returns its state instead of the output; chunks run in parallel on threads (cffi
 releases the GIL during a C call) and their states are merged. One pool serves the whole process:
 ``POOL_WORKERS = os.cpu_count() - 1`` workers plus the calling thread, never more threads than the
-cores this process may use (``usable_cores()``); it ends at interpreter exit or ``shutdown_pool()``."""
+cores this process may use (``usable_cores()``); it ends at interpreter exit or ``shutdown_pool()``.
+
+**Timing** (lesson 08): ``parallel_capacity`` (what a second thread gets on this machine now) and
+``split_times`` (the parts of a 2-chunk split call timed apart: each half alone and at once, the
+hand-off, the merge)."""
 from __future__ import annotations
 
 import atexit
@@ -305,3 +309,116 @@ def _refuse_long(repeats: int, number: int, call_s: float, calls_per_repeat: flo
                            repeats=repeats, number=number, call_s=call_s * 1000.0, need=need,
                            MAX_SECONDS=timing.MAX_SECONDS,
                            fit=f'number <= {fit}' if fit >= 1 else _('fewer repeats or a shorter cache')))
+
+
+# ----------------------------------------------------------------------------- where the time goes
+
+@dataclass(frozen=True)
+class SplitTimes:
+    """Where the time of a 2-chunk split call goes (``split_times``), in ms, medians over repeats."""
+    seq_len: int
+    alone: tuple[float, float]     # each half's partial-kernel call, run alone
+    together: tuple[float, float]  # each half's call while the other half runs on a second thread
+    together_cpu: tuple[float, float]  # the CPU time each thread spent in that call (the rest it waited)
+    wall_together: float           # both halves started at once: first start to last end
+    overlap: float                 # the time both calls ran at once, as a fraction of the shorter call
+    one_thread: float              # both halves one after the other on one thread (kernel calls only)
+    inputs: float                  # kernel_inputs: the cffi arguments a split call builds (block pointers)
+    handoff: float                 # the pool's round trip: submit a call that does nothing, wait for it
+    pool_start: float              # a new pool's first round trip (its thread starts)
+    merge: float                   # merge of the two states and the division, in Python
+    split_1: float                 # attend_split(q, cache, kv_head, 2, 1), the whole call
+    split_2: float                 # attend_split(q, cache, kv_head, 2, 2), the whole call
+
+
+def split_times(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, repeats: int = 11) -> SplitTimes:
+    """Time the parts of ``attend_split(q, cache, kv_head, 2, n)`` apart (lesson 08): each half's C
+    call alone and while the other half runs on a second thread (started together at a barrier, each
+    thread timing its own call), the pool's hand-off, a new pool's start, the merge, and the whole
+    split call on 1 and on 2 threads. Each repeat runs every part once, interleaved, so a disturbance
+    of the shared machine hits all parts alike; the result holds the medians. Needs 2 usable cores."""
+    q, kv_head, scale = attention_args(q, cache, kv_head, None)
+    if cache.seq_len < 2:
+        raise ValueError(_("split_times needs at least 2 tokens (one per half); the cache holds {n}").format(
+                           n=cache.seq_len))
+    if usable_cores() < 2:
+        raise ValueError(_("split_times needs 2 cores this process may use; it may use {n}").format(
+                           n=usable_cores()))
+    repeats, unused, unused2 = timing.check_counts(repeats, 1, 0.0)
+    ffi, lib = native.load()
+    cuts = split_points(cache.seq_len, 2)
+    vkq = np.empty((2, cache.head_dim), np.float32)
+    ms, ss = ffi.new("float[]", 2), ffi.new("float[]", 2)
+    qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(ffi, q, cache, kv_head, lib)
+    rows = [out_buffer(ffi, vkq[j]) for j in range(2)]
+
+    def half(j: int) -> tuple[int, int, int]:
+        """(start, end, CPU time of this thread), ns, of one C call on half j."""
+        t0 = time.perf_counter_ns()
+        c0 = time.thread_time_ns()  # inside the wall-clock span: the CPU time cannot exceed it
+        lib.flash_attn_partial_q8_neon(rows[j], ms + j, ss + j, qbuf, k, v, ks, vs, cuts[j], cuts[j + 1],
+                                       kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
+        c1 = time.thread_time_ns()
+        return t0, time.perf_counter_ns(), c1 - c0
+
+    def both_at_once() -> list[tuple[int, int, int]]:
+        spans: list = [None, None]
+        gate = threading.Barrier(2, timeout=10.0)  # a timeout: a failed partner cannot hang the caller
+
+        def run(j: int) -> None:
+            gate.wait()
+            spans[j] = half(j)
+
+        other = threading.Thread(target=run, args=(1,))
+        other.start()
+        try:
+            run(0)
+        finally:
+            other.join()
+        if spans[1] is None:
+            raise RuntimeError(_("the second thread of split_times did not run its half"))
+        return spans
+
+    def ms_of(t0: int, t1: int, *unused) -> float:
+        return (t1 - t0) / 1e6
+
+    _refuse_long(repeats, 1, sum(ms_of(*half(j)) for j in range(2)) / 1e3, 8)  # a probe (and warm-up)
+    attend_split(q, cache, kv_head, 2, 2)  # the pool's threads start before any timing
+    got: dict[str, list] = {}
+    for unused in range(repeats):
+        for j in range(2):
+            got.setdefault(f"alone{j}", []).append(ms_of(*half(j)))
+        spans = both_at_once()
+        for j in range(2):
+            got.setdefault(f"together{j}", []).append(ms_of(*spans[j]))
+            got.setdefault(f"cpu{j}", []).append(spans[j][2] / 1e6)
+        got.setdefault("wall", []).append(ms_of(min(s[0] for s in spans), max(s[1] for s in spans)))
+        both = max(0, min(s[1] for s in spans) - max(s[0] for s in spans))
+        got.setdefault("overlap", []).append(both / max(1, min(s[1] - s[0] for s in spans)))
+        t0 = time.perf_counter_ns()
+        kernel_inputs(ffi, q, cache, kv_head, lib)
+        got.setdefault("inputs", []).append(ms_of(t0, time.perf_counter_ns()))
+        a, b = half(0), half(1)
+        got.setdefault("one_thread", []).append(ms_of(a[0], b[1]))
+        t0 = time.perf_counter_ns()
+        _pool().submit(int).result()
+        got.setdefault("handoff", []).append(ms_of(t0, time.perf_counter_ns()))
+        parts = [Partial(float(ms[j]), float(ss[j]), vkq[j].astype(np.float64), cuts[j + 1] - cuts[j])
+                 for j in range(2)]
+        t0 = time.perf_counter_ns()
+        finish(merge_all(parts))
+        got.setdefault("merge", []).append(ms_of(t0, time.perf_counter_ns()))
+        for n_threads in (1, 2):
+            t0 = time.perf_counter_ns()
+            attend_split(q, cache, kv_head, 2, n_threads)
+            got.setdefault(f"split{n_threads}", []).append(ms_of(t0, time.perf_counter_ns()))
+    starts = []
+    for unused in range(3):  # a new pool's first submit starts its thread; a few, they are quick
+        t0 = time.perf_counter_ns()
+        with ThreadPoolExecutor(1) as fresh:
+            fresh.submit(int).result()
+            starts.append(ms_of(t0, time.perf_counter_ns()))
+    med = {key: float(np.median(x)) for key, x in got.items()}
+    return SplitTimes(cache.seq_len, (med["alone0"], med["alone1"]), (med["together0"], med["together1"]),
+                      (med["cpu0"], med["cpu1"]), med["wall"], med["overlap"], med["one_thread"], med["inputs"],
+                      med["handoff"], float(np.median(starts)), med["merge"], med["split1"], med["split2"])
