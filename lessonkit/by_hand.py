@@ -275,10 +275,11 @@ class Session:
 
 
 _GDB_STOP = re.compile(r"[Bb]reakpoint [\d.]+, (?:0x[0-9a-fA-F]+ in )?(\w+) \((.*)\) at (\S+?):(\d+)\s*$")
-_GDB_DISPLAY = re.compile(r"^\d+: (t|M|seq_len) = (\S+)\s*$")
+_PROMPT = r"^(?:\((?:gdb|lldb)\) ?)*"   # a prompt that stdin not being a terminal leaves before the output
+_GDB_DISPLAY = re.compile(_PROMPT + r"\d+: (t|M|seq_len) = (\S+)\s*$")
 _GDB_PRINT = re.compile(r"^(?:\(gdb\) |\+)(?:p|print) (t|M)\s*$")
-_GDB_VALUE = re.compile(r"^(?:\(gdb\) )?\$\d+ = (\S+)\s*$")
-_LLDB_VALUE = re.compile(r"^\((?:const )?(?:int|float)\) (seq_len|t|M) = (\S+)\s*$")
+_GDB_VALUE = re.compile(_PROMPT + r"\$\d+ = (\S+)\s*$")
+_LLDB_VALUE = re.compile(_PROMPT + r"\((?:const )?(?:int|float)\) (seq_len|t|M) = (\S+)\s*$")
 
 
 def transcript_text(transcript) -> str:

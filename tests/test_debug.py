@@ -539,3 +539,20 @@ def test_tier_a_command_line_names_this_machine():
         assert "<hash>" not in typed and str(by_hand.tier_a_lines()[1]) in typed
     lldb = "\n".join(c for c, unused in by_hand.tier_a_commands("lldb"))
     assert native.library_path(debug=True).name in lldb
+
+
+def test_without_gdb_lldb_runs_or_the_fallback_says_so(monkeypatch):
+    """A Mac: no gdb. The default debugger is then lldb; with neither, the records come from the trace,
+    the message says so and how to get each debugger, and same_records refuses to compare the trace
+    with itself."""
+    calls = []
+    monkeypatch.setattr(debugger, "debugger_path", lambda d: "/usr/bin/lldb" if d == "lldb" else None)
+    monkeypatch.setattr(debugger, "_run_batch", lambda exe, d, *a: calls.append(d) or ("", "", ""))
+    obs = debugger.observe_generation(2)
+    assert calls == ["lldb"] and obs.source == "trace" and "lldb saw 0 kernel calls" in obs.message
+    monkeypatch.setattr(debugger, "debugger_path", lambda d: None)
+    obs = debugger.observe_generation(2)
+    assert obs.source == "trace" and "no debugger ran" in obs.message and 'debugger="lldb"' in obs.message
+    assert "apt install lldb" in obs.message
+    with pytest.raises(ValueError, match="traced build, not from a debugger"):
+        debugger.same_records(obs)
