@@ -288,6 +288,8 @@ def transcript_text(transcript) -> str:
     if isinstance(transcript, Path) or (isinstance(transcript, str) and "\n" not in transcript
                                         and transcript.strip().endswith(".txt")):
         path = Path(transcript).expanduser()
+        if not path.is_file() and not path.is_absolute():   # a notebook runs in notebooks/ or my-work/
+            path = native.REPO_DIR / path
         if not path.is_file():
             raise ValueError(_("no file {path}: the session writes it when you type the logging commands "
                                "(gdb) or session save (lldb)").format(path=path))
