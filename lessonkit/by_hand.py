@@ -198,7 +198,9 @@ def tier_a_command_line(debugger: str = "gdb", python: str | None = None) -> str
     is installed here, the Python of this notebook and the toy generation."""
     exe = debugger_path(checked_debugger(debugger)) or debugger
     python = python or sys.executable
-    start = f"{Path(exe).name} -q --args" if debugger == "gdb" else f"{Path(exe).name} --"
+    # debuginfod off: gdb would ask whether to download debug symbols for Python from the network
+    start = (f"{Path(exe).name} -q -iex 'set debuginfod enabled off' --args" if debugger == "gdb"
+             else f"{Path(exe).name} --")
     return f"cd {shlex.quote(str(native.REPO_DIR))}\n{start} {shlex.quote(python)} -c {shlex.quote(TIER_A_PROGRAM)}"
 
 

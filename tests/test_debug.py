@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -457,18 +458,16 @@ def typed_tier_a_session(which: str, tmp_path: Path) -> tuple[str, str]:
         typed += [command] * (stops if command == "continue" and typed.count("continue") == (which == "gdb")
                               else 1)
     # gdb: the first continue (to the first stop in the loop) is one of the stops; the second is repeated
-    python = sys.executable
-    child = [python, "-c", by_hand.TIER_A_PROGRAM]
+    argv = shlex.split(by_hand.tier_a_command_line(which).splitlines()[1])   # the lesson's own command line
+    argv[0] = exe
     if which == "gdb":
-        argv = [exe, "-q", "-nx", "-iex", "set debuginfod enabled off", "--args", *child]
         proc = subprocess.run(argv, input="\n".join(typed) + "\n", capture_output=True, text=True, timeout=300,
                               cwd=native.REPO_DIR, env=debugger.child_env())
     else:
         script = tmp_path / "typed.lldb"
         script.write_text("\n".join(typed) + "\n")
-        argv = [exe, "-x", "-b", "-s", str(script), "--", *child]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=native.REPO_DIR,
-                              env=debugger.child_env())
+        proc = subprocess.run([exe, "-x", "-b", "-s", str(script), *argv[1:]], capture_output=True, text=True,
+                              timeout=300, cwd=native.REPO_DIR, env=debugger.child_env())
     assert log.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout + proc.stderr, log.read_text()
 
