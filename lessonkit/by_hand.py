@@ -167,7 +167,10 @@ def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
 def show_step(step: str, max_lines: int = 12) -> None:
     """Print one step of the gdb session with its output, then the lldb commands of the same step."""
     print(session_step(step, "gdb", max_lines))
-    print(_("\nthe same step in lldb:  ") + "  |  ".join(step_commands(step, "lldb")))
+    # the transcript hides the build's hash; a command to type names the library as it is on this machine
+    real = native.library_path(debug=True).name
+    print(_("\nthe same step in lldb:  ") + "  |  ".join(
+        c.replace("libflash_attn_q8_debug_<hash>.so", real) for c in step_commands(step, "lldb")))
 
 
 # ============================================================ tier A, typed by the student (lesson 06, section 4)
