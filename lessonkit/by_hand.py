@@ -1,7 +1,8 @@
 """The by-hand debugger sessions of lesson 06: what a student types at the ``(gdb)`` or ``(lldb)``
 prompt (``native/tools/sessions/by_hand.gdb``, ``by_hand.lldb``, with the line numbers of the current
 source: ``session_commands``), and the committed transcripts of those sessions
-(``notebooks/data/06_session_*.txt``, made by ``tests/transcripts.py``), shown one step at a time."""
+(``notebooks/data/06_session_*.txt``, made by ``tests/transcripts.py``), shown one step at a time; and tier
+A's session, which the student types (``show_tier_a``) and hands in, read back by ``read_session``."""
 from __future__ import annotations
 
 import re
