@@ -1,11 +1,15 @@
 """The by-hand debugger sessions of lesson 06: what a student types at the ``(gdb)`` or ``(lldb)``
 prompt (``native/tools/sessions/by_hand.gdb``, ``by_hand.lldb``, with the line numbers of the current
 source: ``session_commands``), and the committed transcripts of those sessions
-(``notebooks/data/06_session_*.txt``, made by ``tests/transcripts.py``), shown one step at a time."""
+(``notebooks/data/06_session_*.txt``, made by ``tests/transcripts.py``), shown one step at a time; and tier
+A's session, which the student types (``show_tier_a``) and hands in, read back by ``read_session``."""
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import native, source
@@ -164,4 +168,215 @@ def session_step(step: str, debugger: str = "gdb", max_lines: int = 12) -> str:
 def show_step(step: str, max_lines: int = 12) -> None:
     """Print one step of the gdb session with its output, then the lldb commands of the same step."""
     print(session_step(step, "gdb", max_lines))
-    print(_("\nthe same step in lldb:  ") + "  |  ".join(step_commands(step, "lldb")))
+    # the transcript hides the build's hash; a command to type names the library as it is on this machine
+    real = native.library_path(debug=True).name
+    print(_("\nthe same step in lldb:  ") + "  |  ".join(
+        c.replace("libflash_attn_q8_debug_<hash>.so", real) for c in step_commands(step, "lldb")))
+
+
+# ============================================================ tier A, typed by the student (lesson 06, section 4)
+# The student runs one short toy generation under gdb or lldb in a terminal, prints what tier A asks at each
+# stop and hands in the transcript; ``read_session`` turns it back into calls and stops, and
+# ``exercises.lesson06.ex1`` compares those with the kernel's trace of the same generation.
+
+TIER_A_TOKENS = 3      # 3 steps x 4 query heads = 12 calls and 24 stops in the loop: a few minutes of typing
+TIER_A_PROGRAM = f"from lessonkit import toy; toy.generate({TIER_A_TOKENS}, debug=True)"
+TIER_A_LOGS = {"gdb": "06_tier_a_gdb.txt", "lldb": "06_tier_a_lldb.txt"}   # in my-work/
+ENTRY_TEXT = "if (hd <= 0"     # the kernel's first statement: where a breakpoint on its name stops
+MAX_TRANSCRIPT_CHARS = 8 << 20
+
+
+def tier_a_log(debugger: str = "gdb") -> Path:
+    """Where the session of tier A writes its transcript: ``my-work/06_tier_a_gdb.txt`` (or ``_lldb``)."""
+    return native.REPO_DIR / "my-work" / TIER_A_LOGS[checked_debugger(debugger)]
+
+
+def tier_a_lines() -> tuple[int, int]:
+    """(the line a breakpoint on the kernel's name stops at, the loop line where M is updated for token t)."""
+    from .debugger import TOKEN_TEXT   # debugger imports this module; the import goes one way at load time
+    return source.find_line(ENTRY_TEXT), source.find_line(TOKEN_TEXT, segment=3)
+
+
+def tier_a_command_line(debugger: str = "gdb", python: str | None = None) -> str:
+    """The shell command that starts tier A's session on this machine: the folder, the debugger as it
+    is installed here, the Python of this notebook and the toy generation."""
+    exe = debugger_path(checked_debugger(debugger)) or debugger
+    python = python or sys.executable
+    # debuginfod off: gdb would ask whether to download debug symbols for Python from the network
+    start = (f"{Path(exe).name} -q -iex 'set debuginfod enabled off' --args" if debugger == "gdb"
+             else f"{Path(exe).name} --")
+    return f"cd {shlex.quote(str(native.REPO_DIR))}\n{start} {shlex.quote(python)} -c {shlex.quote(TIER_A_PROGRAM)}"
+
+
+def tier_a_commands(debugger: str = "gdb", library: Path | str | None = None,
+                    log: Path | str | None = None) -> list[tuple[str, str]]:
+    """What to type at the prompt, (command, why) in order. ``library``: the debug build (its real file
+    name goes into lldb's ``-s``); default: the current one. ``log``: the transcript's file (default
+    ``tier_a_log``)."""
+    debugger = checked_debugger(debugger)
+    entry, loop = tier_a_lines()
+    log, file = Path(log) if log else tier_a_log(debugger), source.KERNEL_FILE.name
+    if debugger == "gdb":
+        return [
+            (f"set logging file {log}", _("gdb copies what it prints into this file")),
+            ("set logging overwrite on", _("a new session replaces the file")),
+            ("set trace-commands on", _("each command goes into the file too, as +command")),
+            ("set logging enabled on", _("from here on, the file records")),
+            ("set pagination off", _("a long output would stop and wait for a key")),
+            ("set breakpoint pending on", _("cffi loads the library after the program starts")),
+            (f"break {KERNEL}", _("stops at every call, line {entry}").format(entry=entry)),
+            ("run", _("first stop: the frame line shows seq_len=...")),
+            ("p seq_len", _("the argument itself")),
+            (f"break {file}:{loop}", _("inside the for (t) loop, after M and S were updated for token t")),
+            ("continue", _("first stop in the loop")),
+            ("display t", _("print t at every stop from now on")),
+            ("display M", _("and M (at the entry stops M is not set yet: ignore it there)")),
+            ("continue", _("then press Enter again and again (Enter repeats continue) until gdb says "
+                           "[Inferior 1 (process N) exited normally]")),
+            ("set logging enabled off", _("closes the file")),
+            ("quit", ""),
+        ]
+    lib = Path(library).name if library else native.library_path(debug=True).name
+    return [
+        (f'breakpoint set -n {KERNEL} -s {lib} -C "frame variable seq_len"',
+         _("stops at every call of the debug build, line {entry}, and prints seq_len").format(entry=entry)),
+        ("run", _("first stop: seq_len of the first call")),
+        (f'breakpoint set -f {file} -l {loop} -C "frame variable t M"',
+         _("inside the for (t) loop, after M and S were updated: prints t and M at each stop")),
+        ("continue", _("then press Enter again and again (Enter repeats continue) until lldb says "
+                       "Process N exited with status = 0")),
+        (f"session save {log}", _("writes every command and its output to this file")),
+        ("quit", ""),
+    ]
+
+
+def show_tier_a(debugger: str = "gdb") -> None:
+    """Print tier A's session for this machine: the shell command, the library, what to type."""
+    from . import native as _native
+    lib = _native.build(debug=True)   # built now, so that the program under the debugger does not build it
+    debugger = checked_debugger(debugger)
+    print(_("In a terminal (JupyterLab: File > New > Terminal):"))
+    print(tier_a_command_line(debugger))
+    print(_("\nThe program loads the debug build {lib}.").format(lib=lib))
+    print(_("At the ({debugger}) prompt, type:").format(debugger=debugger))
+    for command, why in tier_a_commands(debugger, lib):
+        print(f"\n  # {why}\n  {command}" if why else f"\n  {command}")
+    if debugger_path(debugger) is None:
+        print(install_hint(debugger))
+
+
+@dataclass
+class SessionCall:
+    """One kernel call as a typed session shows it."""
+    seq_len: int
+    line: int                                        # where the transcript shows it (0-based)
+    kv_head: int | None = None                       # from gdb's frame line (kh_off / hd); lldb does not print it
+    stops: list[tuple] = field(default_factory=list)  # (t, M, seq_len on the stop's frame line or None, M's line)
+
+
+@dataclass
+class Session:
+    debugger: str
+    calls: list[SessionCall]
+    other_lines: list[int]          # kernel lines the session also stopped at (neither entry nor loop line)
+
+
+_GDB_STOP = re.compile(r"[Bb]reakpoint [\d.]+, (?:0x[0-9a-fA-F]+ in )?(\w+) \((.*)\) at (\S+?):(\d+)\s*$")
+_PROMPT = r"^(?:\((?:gdb|lldb)\) ?)*"   # a prompt that stdin not being a terminal leaves before the output
+_GDB_DISPLAY = re.compile(_PROMPT + r"\d+: (t|M|seq_len) = (\S+)\s*$")
+_GDB_PRINT = re.compile(r"^(?:\(gdb\) |\+)(?:p|print) (t|M)\s*$")
+_GDB_VALUE = re.compile(_PROMPT + r"\$\d+ = (\S+)\s*$")
+_LLDB_VALUE = re.compile(_PROMPT + r"\((?:const )?(?:int|float)\) (seq_len|t|M) = (\S+)\s*$")
+
+
+def transcript_text(transcript) -> str:
+    """A transcript as text: the text itself, or a path (``pathlib.Path``, or a one-line string naming a
+    file) to the file gdb logged or lldb's ``session save`` wrote."""
+    if isinstance(transcript, Path) or (isinstance(transcript, str) and "\n" not in transcript
+                                        and transcript.strip().endswith(".txt")):
+        path = Path(transcript).expanduser()
+        if not path.is_file() and not path.is_absolute():   # a notebook runs in notebooks/ or my-work/
+            path = native.REPO_DIR / path
+        if not path.is_file():
+            raise ValueError(_("no file {path}: the session writes it when you type the logging commands "
+                               "(gdb) or session save (lldb)").format(path=path))
+        if path.stat().st_size > MAX_TRANSCRIPT_CHARS:
+            raise ValueError(_("{path} is larger than a session of tier A can be").format(path=path))
+        return path.read_text(errors="replace")
+    if not isinstance(transcript, str):
+        raise ValueError(_("give the transcript as text (a string) or as a file (pathlib.Path); got {t}").format(
+                           t=type(transcript).__name__))
+    if len(transcript) > MAX_TRANSCRIPT_CHARS:
+        raise ValueError(_("the transcript is larger than a session of tier A can be"))
+    return transcript
+
+
+def _number(text: str, kind):
+    return kind(text.rstrip(","))
+
+
+def read_session(text: str) -> Session:
+    """A typed session of tier A (pasted from the terminal, gdb's log or lldb's ``session save``) ->
+    its kernel calls. gdb: each stop's frame line says where it stopped and seq_len, and ``display``
+    prints t and M after it. lldb: the breakpoints' ``frame variable`` commands print seq_len at
+    each entry and t, M at each stop in the loop (lldb prints them before or after the stop's own
+    lines, and ``session save`` keeps no stop lines, so lldb's session is read from those values).
+    ValueError for a value that is not a number."""
+    entry, loop = tier_a_lines()
+    lines = text.splitlines()
+    if any(l.startswith("(lldb)") for l in lines) and not any(_GDB_STOP.search(l) for l in lines):
+        return _read_lldb(lines)
+    calls, other, stop, pending = [], [], None, None
+    for i, line in enumerate(lines):
+        m = _GDB_STOP.search(line)
+        if m and m.group(1) == KERNEL:
+            args = dict(re.findall(r"(\w+)=([^,\s]+)", m.group(2)))
+            n, seq = int(m.group(4)), int(args["seq_len"]) if "seq_len" in args else None
+            stop = None
+            if n == entry and seq is not None:
+                hd = int(args.get("hd", 0))
+                calls.append(SessionCall(seq, i, int(args["kh_off"]) // hd if hd and "kh_off" in args else None))
+            elif n == loop and calls:
+                stop = {"seq_len": seq}
+                calls[-1].stops.append(stop)
+            else:
+                other.append(n)
+            continue
+        if stop is None:
+            continue
+        d = _GDB_DISPLAY.match(line.strip())
+        if d:
+            stop.setdefault(d.group(1), d.group(2))
+            stop.setdefault(d.group(1) + "@", i)
+            continue
+        p = _GDB_PRINT.match(line.strip())
+        if p:
+            pending = p.group(1)
+            continue
+        v = _GDB_VALUE.match(line.strip())
+        if v and pending:
+            stop.setdefault(pending, v.group(1))
+            stop.setdefault(pending + "@", i)
+        pending = None
+    for c in calls:
+        c.stops = [(_number(s["t"], int) if "t" in s else None, _number(s["M"], float) if "M" in s else None,
+                    s["seq_len"], s.get("M@")) for s in c.stops]
+    return Session("gdb", calls, sorted(set(other)))
+
+
+def _read_lldb(lines: list[str]) -> Session:
+    calls, pending = [], {}
+    for i, line in enumerate(lines):
+        m = _LLDB_VALUE.match(line.strip())
+        if not m:
+            continue
+        name, value = m.groups()
+        if name == "seq_len":
+            calls.append(SessionCall(_number(value, int), i))
+            pending = {}
+        elif calls:
+            pending[name], pending[name + "@"] = value, i
+            if "t" in pending and "M" in pending:
+                calls[-1].stops.append((_number(pending["t"], int), _number(pending["M"], float), None, pending["M@"]))
+                pending = {}
+    return Session("lldb", calls, [])

@@ -252,13 +252,18 @@ def _run_batch(exe: str, debugger: str, n_tokens: int, config: ToyConfig, timeou
 
 
 def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_gdb: bool | None = None,
-                       timeout: float = 120.0, debugger: str = "gdb",
+                       timeout: float = 120.0, debugger: str | None = None,
                        use_debugger: bool | None = None) -> Observation:
     """Run ``lessonkit.toy.generate(n_tokens, debug=True)`` in a child Python under ``debugger`` ("gdb"
-    or "lldb") and return one CallRecord per kernel call. ``use_debugger`` (older name ``use_gdb``):
-    None uses the debugger where it works, else the traced build, ``message`` saying why; True
-    requires it (RuntimeError saying what to install); False always uses the trace. The run is
-    killed after ``timeout`` seconds."""
+    or "lldb"; None: gdb where it is installed, else lldb, as on an Apple Silicon Mac) and return one
+    CallRecord per kernel call. ``use_debugger`` (older name ``use_gdb``): None uses the debugger where
+    it works, else the traced build, ``message`` saying so and why; True requires it (RuntimeError
+    saying what to install); False always uses the trace. The run is killed after ``timeout`` seconds."""
+    chosen = ""
+    if debugger is None:
+        debugger = "gdb" if debugger_path("gdb") or not debugger_path("lldb") else "lldb"
+        if debugger == "lldb":
+            chosen = _("gdb is not installed here: lldb ran the generation")
     debugger = checked_debugger(debugger)
     n_tokens, timeout, config = checked_tokens(n_tokens), checked_timeout(timeout), checked_config(config)
     if use_gdb is not None and use_debugger is not None:
@@ -279,7 +284,10 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
     if exe is None:
         if use:
             raise RuntimeError(install_hint(debugger))
-        return from_trace(install_hint(debugger))
+        if debugger == "gdb" and debugger_path("lldb") is None:
+            return from_trace(_("no debugger ran: {gdb}; {lldb}").format(gdb=install_hint("gdb"),
+                                                                         lldb=install_hint("lldb")))
+        return from_trace(_("no debugger ran: {hint}").format(hint=install_hint(debugger)))
     expected = n_tokens * config.n_q_heads
     try:
         out, err, commands = _run_batch(exe, debugger, n_tokens, config, timeout)
@@ -298,7 +306,7 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
         r.step, r.q_head = divmod(i, config.n_q_heads)
     m = re.search(r"generated token ids: \[([\d, ]*)\]", out)
     tokens = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
-    return Observation(records, debugger, n_tokens, config, tokens, commands=commands)
+    return Observation(records, debugger, n_tokens, config, tokens, commands=commands, message=chosen)
 
 
 def same_records(observation: Observation, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
@@ -308,6 +316,9 @@ def same_records(observation: Observation, rtol: float = 1e-5, atol: float = 1e-
     if not isinstance(observation, Observation):
         raise TypeError(_("observation must be what observe_generation returns; got {observation}").format(
                           observation=type(observation).__name__))
+    if observation.source == "trace":   # the trace against itself would agree and prove nothing
+        raise ValueError(_("these records come from the traced build, not from a debugger ({message}): there is "
+                           "nothing to compare them with").format(message=observation.message))
     traced, unused = _records_from_trace(observation.n_tokens, observation.config)
     got = observation.records
     return (len(got) == len(traced)

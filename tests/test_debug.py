@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 
 import lessonkit as lk
 import transcripts
+from lessonkit import exercises as E
 from lessonkit import by_hand, check_report, debug, debugger, env, kernel_copy, native, rounding, source, toy
 
 GDB_OUTPUT = """\
@@ -435,3 +437,121 @@ def test_the_names_lessons_use_stay_importable_from_debug():
     assert [n for n in sorted(used - moved) if not hasattr(debug, n)] == []
     assert debug.observe_generation is debugger.observe_generation and debug.show_step is by_hand.show_step
     assert debug.break_kernel is kernel_copy.break_kernel
+
+
+# ------------------------------------------------------------------ tier A: the student's own session
+
+def typed_tier_a_session(which: str, tmp_path: Path) -> tuple[str, str]:
+    """Run tier A's session as the lesson teaches it, the commands fed to the real debugger as a student
+    types them (each Enter that repeats continue written out): (what the terminal showed, the file the
+    debugger wrote). gdb reads them on stdin; lldb, whose stdin is not a terminal here, from -s in batch
+    mode (-b stops at the first error, so it gets exactly one continue per stop and the one that ends
+    the program)."""
+    exe = by_hand.debugger_path(which)
+    if exe is None:
+        pytest.skip(by_hand.install_hint(which))
+    lib = native.build(debug=True)
+    log = tmp_path / f"tier_a_{which}.txt"
+    stops = sum(r.seq_len + 1 for r in debugger.records_from_trace(by_hand.TIER_A_TOKENS)[0])
+    typed = []
+    for command, unused in by_hand.tier_a_commands(which, lib, log):
+        typed += [command] * (stops if command == "continue" and typed.count("continue") == (which == "gdb")
+                              else 1)
+    # gdb: the first continue (to the first stop in the loop) is one of the stops; the second is repeated
+    argv = shlex.split(by_hand.tier_a_command_line(which).splitlines()[1])   # the lesson's own command line
+    argv[0] = exe
+    if which == "gdb":
+        proc = subprocess.run(argv, input="\n".join(typed) + "\n", capture_output=True, text=True, timeout=300,
+                              cwd=native.REPO_DIR, env=debugger.child_env())
+    else:
+        script = tmp_path / "typed.lldb"
+        script.write_text("\n".join(typed) + "\n")
+        proc = subprocess.run([exe, "-x", "-b", "-s", str(script), *argv[1:]], capture_output=True, text=True,
+                              timeout=300, cwd=native.REPO_DIR, env=debugger.child_env())
+    assert log.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr, log.read_text()
+
+
+@pytest.fixture(scope="module", params=["gdb", "lldb"])
+def tier_a_session(request, tmp_path_factory):
+    return request.param, *typed_tier_a_session(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def test_tier_a_accepts_a_real_session_pasted_or_logged(tier_a_session, tmp_path):
+    which, terminal, logged = tier_a_session
+    ex = lk.exercises.lesson06.tier_a
+    for text in (terminal, logged):
+        v = ex.check(text)
+        assert v and f"your {which} session" in v.message and "seq_len on entry 1 1 1 1 2 2 2 2 3 3 3 3" in v.message
+    f = tmp_path / "session.txt"
+    f.write_text(logged)
+    assert ex.check(f) and ex.check(str(f))
+
+
+def replace_value(text: str, line: int, value: str) -> str:
+    """``text`` with the value at the end of its ``line`` (0-based: ``= 1.25`` or ``seq_len=3, ...``) replaced."""
+    lines = text.splitlines()
+    lines[line] = re.sub(r"= \S+$", f"= {value}", lines[line])
+    return "\n".join(lines) + "\n"
+
+
+def test_tier_a_refuses_a_doctored_session(tier_a_session):
+    which, unused, logged = tier_a_session
+    ex = lk.exercises.lesson06.tier_a
+    session = by_hand.read_session(logged)
+    c = next(c for c in session.calls if c.seq_len == 3)   # a call with three stops in the loop
+    (t0, m0, _s, _l0), (t1, m1, _s, l1) = c.stops[:2]
+    # M edited to decrease: the second stop's M set below the first one's
+    v = ex.check(replace_value(logged, l1, f"{m0 - 1.0:.9g}"))
+    assert v.status == E.INCORRECT and "M decreases" in v.message and "did not come from the kernel" in v.message
+    # a seq_len changed: one call's entry says 2 where the generation has 3
+    lines = logged.splitlines()
+    lines[c.line] = lines[c.line].replace("seq_len=3", "seq_len=2") if which == "gdb" else "(int) seq_len = 2"
+    assert lines[c.line] != logged.splitlines()[c.line]
+    v = ex.check("\n".join(lines))
+    assert v.status == E.INCORRECT and "cannot come from this generation" in v.message
+    # a value typed by hand: M rounded to three digits (the order of the Ms unchanged)
+    v = ex.check(replace_value(logged, l1, f"{m1:.3f}"))
+    assert v.status == E.INCORRECT and "typed by hand" in v.message, v.message
+    # the session stopped before the program's end
+    v = ex.check("\n".join(logged.splitlines()[:c.line]))
+    assert v.status == E.INCORRECT and "ends after 8 of the generation's 12 kernel calls" in v.message
+
+
+@pytest.mark.parametrize("text,words", [("", "empty"), ("   \n\n", "empty"),
+                                        ("(gdb) run\nhello\n", "no stop at the kernel's entry")])
+def test_tier_a_refuses_an_empty_session(text, words):
+    v = lk.exercises.lesson06.tier_a.check(text)
+    assert v.status == E.INCORRECT and words in v.message
+
+
+def test_tier_a_names_a_missing_file(tmp_path):
+    v = lk.exercises.lesson06.tier_a.check(tmp_path / "nothing.txt")
+    assert v.status == E.INCORRECT and "no file" in v.message
+
+
+def test_tier_a_command_line_names_this_machine():
+    for which in by_hand.DEBUGGERS:
+        line = by_hand.tier_a_command_line(which)
+        assert str(native.REPO_DIR) in line and sys.executable in line and by_hand.TIER_A_PROGRAM in line
+        typed = "\n".join(c for c, unused in by_hand.tier_a_commands(which))
+        assert "<hash>" not in typed and str(by_hand.tier_a_lines()[1]) in typed
+    lldb = "\n".join(c for c, unused in by_hand.tier_a_commands("lldb"))
+    assert native.library_path(debug=True).name in lldb
+
+
+def test_without_gdb_lldb_runs_or_the_fallback_says_so(monkeypatch):
+    """A Mac: no gdb. The default debugger is then lldb; with neither, the records come from the trace,
+    the message says so and how to get each debugger, and same_records refuses to compare the trace
+    with itself."""
+    calls = []
+    monkeypatch.setattr(debugger, "debugger_path", lambda d: "/usr/bin/lldb" if d == "lldb" else None)
+    monkeypatch.setattr(debugger, "_run_batch", lambda exe, d, *a: calls.append(d) or ("", "", ""))
+    obs = debugger.observe_generation(2)
+    assert calls == ["lldb"] and obs.source == "trace" and "lldb saw 0 kernel calls" in obs.message
+    monkeypatch.setattr(debugger, "debugger_path", lambda d: None)
+    obs = debugger.observe_generation(2)
+    assert obs.source == "trace" and "no debugger ran" in obs.message and 'debugger="lldb"' in obs.message
+    assert "apt install lldb" in obs.message
+    with pytest.raises(ValueError, match="traced build, not from a debugger"):
+        debugger.same_records(obs)

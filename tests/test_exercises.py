@@ -274,21 +274,20 @@ def test_right_and_wrong_answer(ex, right, wrong, words, capsys):
     assert capsys.readouterr().out.startswith("Incorrect: ")
 
 
-@pytest.fixture(scope="module")
-def trace_observation():
-    return debug.observe_generation(16, use_gdb=False)
-
-
 @pytest.mark.ex06_tier_a
-def test_tier_a(trace_observation):
+def test_tier_a(tmp_path):
+    """Tier A's answer is the student's own debugger session: a real gdb session typed as the lesson
+    teaches (tests/test_debug.py runs lldb's too, and the doctored ones), then the same with one M
+    typed in by hand."""
+    from test_debug import typed_tier_a_session   # the session as a student types it, under the real gdb
     ex = E.lesson06.tier_a
-    right = {"seq_len_first": 1, "seq_len_last": 16, "calls_per_step": 2 * 2, "grows_by_per_step": 1,
-             "loop_runs_seq_len": True, "M_non_decreasing": True}
-    assert ex.check(right, observation=trace_observation)
-    bad = ex.check({**right, "loop_runs_seq_len": False}, observation=trace_observation)
-    assert bad.status == E.INCORRECT and "iterations" in bad.message
-    bad = ex.check({**right, "calls_per_step": 1}, observation=trace_observation)
-    assert bad.status == E.INCORRECT and "calls_per_step" in bad.message
+    unused, logged = typed_tier_a_session("gdb", tmp_path)
+    assert ex.check(logged)
+    m = re.search(r"^(\d+: M = )(\S+)$", logged, flags=re.M)
+    typed = logged[:m.start(2)] + f"{float(m.group(2)) + 0.01:.3f}" + logged[m.end(2):]
+    bad = ex.check(typed)
+    assert bad.status == E.INCORRECT and "typed by hand" in bad.message
+    assert ex.check("").status == E.INCORRECT
 
 
 @pytest.mark.ex06_tier_b_segments
@@ -348,16 +347,15 @@ HOSTILE = [float("nan"), float("inf"), 10**10000, -10**30, "", "x" * 100_000, Tr
 @pytest.mark.parametrize("ex", [pytest.param(ex, marks=[getattr(pytest.mark, ex.marker), *(
     [pytest.mark.slow] if ex.marker in ("ex04_fold_scale", "ex06_break_rescale") else [])], id=ex.marker)
     for ex in E.ALL])
-def test_hostile_answers_get_a_verdict(ex, trace_observation, capsys):
+def test_hostile_answers_get_a_verdict(ex, capsys):
     """Wrong types, NaN, huge numbers and arrays, objects whose every operation raises, in every field
     and as the whole answer: each gets a verdict, and none is correct (Exercise.check reads the answer
     once, at the edge)."""
-    context = {"observation": trace_observation} if ex.marker in OWN_TESTS else {}
     answers = [*HOSTILE, EvilMapping(a=1)]
     if isinstance(ex.template, dict):
         answers += [{k: h for k in ex.template} for h in HOSTILE]
     for answer in answers:
-        v = ex.check(answer, **context)
+        v = ex.check(answer)
         assert isinstance(v, E.Verdict) and v.status in (E.INCORRECT, E.NOT_ATTEMPTED), (answer, v)
     capsys.readouterr()
 
@@ -381,15 +379,14 @@ def _wrong_values(field, want):
 @pytest.mark.parametrize("ex", [pytest.param(ex, marks=[getattr(pytest.mark, ex.marker), *(
     [pytest.mark.slow] if ex.marker in ("ex04_fold_scale", "ex06_break_rescale") else [])], id=ex.marker)
     for ex in E.ALL if ex.fields])
-def test_every_field_says_why_a_value_is_wrong(ex, trace_observation, capsys):
+def test_every_field_says_why_a_value_is_wrong(ex, capsys):
     """Each declared field, given wrong values on either side of the fact (or each other choice) in an
     otherwise right answer: incorrect, with a message of its own (its text formats with the facts)."""
-    context = {"observation": trace_observation} if ex.marker in OWN_TESTS else {}
-    right = ex.answer(**context)
-    assert ex.check(right, **context)
+    right = ex.answer()
+    assert ex.check(right)
     for key, field in ex.fields.items():
         for bad in _wrong_values(field, right[key]):
-            v = ex.check({**right, key: bad}, **context)
+            v = ex.check({**right, key: bad})
             assert v.status == E.INCORRECT and v.message and "could not be read" not in v.message, (key, bad, v)
     capsys.readouterr()
 

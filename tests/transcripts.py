@@ -34,7 +34,9 @@ def clean_transcript(text: str, debugger: str = "gdb", exe: str | None = None) -
     environment -> ``<python>``. Noise that depends on the machine is dropped: lldb's echo of its own
     start-up, Debian lldb 14's ``No module named 'lldb.embedded_interpreter'`` traceback (its Python
     scripting is broken there; the sessions never use it), missing-LZMA warnings."""
-    prefixes = sorted({sys.prefix, sys.base_prefix, os.path.realpath(sys.base_prefix)}, key=len, reverse=True)
+    # the debugger names files by their real path: a venv that is a symlink shows its target
+    prefixes = sorted({sys.prefix, os.path.realpath(sys.prefix), sys.base_prefix, os.path.realpath(sys.base_prefix)},
+                      key=len, reverse=True)
     out, skip_tb = [], False
     for line in text.splitlines():
         if line.startswith("Traceback (most recent call last):"):

@@ -5,52 +5,120 @@ import functools
 
 import numpy as np
 
-from .. import debugger, kernel_copy, source
+from .. import by_hand, debugger, kernel_copy, source, toy
 from ..language import N_, _
 from ..validate import short
 from .core import Blank, Choice, Exercise, Field, Wrong, filled, lesson04_data, register, whole
 
 
+M_RTOL, M_ATOL = 1e-5, 1e-6   # as debugger.same_records: the session's -O0 build and the traced -O3 one (FMA
+                              # contraction) differ in M's last bits; a value copied by hand differs far more
+
+
 @functools.lru_cache(maxsize=None)
-def _default_observation():
-    return debugger.observe_generation(16)
+def _tier_a_trace():
+    """The kernel's own trace of the generation the session runs (by_hand.TIER_A_PROGRAM)."""
+    records, unused = debugger.records_from_trace(by_hand.TIER_A_TOKENS)
+    return tuple(records)
 
 
-def _tier_a_facts(observation=None) -> dict:
-    """The six answers, read from the records (not from the toy's settings)."""
-    obs = observation or _default_observation()
-    rs, s = obs.records, obs.summary()
-    first = rs[0].seq_len
-    per_step = sum(1 for r in rs if r.seq_len == first)
-    return {"seq_len_first": first, "seq_len_last": rs[-1].seq_len, "calls_per_step": per_step,
-            "grows_by_per_step": (rs[per_step].seq_len - first) if len(rs) > per_step else 0,
-            "loop_runs_seq_len": s["token loop ran exactly seq_len times in every call"],
-            "M_non_decreasing": s["M never decreased within a call"], "source": obs.source, "calls": len(rs)}
+def _tier_a_facts() -> dict:
+    rs = _tier_a_trace()
+    return {"records": rs, "seq_lens": [r.seq_len for r in rs], "calls": len(rs),
+            "per_step": toy.ToyConfig().n_q_heads, "tokens": by_hand.TIER_A_TOKENS}
 
 
-def _tier_a_field(kind, hint: N_) -> Field:
-    return Field(kind, lambda key, got, source, **unused: _("{key} = {got!r} is not what the {source} records show: "
-                                                       "{hint}").format(
-                                                       key=key, got=got, source=source, hint=hint))
+def _listed(values) -> str:
+    return " ".join(map(str, values))
+
+
+def _tier_a(answer, facts) -> str:
+    try:
+        text = by_hand.transcript_text(answer)
+    except ValueError as e:
+        raise Wrong(str(e)) from None
+    if not text.strip():
+        raise Wrong(_("the transcript is empty: paste the whole session from the terminal, or pass the file "
+                      "the debugger wrote (Path(...))"))
+    try:
+        session = by_hand.read_session(text)
+    except ValueError as e:
+        raise Wrong(_("a value of the transcript is not a number: {e}").format(e=e)) from None
+    entry, loop = by_hand.tier_a_lines()
+    if not session.calls:
+        raise Wrong(_("the transcript shows no stop at the kernel's entry (line {entry}, with seq_len): set the "
+                      "breakpoint on {kernel} as section 4 shows, run, and hand in the whole session").format(
+                      entry=entry, kernel=by_hand.KERNEL))
+    rs, want = facts["records"], facts["seq_lens"]
+    got = [c.seq_len for c in session.calls]
+    if got != want:
+        if got == want[:len(got)]:
+            raise Wrong(_("the session ends after {n} of the generation's {calls} kernel calls: continue until "
+                          "the program exits").format(n=len(got), calls=facts["calls"]))
+        k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
+        raise Wrong(_("the seq_len values on entry ({got}) cannot come from this generation: it makes {per_step} "
+                      "calls per step (one per query head) with the same seq_len, and each step adds one token "
+                      "({calls} calls: {want}); call {k} differs").format(
+                      got=_listed(got), per_step=facts["per_step"], calls=facts["calls"], want=_listed(want), k=k))
+    for k, c in enumerate(session.calls):
+        shown = {s[2] for s in c.stops if s[2] is not None}
+        if shown - {c.seq_len}:
+            raise Wrong(_("call {k}: its entry shows seq_len={seq_len} but a stop in its loop shows seq_len={other}: "
+                          "one call has one seq_len; this transcript was edited").format(
+                          k=k, seq_len=c.seq_len, other=min(shown - {c.seq_len})))
+    if session.other_lines:
+        raise Wrong(_("the session also stops at line(s) {lines}: the stops of tier A are line {entry} (the entry) "
+                      "and line {loop} (in the loop, where M is up to date); delete the other breakpoints").format(
+                      lines=_listed(session.other_lines), entry=entry, loop=loop))
+    for k, c in enumerate(session.calls):
+        if len(c.stops) != c.seq_len:
+            raise Wrong(_("call {k} (seq_len {seq_len}): the loop breakpoint (line {loop}) stopped {n} time(s). Set it "
+                          "at the first stop, before the first continue, and keep every stop of the run").format(
+                          k=k, seq_len=c.seq_len, loop=loop, n=len(c.stops)))
+        for j, (t, M, *unused) in enumerate(c.stops):
+            if t is None or M is None:
+                raise Wrong(_("call {k}, stop {j} in the loop: t and M are not printed ({how})").format(
+                              k=k, j=j, how=_("display t and display M at the first stop in the loop")
+                              if session.debugger == "gdb" else _('the loop breakpoint\'s -C "frame variable t M"')))
+        Ms = [s[1] for s in c.stops]
+        for j in range(1, len(Ms)):
+            if Ms[j] < Ms[j - 1]:
+                raise Wrong(_("call {k}: M decreases from {a} (t={i}) to {b} (t={j}). M is the running max of the "
+                              "scores and the kernel never lowers it: this transcript did not come from the kernel").format(
+                              k=k, a=Ms[j - 1], b=Ms[j], i=j - 1, j=j))
+    for k, (c, r) in enumerate(zip(session.calls, rs)):
+        ts = [s[0] for s in c.stops]
+        if ts != r.t:
+            raise Wrong(_("call {k}: t runs {got} in the transcript; the kernel's loop runs {want}").format(
+                          k=k, got=_listed(ts), want=_listed(r.t)))
+        if c.kv_head is not None and c.kv_head != r.kv_head:
+            raise Wrong(_("call {k}: kh_off points at kv head {got}; this generation's call {k} reads kv head "
+                          "{want}").format(k=k, got=c.kv_head, want=r.kv_head))
+        for (t, M, *unused), m in zip(c.stops, r.M):
+            if not abs(M - m) <= M_ATOL + M_RTOL * abs(m):
+                raise Wrong(_("call {k}, t={t}: M = {got} in the transcript, {want:.9g} in the kernel's trace of the "
+                              "same generation: a value typed by hand, or from another run").format(
+                              k=k, t=t, got=M, want=m))
+    n = sum(len(c.stops) for c in session.calls)
+    return _("your {debugger} session is this generation's: {calls} calls, seq_len on entry {seq}; the for (t) "
+             "loop stopped seq_len times in every call ({n} stops); M never decreased within a call, and all {n} "
+             "values agree with the kernel's trace (within {rtol:g} relative)").format(
+             debugger=session.debugger, calls=len(session.calls), seq=_listed(got), n=n, rtol=M_RTOL)
 
 
 ex1 = Exercise(
-    "tier_a", N_("tier A: seq_len, the token loop, M"),
-    N_("From the debugger's records of the 16-token generation: seq_len at entry of the first and the last call, "
-       "kernel calls per generation step, how much seq_len grows from one step to the next, whether the token loop "
-       "ran exactly seq_len times in every call, whether M never decreased within a call. Pass the observation: "
-       "check(answer, observation=obs)."),
-    facts=_tier_a_facts,
-    fields={"seq_len_first": _tier_a_field(int, N_("the first record's seq_len")),
-            "seq_len_last": _tier_a_field(int, N_("the last record's seq_len")),
-            "calls_per_step": _tier_a_field(int, N_("count the records of the first step (one per query head)")),
-            "grows_by_per_step": _tier_a_field(int, N_("seq_len of the second step minus seq_len of the first")),
-            "loop_runs_seq_len": _tier_a_field(bool, N_("compare each record's iterations (stops in segment 3) "
-                                                        "with its seq_len")),
-            "M_non_decreasing": _tier_a_field(bool, N_("look at M after each token, within each call"))},
-    correct=N_("{calls} calls, seq_len {seq_len_first} .. {seq_len_last}, +{grows_by_per_step} per step of "
-               "{calls_per_step} calls; the token loop ran seq_len times and M never fell (records from {source})"),
-    hint=N_("obs.records: r.seq_len, r.iterations, r.M (one value per token); obs.summary() computes the same."))
+    "tier_a", N_("tier A: seq_len, the token loop, M, in your own session"),
+    N_("Run the session of section 4 in a terminal and answer tier A from what the debugger shows you: what is "
+       "seq_len on entry, call after call? Does the for (t) loop run exactly seq_len times in one call? Does M "
+       "ever decrease within a call? Then hand in the session: check(Path('my-work/06_tier_a_gdb.txt')) for the "
+       "file gdb logged (lldb: my-work/06_tier_a_lldb.txt, written by session save), or check(text) with the text "
+       "copied from the terminal. The check compares every seq_len, every stop in the loop and every M of your "
+       "session with the kernel's trace of the same generation."),
+    facts=_tier_a_facts, check=_tier_a, template=...,
+    solution=lambda f: {"seq_len on entry": f["seq_lens"], "stops in the loop per call": f["seq_lens"],
+                        "M": [[round(m, 6) for m in r.M] for r in f["records"]]},
+    hint=N_("gdb prints seq_len=... on the frame line of every stop; display t and display M print the loop's "
+            "state at every stop in it. Press Enter to repeat continue until the program exits."))
 
 ARTICLE_PARTS = {1: N_("Q 量化 (Q quantization)"), 2: N_("打分 (scoring)"),
                  3: N_("rescale + accumulate V (online softmax)"),
