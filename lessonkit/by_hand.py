@@ -186,6 +186,16 @@ ENTRY_TEXT = "if (hd <= 0"     # the kernel's first statement: where a breakpoin
 MAX_TRANSCRIPT_CHARS = 8 << 20
 
 
+def _from_folder(path) -> str:
+    """``path`` as typed after the session's ``cd`` into the workbook's folder: relative where it lies
+    inside it (the lesson's outputs then show no machine's folder but in the ``cd`` line)."""
+    path = Path(path)
+    try:
+        return str(path.relative_to(native.REPO_DIR))
+    except ValueError:
+        return str(path)
+
+
 def tier_a_log(debugger: str = "gdb") -> Path:
     """Where the session of tier A writes its transcript: ``my-work/06_tier_a_gdb.txt`` (or ``_lldb``)."""
     return native.REPO_DIR / "my-work" / TIER_A_LOGS[checked_debugger(debugger)]
@@ -201,7 +211,7 @@ def tier_a_command_line(debugger: str = "gdb", python: str | None = None) -> str
     """The shell command that starts tier A's session on this machine: the folder, the debugger as it
     is installed here, the Python of this notebook and the toy generation."""
     exe = debugger_path(checked_debugger(debugger)) or debugger
-    python = python or sys.executable
+    python = _from_folder(python or sys.executable)
     # debuginfod off: gdb would ask whether to download debug symbols for Python from the network
     start = (f"{Path(exe).name} -q -iex 'set debuginfod enabled off' --args" if debugger == "gdb"
              else f"{Path(exe).name} --")
@@ -215,7 +225,7 @@ def tier_a_commands(debugger: str = "gdb", library: Path | str | None = None,
     ``tier_a_log``)."""
     debugger = checked_debugger(debugger)
     entry, loop = tier_a_lines()
-    log, file = Path(log) if log else tier_a_log(debugger), source.KERNEL_FILE.name
+    log, file = _from_folder(log or tier_a_log(debugger)), source.KERNEL_FILE.name
     if debugger == "gdb":
         return [
             (f"set logging file {log}", _("gdb copies what it prints into this file")),
@@ -257,7 +267,7 @@ def show_tier_a(debugger: str = "gdb") -> None:
     debugger = checked_debugger(debugger)
     print(_("In a terminal (JupyterLab: File > New > Terminal):"))
     print(tier_a_command_line(debugger))
-    print(_("\nThe program loads the debug build {lib}.").format(lib=lib))
+    print(_("\nThe program loads the debug build {lib}.").format(lib=_from_folder(lib)))
     print(_("At the ({debugger}) prompt, type:").format(debugger=debugger))
     for command, why in tier_a_commands(debugger, lib):
         print(f"\n  # {why}\n  {command}" if why else f"\n  {command}")
