@@ -34,7 +34,9 @@ def __getattr__(name: str):
     # called only for a name the module does not have yet: import the submodule of that name, once
     if name.startswith("_") or name not in _submodule_names():
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return _importlib.import_module(f".{name}", __name__)
+    module = _importlib.import_module(f".{name}", __name__)
+    globals()[name] = module   # once: the import binds it too, unless it was imported before without it
+    return module
 
 
 def __dir__():

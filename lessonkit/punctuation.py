@@ -17,7 +17,7 @@ from .language import _, language, on_change
 # CJK punctuation an input method types where code wants ASCII, beyond the full-width forms
 # U+FF01..U+FF5E (which NFKC maps to ASCII: ，→, （→( ：→: ＝→=)
 _CJK_PUNCTUATION = {"、": ",", "。": ".", "“": '"', "”": '"', "‘": "'", "’": "'", "【": "[", "】": "]",
-                    "《": "<", "》": ">", "\u3000": " ", "…": "...", "·": "."}
+                    "《": "<", "》": ">", "\u3000": " ", "…": "..."}   # not "·": prose writes q · k for a product
 # Python 3.9+: "invalid character '，' (U+FF0C)"; a full-width space: "invalid non-printable character U+3000"
 _INVALID = re.compile(r"invalid (?:non-printable )?character (?:'.' )?\(?U\+([0-9A-Fa-f]{4,6})\)?")
 

@@ -206,3 +206,14 @@ def test_lessonkit_lang_zh_switches_the_check_on_at_import():
     cell("x = max(1，2)")
     """, env={"LESSONKIT_LANG": "zh"}))
     assert "全角" in out
+
+
+@pytest.mark.parametrize("readme", ["README.md", "README.zh-CN.md"])
+def test_the_readmes_list_every_exercise_marker(readme):
+    """The teachers' list of markers (the questions no longer show them) is the registry's, in order."""
+    from childproc import REPO
+    text = (REPO / readme).read_text(encoding="utf-8")
+    for lesson in exercises.LESSONS:
+        row = f"| {lesson[0].lesson} | " + ", ".join(f"`{ex.marker}`" for ex in lesson) + " |"
+        assert row in text, f"{readme} lacks the row {row}"
+    assert "exercises.overview()" in text and "pytest -m ex03_address tests/test_exercises.py" in text
