@@ -438,7 +438,7 @@ def _run_compiler(cc: str, flags: list[str], tmp_src: Path, sources: list[Path],
     except OSError as e:
         raise BuildError(_("Could not run the C compiler {cc!r}: {strerror_e}. Check `cc --version` in a terminal.").format(
                            cc=cc, strerror_e=e.strerror or e)) from None
-    text = clean_compiler_output(proc.stderr, tmp_src, src_dir.name)
+    text = clean_compiler_output(proc.stderr, tmp_src, shown_dir(src_dir))
     if proc.returncode != 0:
         if not tmp_src.is_dir():
             raise BuildError(_("The build folder was removed while the compiler ran (did `make clean` run at the "
@@ -495,10 +495,21 @@ def _publish(tmp: Path, out: Path) -> None:
 _DIAG = re.compile(r"^(?P<where>[^:\s][^:]*:\d+(?::\d+)?): (?P<kind>fatal error|error|warning|note): ")
 
 
+def shown_dir(src_dir: Path) -> str:
+    """The folder a student edited, as compiler messages name it: relative to the workbook
+    (``my-work/native``, ``native``) when it is inside it, else by its own name (a lesson's temporary
+    copy). The student is told never to edit native/, so an error in their copy must not say native/."""
+    try:
+        return Path(src_dir).resolve().relative_to(REPO_DIR).as_posix()
+    except ValueError:
+        return Path(src_dir).name
+
+
 def clean_compiler_output(text: str, tmp_src: Path | None = None, name: str = "native") -> str:
     """The compiler's output as a student should read it: paths of the private build copy shown
-    as ``native/``, long paths of installed headers shortened, lines that only say where a file
-    was included from dropped (the traced build includes the kernel a second time)."""
+    as ``name/`` (``shown_dir`` of the folder compiled: ``my-work/native/`` for the student's copy),
+    long paths of installed headers shortened, lines that only say where a file was included from
+    dropped (the traced build includes the kernel a second time)."""
     if tmp_src is not None:
         text = text.replace(str(tmp_src) + os.sep, name + "/")
     inc = simde_include_dir() if not is_arm64() else None

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..cache import KVCacheQ8
 from ..kernels.attention import attend
-from ..language import N_, _, text
+from ..language import N_, _, language, text
 from ..validate import short
 
 MAX_ANSWER_ITEMS = 10_000   # values in one answer; the longest right answer has a few hundred
@@ -260,9 +260,16 @@ class Exercise:
         return dict(self._facts(**context) if callable(self._facts) else self._facts)
 
     def question(self) -> None:
-        lines = [_("Lesson {lesson}, {title}  (pytest marker: {marker})").format(
-                   lesson=self.lesson, title=self.title, marker=self.marker), text(self._text)]
+        """Print the question: its title, its text (one line per paragraph: Jupyter wraps them to the
+        output's width, where a fixed width would cut Chinese, whose characters are twice as wide,
+        too late), the choices and the answer's shape. The pytest marker is for teachers (the
+        README lists them), not in the student's text."""
+        lines = [_("Lesson {lesson}, {title}").format(lesson=self.lesson, title=self.title), text(self._text)]
         lines += [f"  ({key}) {c.text}" for key, c in self.choices.items()]
+        if language() == "zh":
+            # a full-width comma or bracket typed in the answer gives Python's English "invalid character"
+            lines.append(_("Type the code with English punctuation: , : ( ) [ ] ' \" (a Chinese comma, colon, "
+                           "bracket or quote in code is a SyntaxError)."))
         lines.append(f"answer = {shown(self.template)}")
         print("\n".join(lines))
 
