@@ -70,7 +70,7 @@ ex2 = Exercise(
     N_("Scores exercises.l02_descending() = np.arange(64)[::-1] * 5.0, in a cache_with_scores(..., head_dim=128). "
        "How many rescales? From which token on is the kernel's weight expf(s - M) exactly 0? (The kernel's build "
        "decides: on x86 it calls the inline expf of native/q8_simd.h, on ARM libm's expf; "
-       "softmax.kernel_exp_name() says which, softmax.kernel_exp(x) computes it.) Is the kernel's output still "
+       "softmax.kernel_exp_name() says which, softmax.kernel_exp(...) computes it, for an array of float32.) Is the kernel's output still "
        "correct (within 1e-5 of max|out| of softmax.three_pass on the trace's scores)?"),
     facts=_descending_facts,
     fields={"rescales": Field(int, lambda got, want, **unused: _("the kernel's trace counts {want_got} than {got} "

@@ -258,8 +258,8 @@ ex4 = Exercise(
     N_("In your copy of the kernel (src = workspace.student_native(); edit src / 'flash_attn_q8_neon.c'), comment "
        "out the two lines that rescale on a new max: S *= ms; and the loop that multiplies VKQ by msv. They are in "
        "segment 3 (the online softmax update: the second half of the article's 段2). Rebuild and load it with "
-       "lk.native.load(src_dir=src, verify='crashes'), then read its weights for the scores {rescale_scores} with "
-       "debug.kernel_weights(ffi, lib, scores). Which tokens get too much weight (too_heavy: a letter, 'a' to "
+       "ffi, lib = lk.native.load(src_dir=src, verify='crashes') (the ready cell below does both), then read its "
+       "weights for the scores {rescale_scores} with debug.kernel_weights(ffi, lib, {rescale_scores}). Which tokens get too much weight (too_heavy: a letter, 'a' to "
        "'d'), and by what factor is token 0's (normalized) weight too large (factor_token0: a number, broken / "
        "right)? Undo the edit afterwards.", rescale_scores=list(RESCALE_SCORES)),
     facts=_rescale_facts,
@@ -268,7 +268,7 @@ ex4 = Exercise(
             why=why, want_got=_('larger') if want > got else _('smaller'), got=got, scores=scores), rtol=0.02)},
     correct=N_("{why}. Token 0 is {factor_token0:.2f}x too heavy for scores {scores}"),
     hint=N_("every score here is a new max, so without the rescale every token keeps weight exp(0) = 1; the right "
-            "weights are debug.softmax_weights(scores). If your copy does not build, "
-            "debug.break_kernel('no_rescale') makes the same edit in a temporary copy."))
+            "weights are debug.softmax_weights({rescale_scores}). If your copy does not build, "
+            "debug.break_kernel('no_rescale') makes the same edit in a temporary copy.", rescale_scores=list(RESCALE_SCORES)))
 
 register(__name__, [ex1, ex2, ex3, ex4])

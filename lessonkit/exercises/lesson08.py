@@ -77,7 +77,8 @@ ex2 = Exercise(
                    "adds nothing")))},
     correct=N_("M = {M:g}, S = 3 * exp(-3) + 1.5 = {S:.6f}; the empty state changes nothing"),
     hint=N_("M = max(M_A, M_B); S = S_A * exp(M_A - M) + S_B * exp(M_B - M). Check with "
-            "streaming.merge(Partial(2.0, 3.0, np.zeros(1), 1), Partial(5.0, 1.5, np.zeros(1), 1))."))
+            "streaming.merge(streaming.Partial(2.0, 3.0, np.zeros(1), 1), "
+            "streaming.Partial(5.0, 1.5, np.zeros(1), 1))."))
 
 THREADS = {
     "a": Choice(N_("when one core's arithmetic is the limit and a second core is idle"),
