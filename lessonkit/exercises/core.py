@@ -270,7 +270,8 @@ class Exercise:
             # a full-width comma or bracket typed in the answer gives Python's English "invalid character"
             lines.append(_("Type the code with English punctuation: , : ( ) [ ] ' \" (a Chinese comma, colon, "
                            "bracket or quote in code is a SyntaxError)."))
-        lines.append(f"answer = {shown(self.template)}")
+        if self.template is not ...:   # a whole answer of one value (a transcript) has no shape to show
+            lines.append(f"answer = {shown(self.template)}")
         print("\n".join(lines))
 
     def check(self, answer=None, **context) -> Verdict:
