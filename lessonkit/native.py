@@ -398,7 +398,7 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
     try:
         fast_key = (debug, dotprod, src_dir, verify, None if defines is None else tuple(sorted(defines.items())))
         hit = _fast.get(fast_key)
-    except TypeError:  # an unhashable argument: the full path checks it and says what is wrong
+    except (TypeError, AttributeError):  # unhashable, or defines not a dict: the full path says what is wrong
         fast_key, hit = None, None
     if hit is not None and hit[0] == _generation[0] and time.monotonic() - hit[1] < SOURCES_WATCH_S \
             and _is_open(hit[4]):
@@ -469,14 +469,13 @@ def _in_use(src_dir: Path, debug: bool) -> str:
     shipped = src_dir == NATIVE_DIR.resolve()
     if prev is None:
         return (_("No build of native/ was loaded in this process before this one.") if shipped else
-                _("No build of {folder} was loaded in this process before this one: a lib you hold comes from "
-                  "another load (lk.native.load() without src_dir is the workbook's own kernel).").format(
-                  folder=src_dir))
+                _("No build of this folder was loaded in this process before this one: a lib you hold comes "
+                  "from another load (lk.native.load() without src_dir is the workbook's own kernel)."))
     path, when, verify, record = prev
     when = time.strftime("%H:%M:%S", when)
     text = (_("lib is still the workbook's own kernel (native/), built as {file} and loaded at {when}.") if shipped
-            else _("lib (what load(src_dir=...) returned before) is still your previous build of {folder}: {file}, "
-                   "loaded at {when}.")).format(folder=src_dir, file=path.name, when=when)
+            else _("lib (what load(src_dir=...) returned before) is still your previous build of this folder: "
+                   "{file}, loaded at {when}.")).format(file=path.name, when=when)
     if record.get("failures"):
         text += " " + _("That build computes wrong results (loaded with verify={verify!r}): it is still the kernel "
                         "broken on purpose, not a fix.").format(verify=verify)
