@@ -92,17 +92,24 @@ class BuildInterrupted(KeyboardInterrupt):
         return [str(self)]
 
 
-@contextlib.contextmanager
-def stopped(what: str, then: str = ""):
-    """Turn an interrupt inside the block into a BuildInterrupted that names ``what`` was stopped
-    (``then``: a sentence added after it)."""
-    try:
-        yield
-    except BuildInterrupted:
-        raise
-    except KeyboardInterrupt:
-        raise BuildInterrupted(" ".join(filter(None, (
-            _("Stopped {what}: nothing new was loaded.").format(what=what), then)))) from None
+class stopped:
+    """A block in which an interrupt becomes a BuildInterrupted that names ``what`` was stopped
+    (``then``: a sentence added after it). A class, not a generator: a plain Python traceback of it is
+    then one frame shorter."""
+
+    def __init__(self, what: str, then: str = ""):
+        self.what, self.then = what, then
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is not None and issubclass(kind, KeyboardInterrupt) and not issubclass(kind, BuildInterrupted):
+            raise BuildInterrupted(" ".join(filter(None, (
+                _("Stopped {what}: nothing new was loaded.").format(what=self.what), self.then)))) from None
+        return False
+
+
 KEEP_BUILDS = 6          # newest libraries kept per kind (fast, debug, ...); older ones are pruned
 
 # What the check in the child process may run: every new build is checked for results, crashes

@@ -174,3 +174,48 @@ def test_ctrl_c_during_the_check_is_short_in_plain_python(tmp_path):
     assert "lessonkit.native.BuildInterrupted: Stopped the check of the build" in err, err
     assert "is still your previous build of" in err and "subprocess" not in err and "selectors" not in err, err
     assert len(err.strip().splitlines()) <= 8, err
+
+
+VALGRIND = """
+from lessonkit import traffic
+traffic.simulate("single", 64)   # the driver is built and valgrind runs once
+print("READY", flush=True)
+traffic.simulate("single", 777777)
+print("CARRIED ON")
+"""
+
+
+def _running_with(marker: str) -> list[int]:
+    """Pids of valgrind processes whose command line holds ``marker``."""
+    pids = []
+    for d in os.listdir("/proc"):
+        try:
+            line = open(f"/proc/{d}/cmdline", "rb").read().decode(errors="replace") if d.isdigit() else ""
+            if marker in line and "--callgrind-out-file" in line:
+                pids.append(int(d))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not __import__("shutil").which("valgrind"), reason="valgrind is not installed")
+def test_ctrl_c_during_a_valgrind_run_ends_valgrind_and_is_one_line(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(VALGRIND)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **ENV})
+    try:
+        assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
+        for unused in range(100):  # valgrind of the long run has started
+            if _running_with("777777"):
+                break
+            time.sleep(0.1)
+        assert _running_with("777777"), "valgrind did not start"
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (1, -signal.SIGINT) and "CARRIED ON" not in rest, (proc.returncode, err)
+    assert "BuildInterrupted: Stopped valgrind's simulation of single over 777777 tokens" in err, err
+    assert "subprocess" not in err and len(err.strip().splitlines()) <= 8, err
+    assert not _running_with("777777")
