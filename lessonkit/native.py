@@ -170,7 +170,7 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
         tmp_src = _write_copy(work, src_dir.name, sources)
         tmp_lib = work / "lib.so"
         with stopped(_("the build of the kernel (the compiler)")):
-            messages = _run_compiler(cc, flags, tmp_src, _c_files(tmp_src, sources), tmp_lib, src_dir)
+            messages = _compile(cc, flags, tmp_src, _c_files(tmp_src, sources), tmp_lib, src_dir)
         result = _smoke(tmp_lib, header, verify)
         _judge(result, verify)  # raises before anything is published
         _publish(tmp_lib, out)
@@ -178,6 +178,64 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
         _write_record(out, record)
     _prune(build_dir, stem)
     return out, record
+
+
+def _compile(cc, flags, tmp_src, files, tmp_lib, src_dir) -> str:
+    """``_run_compiler`` in a worker thread, so that an interrupt can end the compiler's processes:
+    toolchain starts them in this process's group, and Jupyter's stop button signals this process
+    alone, so they would otherwise run on to the end before the cell stops (Linux; elsewhere it waits)."""
+    before, result, done = _children(), {}, threading.Event()
+
+    def work():
+        try:
+            result["messages"] = _run_compiler(cc, flags, tmp_src, files, tmp_lib, src_dir)
+        except BaseException as e:  # handed to the caller's thread below
+            result["error"] = e
+        finally:
+            done.set()
+
+    # an Event, not Thread.join: Python 3.11's join, interrupted, marks a running thread as ended
+    threading.Thread(target=work, name="lessonkit-compile", daemon=True).start()
+    try:
+        while not done.wait(0.1):  # a wait with a timeout lets the interrupt in
+            pass
+    except KeyboardInterrupt:
+        while not done.is_set():  # the pool starts the next files as the first ones die: end them too
+            for pid in _children() - before:
+                if _argv0(pid) == os.path.basename(cc.split()[0]):  # the compiler's, nothing else started here
+                    _kill_tree(pid)
+            done.wait(0.05)
+        raise
+    if "error" in result:
+        raise result["error"]
+    return result["messages"]
+
+
+def _children(pid: int | str = "self") -> set[int]:
+    """The child processes of ``pid`` (Linux's /proc; an empty set elsewhere)."""
+    found = set()
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(c) for c in (task / "children").read_text().split())
+    except OSError:
+        pass
+    return found
+
+
+def _argv0(pid: int) -> str:
+    try:
+        return os.path.basename(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace"))
+    except OSError:
+        return ""
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and its descendants, the deepest first (cc1 and as under the compiler driver)."""
+    for child in _children(pid):
+        _kill_tree(child)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
 
 
 # ----------------------------------------------------------------------------- the check of a new build

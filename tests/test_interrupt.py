@@ -219,3 +219,51 @@ def test_ctrl_c_during_a_valgrind_run_ends_valgrind_and_is_one_line(tmp_path):
     assert "BuildInterrupted: Stopped valgrind's simulation of single over 777777 tokens" in err, err
     assert "subprocess" not in err and len(err.strip().splitlines()) <= 8, err
     assert not _running_with("777777")
+
+
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, name) of every process under ``pid``."""
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            kids = open(f"/proc/{pid}/task/{t}/children").read().split()
+        except OSError:
+            continue
+        for k in map(int, kids):
+            try:
+                out.append((k, open(f"/proc/{k}/comm").read().strip()))
+            except OSError:
+                continue
+            out += _descendants(k)
+    return out
+
+
+def test_the_stop_button_during_the_compile_ends_the_compilers(kernel):
+    """Jupyter's stop button signals the kernel process alone; the compilers it started end at once too."""
+    kernel.run(SETUP)
+    pid = int(kernel.run("print('PID', os.getpid())")["stream"].split()[1])
+    msg_id = kernel.kc.execute('edit("/* a new build */")\nffi1, lib1 = native.load(src_dir=src)\n')
+    for unused in range(600):  # a compiler of this build is running
+        if any(d[1].startswith(("cc1", "cc", "gcc", "as")) for d in _descendants(pid)):
+            break
+        time.sleep(0.05)
+    kernel.km.interrupt_kernel()
+    errors = []
+    while True:
+        msg = kernel.kc.get_iopub_msg(timeout=120)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "error":
+            errors.append(msg["content"])
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    (error,) = errors
+    assert error["ename"] == "BuildInterrupted" and len(error["traceback"]) == 1, error
+    assert error["traceback"][0].startswith("Stopped the build of the kernel (the compiler)"), error
+    assert _descendants(pid) == []
+    left = kernel.run(LEFT)
+    assert "LEFT [] [] False" in left["stream"], left
