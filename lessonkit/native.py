@@ -32,6 +32,7 @@ import cffi
 
 from . import validate as check
 from . import check_report
+from .interrupt import BuildInterrupted, compile_stoppably, stopped  # noqa: F401
 from .files import write_atomic
 from .header import cdef
 from .language import _
@@ -80,34 +81,6 @@ SMOKE_TIMEOUT_S = 60.0
 
 def smoke_timeout() -> float:
     return seconds_setting("LESSONKIT_SMOKE_TIMEOUT", SMOKE_TIMEOUT_S, 1, 3600)
-
-
-class BuildInterrupted(KeyboardInterrupt):
-    """The stop button (Ctrl-C) during a build, the check of a new build or a valgrind run. Still a
-    KeyboardInterrupt, so the cell stops; its one line says what was stopped and which library is in
-    use. The processes of what was stopped are ended first, and nothing half-written is left."""
-
-    def _render_traceback_(self) -> list[str]:
-        # IPython shows this instead of a traceback: one line, not 40 frames of subprocess and selectors
-        return [str(self)]
-
-
-class stopped:
-    """A block in which an interrupt becomes a BuildInterrupted that names ``what`` was stopped
-    (``then``: a sentence added after it). A class, not a generator: a plain Python traceback of it is
-    then one frame shorter."""
-
-    def __init__(self, what: str, then: str = ""):
-        self.what, self.then = what, then
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        if kind is not None and issubclass(kind, KeyboardInterrupt) and not issubclass(kind, BuildInterrupted):
-            raise BuildInterrupted(" ".join(filter(None, (
-                _("Stopped {what}: nothing new was loaded.").format(what=self.what), self.then)))) from None
-        return False
 
 
 KEEP_BUILDS = 6          # newest libraries kept per kind (fast, debug, ...); older ones are pruned
@@ -170,7 +143,8 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
         tmp_src = _write_copy(work, src_dir.name, sources)
         tmp_lib = work / "lib.so"
         with stopped(_("the build of the kernel (the compiler)")):
-            messages = _compile(cc, flags, tmp_src, _c_files(tmp_src, sources), tmp_lib, src_dir)
+            messages = compile_stoppably(_run_compiler, cc, flags, tmp_src, _c_files(tmp_src, sources),
+                                         tmp_lib, src_dir)
         result = _smoke(tmp_lib, header, verify)
         _judge(result, verify)  # raises before anything is published
         _publish(tmp_lib, out)
@@ -178,64 +152,6 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
         _write_record(out, record)
     _prune(build_dir, stem)
     return out, record
-
-
-def _compile(cc, flags, tmp_src, files, tmp_lib, src_dir) -> str:
-    """``_run_compiler`` in a worker thread, so that an interrupt can end the compiler's processes:
-    toolchain starts them in this process's group, and Jupyter's stop button signals this process
-    alone, so they would otherwise run on to the end before the cell stops (Linux; elsewhere it waits)."""
-    before, result, done = _children(), {}, threading.Event()
-
-    def work():
-        try:
-            result["messages"] = _run_compiler(cc, flags, tmp_src, files, tmp_lib, src_dir)
-        except BaseException as e:  # handed to the caller's thread below
-            result["error"] = e
-        finally:
-            done.set()
-
-    # an Event, not Thread.join: Python 3.11's join, interrupted, marks a running thread as ended
-    threading.Thread(target=work, name="lessonkit-compile", daemon=True).start()
-    try:
-        while not done.wait(0.1):  # a wait with a timeout lets the interrupt in
-            pass
-    except KeyboardInterrupt:
-        while not done.is_set():  # the pool starts the next files as the first ones die: end them too
-            for pid in _children() - before:
-                if _argv0(pid) == os.path.basename(cc.split()[0]):  # the compiler's, nothing else started here
-                    _kill_tree(pid)
-            done.wait(0.05)
-        raise
-    if "error" in result:
-        raise result["error"]
-    return result["messages"]
-
-
-def _children(pid: int | str = "self") -> set[int]:
-    """The child processes of ``pid`` (Linux's /proc; an empty set elsewhere)."""
-    found = set()
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError, ValueError):
-                found.update(int(c) for c in (task / "children").read_text().split())
-    except OSError:
-        pass
-    return found
-
-
-def _argv0(pid: int) -> str:
-    try:
-        return os.path.basename(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace"))
-    except OSError:
-        return ""
-
-
-def _kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and its descendants, the deepest first (cc1 and as under the compiler driver)."""
-    for child in _children(pid):
-        _kill_tree(child)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
 
 
 # ----------------------------------------------------------------------------- the check of a new build
