@@ -31,7 +31,6 @@ from .files import write_atomic
 from .kernels import split
 from .language import _
 from .table import Table
-from .timing import time_kernel
 
 FULL_LENGTHS = (1024, 8192, 65536, 262144)
 QUICK_LENGTHS = (1024, 8192, 65536)
@@ -223,19 +222,38 @@ def _sampled(contenders: dict, rounds: int, reduce) -> dict[str, float]:
 
 
 def _per_call(fn, number: int):
-    """A sample: ns per call of ``number`` back-to-back calls of ``fn`` from Python."""
+    """A sample: ns per call of ``number`` back-to-back calls of ``fn`` from Python (warm), after one
+    call timed alone (cold: the first after whatever ran before; kept in ``sample.colds``)."""
     def sample():
         t0 = time.perf_counter_ns()
+        fn()
+        t1 = time.perf_counter_ns()
         for unused in range(number):
             fn()
-        return (time.perf_counter_ns() - t0) / number
+        sample.colds.append(float(t1 - t0))
+        return (time.perf_counter_ns() - t1) / number
+    sample.colds = []
+    return sample
+
+
+def _kernel_sample(q, cache, kv_head, name: str, number: int, cores=None):
+    """A registry version's sample in the C loop, pinned as ``timing.time_kernel`` (``cores``): ``number``
+    back-to-back calls (warm), after one call timed alone (cold: right after the other contenders; kept
+    in ``sample.colds``)."""
+    run, plan = timing.call_loop(q, cache, kv_head, backend=name), env.timing_cores(cores)
+
+    def sample():
+        with env.pinned(plan):
+            sample.colds.append(run(1))
+            return run(number)
+    sample.colds = []
     return sample
 
 
 def kernel_contenders(names, q, cache, kv_head, number: int, cores=None) -> dict:
-    """Registry versions timed by the C loop (``timing.time_kernel``), ``number`` calls a sample."""
-    return {n: (lambda n=n: time_kernel(q, cache, kv_head, backend=n, repeats=1, number=number, cores=cores))
-            for n in names}
+    """Registry versions timed by the C loop (``timing.call_loop``): ``number`` calls a sample (warm), after
+    one call alone (cold)."""
+    return {n: _kernel_sample(q, cache, kv_head, n, number, cores) for n in names}
 
 
 def beyond_contenders(q, qs, cache, kv_head, number: int, cores=None, fast: bool = True) -> dict:
@@ -323,7 +341,93 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
             row = interleaved(contenders, repeats, close=closing)
         kv_bytes = T * (2 * HEAD_DIM + 2 * 4)  # this head's K and V rows and their scales
         result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns) for name, ns in row.items()}
+        add_cold(result["rows"][T], contenders, T, kv_bytes)
+        if T == OVERHEAD_LENGTH:
+            result["attend_overhead"] = attend_overhead(q, cache, kv_head)
+    if "attend_overhead" not in result:
+        cache1, kh1, q1 = make_inputs(OVERHEAD_LENGTH, n_kv_heads)[:3]
+        result["attend_overhead"] = attend_overhead(q1, cache1, kh1)
     return result
+
+
+# ----------------------------------------------------------------------------- warm and cold
+
+def add_cold(row: dict, contenders: dict, T: int, kv_bytes: int) -> None:
+    """Each row's cold figure beside its warm one: the median of its calls timed alone right after the
+    other contenders (which evicted what they could of its data). Rows timed only warm (lesson 08's GQA
+    loops) get none."""
+    for name, fn in contenders.items():
+        colds = getattr(fn, "colds", None)
+        if colds and name in row:
+            ns = float(np.median(colds))
+            row[name].update(cold_ns_per_token=ns / T, cold_gbps=kv_bytes / ns)
+
+
+def cold_result(result: dict) -> dict:
+    """The result with each row's cold figures in place of its warm ones (rows without one dropped): the
+    same targets, computed cold."""
+    rows = {T: {name: dict(ns_per_token=r["cold_ns_per_token"], gbps=r["cold_gbps"])
+                for name, r in row.items() if "cold_ns_per_token" in r} for T, row in result["rows"].items()}
+    return {**result, "rows": rows}
+
+
+# ----------------------------------------------------------------------------- lk.attend's own cost
+
+OVERHEAD_LENGTH = 1024
+OVERHEAD_CALLS = 2000
+OVERHEAD_TARGET_US = 20.0
+
+
+def attend_overhead(q, cache: KVCacheQ8, kv_head: int, calls: int = OVERHEAD_CALLS) -> dict:
+    """What ``lk.attend`` costs per call beyond the kernel: the median of ``calls`` lk.attend calls minus
+    the median of as many bare cffi calls of the same kernel with the same arguments, alternated (us)."""
+    from .kernels import attention
+    calls = check.integer("calls", calls, minimum=1)
+    check.at_most("calls", calls, 100000, _("calls of the overhead measurement"))
+    ffi, lib = native.load()
+    out = np.empty(cache.head_dim, np.float32)
+    scale = 1 / math.sqrt(cache.head_dim)
+    args = (attention.out_buffer(ffi, out), *attention.kernel_inputs(ffi, q, cache, kv_head, lib), cache.head_dim,
+            scale)
+    kernel = lib.flash_attn_single_q_q8_neon
+    bare, full = np.empty(calls), np.empty(calls)
+    kernels.attend(q, cache, kv_head)  # the first call may check the build; not counted
+    for i in range(calls):
+        t0 = time.perf_counter_ns()
+        kernel(*args)
+        t1 = time.perf_counter_ns()
+        kernels.attend(q, cache, kv_head, scale)
+        bare[i], full[i] = t1 - t0, time.perf_counter_ns() - t1
+    attend_us, kernel_us = float(np.median(full)) / 1e3, float(np.median(bare)) / 1e3
+    return dict(seq_len=cache.seq_len, attend_us=attend_us, kernel_us=kernel_us, overhead_us=attend_us - kernel_us)
+
+
+def overhead_target(result: dict) -> tuple[str, float | None, float, str]:
+    """(what, measured us, target us, "met" (at most the target) or "MISS")."""
+    o = result.get("attend_overhead")
+    what = f"lk.attend overhead per call beyond the kernel ({OVERHEAD_LENGTH // 1024}K tokens), us"
+    if o is None:
+        return what, None, OVERHEAD_TARGET_US, "not measured"
+    return what, o["overhead_us"], OVERHEAD_TARGET_US, "met" if o["overhead_us"] <= OVERHEAD_TARGET_US else "MISS"
+
+
+def warm_cold_lines(result: dict) -> list[str]:
+    """The report's lines on warm and cold: what each means, the targets' ratios computed cold where they
+    differ from the warm ones by more than 10%, and the overhead row."""
+    lines = ["warm: back-to-back calls, the data in cache since the call before; cold: a call timed alone right "
+             "after the other contenders ran (they evicted what they could of its data). Targets compare warm "
+             "with warm."]
+    cold = {what: got for what, got, unused, unused2 in targets(cold_result(result))}
+    for what, got, want, status in targets(result):
+        c = cold.get(what)
+        if got is not None and c is not None and abs(c / got - 1) > 0.1:
+            lines.append(f"  cold  {what}: {c:.2f} (warm {got:.2f}; target {want:g})")
+    what, got, want, status = overhead_target(result)
+    o = result.get("attend_overhead")
+    detail = "" if o is None else f" (lk.attend {o['attend_us']:.1f} us, the bare cffi call {o['kernel_us']:.1f} us)"
+    tag = status if status in ("met", "MISS") else "n/a "
+    lines.append(f"  {tag:<4}  {what}: {'-' if got is None else f'{got:.1f}'} (target <= {want:g}){detail}")
+    return lines
 
 
 def ratio(rows: dict, T: int, slow: str, fast: str, times: float = 1.0):
@@ -369,10 +473,12 @@ def beyond_ratios(row: dict) -> dict[str, float]:
 
 def rows_table(result: dict) -> Table:
     """Every timed row: ns/token, GB/s of the head's KV, and that as a share of the read bandwidth."""
-    return Table([(T, LABELS[name], r["ns_per_token"], r["gbps"], r["gbps"] / result["read_gbps"])
+    return Table([(T, LABELS[name], r["ns_per_token"], r.get("cold_ns_per_token"), r["gbps"],
+                   r["gbps"] / result["read_gbps"])
                   for T, row in result["rows"].items() for name, r in row.items()],
-                 header=["seq_len", "variant", "ns/token", "GB/s KV", "of 1-thread read BW"],
-                 formats={2: ".1f", 3: ".2f", 4: ".0%"})
+                 header=["seq_len", "variant", "ns/token warm", "ns/token cold", "GB/s KV warm",
+                         "of 1-thread read BW"],
+                 formats={2: ".1f", 3: ".1f", 4: ".2f", 5: ".0%"})
 
 
 def report(result: dict) -> str:
@@ -406,6 +512,7 @@ def report(result: dict) -> str:
         extra = f"; 2-thread read bandwidth {result['read_gbps_2t']:.1f} GB/s" if "split-KV" in what else ""
         lines.append(f"  {tag:<4}  {what}: {'-' if got is None else f'{got:.2f}'} (target {want:g}){extra}"
                      + ("" if tag != "n/a " else f" [{status}]"))
+    lines += warm_cold_lines(result)
     lines.append("GB/s KV counts the head's K and V rows and scales once (264 bytes per token), whatever a variant "
                  "reads; ggml's q8_0 holds 272.")
     lines.append("GQA and 4-head llama.cpp rows: ns per token for all 4 query heads; split rows: timed from Python, "

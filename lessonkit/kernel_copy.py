@@ -70,6 +70,7 @@ def edit_line(copy: Path | str, edit: Edit) -> Change:
                                                   else f"// removed in lesson 06: {old.strip()}")
     lines[n - 1] = new + "\n"
     write_atomic(path, "".join(lines))
+    native.sources_changed()  # the next load() of the copy looks at its files at once
     return Change(edit.file, n, old, new)
 
 

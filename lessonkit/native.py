@@ -32,6 +32,7 @@ import cffi
 
 from . import validate as check
 from . import check_report
+from .interrupt import BuildInterrupted, compile_stoppably, stopped  # noqa: F401
 from .files import write_atomic
 from .header import cdef
 from .language import _
@@ -80,6 +81,8 @@ SMOKE_TIMEOUT_S = 60.0
 
 def smoke_timeout() -> float:
     return seconds_setting("LESSONKIT_SMOKE_TIMEOUT", SMOKE_TIMEOUT_S, 1, 3600)
+
+
 KEEP_BUILDS = 6          # newest libraries kept per kind (fast, debug, ...); older ones are pruned
 
 # What the check in the child process may run: every new build is checked for results, crashes
@@ -139,7 +142,9 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
     with _workspace(build_dir) as work:
         tmp_src = _write_copy(work, src_dir.name, sources)
         tmp_lib = work / "lib.so"
-        messages = _run_compiler(cc, flags, tmp_src, _c_files(tmp_src, sources), tmp_lib, src_dir)
+        with stopped(_("the build of the kernel (the compiler)")):
+            messages = compile_stoppably(_run_compiler, cc, flags, tmp_src, _c_files(tmp_src, sources),
+                                         tmp_lib, src_dir)
         result = _smoke(tmp_lib, header, verify)
         _judge(result, verify)  # raises before anything is published
         _publish(tmp_lib, out)
@@ -213,8 +218,15 @@ def _smoke(lib: Path, header: str, verify: str, shape: list | None = None) -> di
     with tempfile.TemporaryDirectory(prefix="lessonkit-check-") as tmp:
         report, out, err = (Path(tmp) / name for name in ("report", "stdout", "stderr"))
         request = json.dumps({"library": str(lib), "header": header, "report": str(report), "shape": shape})
-        with open(out, "wb") as fo, open(err, "wb") as fe:
-            code = _run_check(request, fo, fe)
+        timeout = smoke_timeout()
+        # one line while it runs: a hung edit makes the student wait up to the timeout
+        print(_("Checking the new build in a separate process (up to {timeout:.0f} s) ...").format(timeout=timeout)
+              if shape is None else
+              _("Checking this build on a cache of {n} tokens in a separate process (up to {timeout:.0f} s) "
+                "...").format(n=shape[0], timeout=timeout), flush=True)
+        with stopped(_("the check of the build in a separate process (its processes were ended)")), \
+                open(out, "wb") as fo, open(err, "wb") as fe:
+            code = _run_check(request, fo, fe, timeout)
         steps = check_report.text(report).splitlines()
         # what the kernel printed: the first lines of its stdout, then of its stderr
         printed = "\n".join(part for part in map(check_report.cut, map(check_report.text, (out, err))) if part)
@@ -222,7 +234,7 @@ def _smoke(lib: Path, header: str, verify: str, shape: list | None = None) -> di
     if code is None:
         result["crash"] = check_report.while_running(
             _("did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)").format(
-              SMOKE_TIMEOUT_S=smoke_timeout()), steps)
+              SMOKE_TIMEOUT_S=timeout), steps)
     elif code < 0:
         try:
             name = signal.Signals(-code).name
@@ -245,7 +257,7 @@ def _smoke(lib: Path, header: str, verify: str, shape: list | None = None) -> di
     return result
 
 
-def _run_check(request: str, stdout, stderr) -> int | None:
+def _run_check(request: str, stdout, stderr, timeout: float) -> int | None:
     """smoke.py's exit code (negative: the signal that ended it), or None if it ran out of time. It runs
     in a process group of its own, and the whole group is killed when it ends: a process the kernel
     forked (or a hung one's) does not outlive the check."""
@@ -256,7 +268,7 @@ def _run_check(request: str, stdout, stderr) -> int | None:
         raise BuildError(_("Could not start the check of the new build ({executable}): {e}").format(
                            executable=sys.executable, e=e)) from None
     try:
-        proc.communicate(request.encode(), timeout=smoke_timeout())
+        proc.communicate(request.encode(), timeout=timeout)
         return proc.returncode
     except subprocess.TimeoutExpired:
         return None
@@ -324,15 +336,58 @@ def _ffi_for(header: str) -> cffi.FFI:
     return _ffis[header]
 
 
+# An edit of the sources is noticed by looking at them (15 stat calls and a path resolve: about 40 us,
+# twice the overhead allowed per kernel call), so load() looks again only when something may have
+# changed: at the start of each notebook cell (an IPython hook), after lessonkit's own edit helpers
+# (kernel_copy.edit_line calls sources_changed()), or once SOURCES_WATCH_S passed since it last looked.
+# A file saved from an editor and a kernel call in the next cell are thus always seen; only a raw write
+# and a call within the same 2 ms, in one cell, are not.
+SOURCES_WATCH_S = 0.002
+_generation = [0]    # bumped by sources_changed(): every cached look at the sources is stale
+_fast: dict = {}     # load()'s arguments -> (generation, time looked, fingerprint, ffi, lib, path)
+_loaded: dict = {}   # (src_dir, debug) -> (path, time, verify, record) of the last library load() returned
+_hooked = [False]
+
+
+def sources_changed() -> None:
+    """Say that a file of some native/ folder may have changed: the next load() looks at the sources
+    again (lessonkit's edit helpers call it; a notebook cell's start does the same)."""
+    _generation[0] += 1
+
+
+def _hook_cells() -> None:
+    """Look at the sources again at the start of every IPython cell (once per process)."""
+    if _hooked[0] or "IPython" not in sys.modules:
+        return
+    _hooked[0] = True
+    shell = sys.modules["IPython"].get_ipython()
+    if shell is not None:
+        shell.events.register("pre_run_cell", lambda *unused: sources_changed())
+
+
 def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None = None,
          src_dir: Path | str | None = None, verify: str = "results"):
     """Return ``(ffi, lib)`` for the current sources, building (and checking) first if they changed.
 
-    Cheap to call before every kernel call: it only looks at file sizes and times unless
-    something changed. A library loaded earlier stays valid for as long as you hold it.
+    Cheap to call before every kernel call (about a microsecond): it looks at the files' sizes and
+    times at the start of a cell, after an edit helper, or 2 ms after it last looked, and builds only
+    if something changed. A library loaded earlier stays valid for as long as you hold it.
     ``verify``: "results" (default) loads a new build only once a child process has run it
     without a crash or hang and with correct results; "crashes" skips the results (a kernel
-    broken on purpose, lesson 06) but still catches crashes and hangs; "skip" checks nothing."""
+    broken on purpose, lesson 06) but still catches crashes and hangs; "skip" checks nothing.
+    A build that fails, or that you stop, says which library your ``lib`` still is."""
+    try:
+        fast_key = (debug, dotprod, src_dir, verify, None if defines is None else tuple(sorted(defines.items())))
+        hit = _fast.get(fast_key)
+    except (TypeError, AttributeError):  # unhashable, or defines not a dict: the full path says what is wrong
+        fast_key, hit = None, None
+    if hit is not None and hit[0] == _generation[0] and time.monotonic() - hit[1] < SOURCES_WATCH_S \
+            and _is_open(hit[4]):
+        entry = _records[id(hit[4])]
+        if entry[3] != verify:  # cover() judges by the level of the latest load
+            _records[id(hit[4])] = (*entry[:3], verify)
+        return hit[3], hit[4]
+    generation, now = _generation[0], time.monotonic()
     src_dir = source_dir(src_dir)
     env = tuple(os.environ.get(v, "") for v in ("CC", "LESSONKIT_DOTPROD", "LESSONKIT_SANITIZE",
                                                 "LESSONKIT_BUILD_DIR"))
@@ -340,9 +395,30 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
     fp = _fingerprint(src_dir)
     cur = _current.get(slot)
     if cur is not None and cur[0] == fp and _is_open(cur[2]):
-        if _records[id(cur[2])][3] != verify:  # cover() judges by the level of the latest load
+        if _records[id(cur[2])][3] != verify:
             _records[id(cur[2])] = (*_records[id(cur[2])][:3], verify)
+        if fast_key is not None:
+            _fast[fast_key] = (generation, now, fp, cur[1], cur[2], cur[3])
         return cur[1], cur[2]
+    _hook_cells()
+    in_use = _in_use(src_dir, debug)
+    try:
+        with stopped(_("loading the kernel")):
+            ffi, lib, path, record = _open(debug, dotprod, defines, src_dir, verify)
+    except BuildInterrupted as e:
+        raise BuildInterrupted(f"{e} {in_use}") from None
+    except BuildError as e:  # KernelCheckError too: the same class, with which library is still in use
+        raise type(e)(f"{e}\n{in_use}") from None
+    _current[slot] = (fp, ffi, lib, path)
+    _records[id(lib)] = (lib, path, record, verify)
+    _loaded[(src_dir, debug)] = (path, time.localtime(), verify, record)
+    if fast_key is not None:
+        _fast[fast_key] = (generation, now, fp, ffi, lib, path)
+    return ffi, lib
+
+
+def _open(debug, dotprod, defines, src_dir, verify) -> tuple:
+    """Build (and check) if needed, then open the library: (ffi, lib, path, record)."""
     path, record = _build(debug, dotprod, defines, src_dir, None, verify)
     if path not in _libs or not _is_open(_libs[path][1]):
         ffi = _ffi_for(record["header"])  # the declarations it was compiled with
@@ -363,10 +439,28 @@ def load(debug: bool = False, dotprod: bool | None = None, defines: dict | None 
                     output=record["output"]))
         if record.get("failures"):
             _warn_wrong(verify, record["failures"])
-    ffi, lib = _libs[path]
-    _current[slot] = (fp, ffi, lib, path)
-    _records[id(lib)] = (lib, path, record, verify)
-    return ffi, lib
+    return (*_libs[path], path, record)
+
+
+def _in_use(src_dir: Path, debug: bool) -> str:
+    """Which library a student's ``lib`` still is when a load of ``src_dir`` fails or is stopped: the
+    last one load() returned for that folder in this process, if any (a variable assigned from a load
+    that failed keeps what it held)."""
+    prev = _loaded.get((src_dir, debug))
+    shipped = src_dir == NATIVE_DIR.resolve()
+    if prev is None:
+        return (_("No build of native/ was loaded in this process before this one.") if shipped else
+                _("No build of this folder was loaded in this process before this one: a lib you hold comes "
+                  "from another load (lk.native.load() without src_dir is the workbook's own kernel)."))
+    path, when, verify, record = prev
+    when = time.strftime("%H:%M:%S", when)
+    text = (_("lib is still the workbook's own kernel (native/), built as {file} and loaded at {when}.") if shipped
+            else _("lib (what load(src_dir=...) returned before) is still your previous build of this folder: "
+                   "{file}, loaded at {when}.")).format(file=path.name, when=when)
+    if record.get("failures"):
+        text += " " + _("That build computes wrong results (loaded with verify={verify!r}): it is still the kernel "
+                        "broken on purpose, not a fix.").format(verify=verify)
+    return text
 
 
 def _is_open(lib) -> bool:
@@ -401,6 +495,7 @@ def _warn_wrong(verify: str, failures: list, where: str = "") -> None:
 # growing token by token is checked a few times, not at every call; each shape that passed is kept in
 # the library's record. A record from before shapes were kept covers nothing: its first call re-checks.
 ROUND_UP_TO = 1 << 22  # above this, the check runs at the call's own length (no rounding up)
+_covered: dict[tuple, tuple] = {}  # (id(lib), kv heads, head_dim, block) -> (record, verify, checked length)
 _cover_lock = threading.Lock()  # one check at a time: threads calling together wait for the first one
 
 
@@ -440,29 +535,42 @@ def cover(lib, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int) ->
     entry = _records.get(id(lib))
     if entry is None or entry[0] is not lib:
         return
-    with _cover_lock:
-        unused, path, record, verify = _records[id(lib)]
-        shape = (seq_len, n_kv_heads, head_dim, block_size)
-        checked = _checked_length(record, shape)
-        if seq_len <= checked or verify == "skip":
-            return
-        n = max(seq_len, 2 * checked)
-        n = 1 << (n - 1).bit_length() if n <= ROUND_UP_TO else seq_len
-        refused = record.get("refused", {}).get(shape[1:])  # this process saw it fail on that shape
-        if refused and n >= refused[0]:
-            raise KernelCheckError(refused[1])
-        result = _smoke(path, record["header"], verify, [n, *shape[1:]])
-        if result["crash"] or (result["failures"] and verify == "results"):
-            message = _refusal(result, checked, n, shape)
-            record.setdefault("refused", {})[shape[1:]] = (n, message)
-            raise KernelCheckError(message)
-        if result["failures"]:
-            _warn_wrong(verify, result["failures"], _(" (on a cache of {n} tokens)").format(n=n))
-        record["covered"] = [*record.get("covered", []), [n, *shape[1:]]]
-        try:
-            _write_record(path, {k: v for k, v in record.items() if k != "refused"})
-        except BuildError:
-            pass  # a read-only folder (a class hub's prebuilt libraries): this process remembers it
+    key = (id(lib), n_kv_heads, head_dim, block_size)
+    known = _covered.get(key)  # every call pays this look-up only: the record's cases are not read again
+    if known is not None and known[0] is entry[2] and known[1] == entry[3] and seq_len <= known[2]:
+        return
+    with _cover_lock, stopped(_("the check of this build on a longer cache"),
+                              _("The call was not made; lib is unchanged.")):
+        _cover(lib, seq_len, n_kv_heads, head_dim, block_size)
+
+
+def _cover(lib, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int) -> None:
+    unused, path, record, verify = _records[id(lib)]
+    shape = (seq_len, n_kv_heads, head_dim, block_size)
+    checked = _checked_length(record, shape)
+    if verify == "skip":
+        _covered[(id(lib), *shape[1:])] = (record, verify, float("inf"))
+        return
+    if seq_len <= checked:  # the record is the library's own; a new check replaces it (load's _records)
+        _covered[(id(lib), *shape[1:])] = (record, verify, checked)
+        return
+    n = max(seq_len, 2 * checked)
+    n = 1 << (n - 1).bit_length() if n <= ROUND_UP_TO else seq_len
+    refused = record.get("refused", {}).get(shape[1:])  # this process saw it fail on that shape
+    if refused and n >= refused[0]:
+        raise KernelCheckError(refused[1])
+    result = _smoke(path, record["header"], verify, [n, *shape[1:]])
+    if result["crash"] or (result["failures"] and verify == "results"):
+        message = _refusal(result, checked, n, shape)
+        record.setdefault("refused", {})[shape[1:]] = (n, message)
+        raise KernelCheckError(message)
+    if result["failures"]:
+        _warn_wrong(verify, result["failures"], _(" (on a cache of {n} tokens)").format(n=n))
+    record["covered"] = [*record.get("covered", []), [n, *shape[1:]]]
+    try:
+        _write_record(path, {k: v for k, v in record.items() if k != "refused"})
+    except BuildError:
+        pass  # a read-only folder (a class hub's prebuilt libraries): this process remembers it
 
 
 def _refusal(result: dict, checked: int, n: int, shape: tuple) -> str:

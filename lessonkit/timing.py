@@ -49,18 +49,9 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
     scalar reference, the numbered fast steps, "fast", the two-pass alternatives).
     ``cores``: which core type to time on (``lessonkit.env.timing_cores``; default the big cores).
     Bounded by MAX_CALLS calls per repeat, MAX_REPEATS repeats and about MAX_SECONDS seconds."""
-    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
-    check.one_of("backend", backend, VARIANTS)
-    T = cache.seq_len if seq_len is None else check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)
     check.flag("cold", cold)
-    defines = native.check_defines(defines)  # before anything else: a bad -D never compiles
     plan = env.timing_cores(cores)
-    ffi, lib = native.load(defines=defines)
-    out = np.empty(cache.head_dim, np.float32)
-    k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi, lib)
-    args = (ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
-            k, v, ks, vs, T, kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
-
+    ffi, lib, args = _call_args(q, cache, kv_head, backend, seq_len, scale, defines)
     with env.pinned(plan):
         if cold:
             flush = _flush_buffer()
@@ -69,6 +60,35 @@ def time_kernel(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str 
                                 repeats, 1, min_repeat_s)
         return median_calls(lambda n: lib.fa_time_calls(VARIANTS[backend], n, *args), repeats, number,
                             min_repeat_s)
+
+
+def _call_args(q, cache: KVCacheQ8, kv_head, backend, seq_len, scale, defines) -> tuple:
+    """(ffi, lib, the arguments of fa_time_calls after the variant and count), all checked."""
+    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
+    check.one_of("backend", backend, VARIANTS)
+    T = cache.seq_len if seq_len is None else check.integer("seq_len", seq_len, minimum=0, below=cache.seq_len + 1)
+    defines = native.check_defines(defines)  # before anything else: a bad -D never compiles
+    ffi, lib = native.load(defines=defines)
+    out = np.empty(cache.head_dim, np.float32)
+    k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = cache.kernel_args(kv_head, ffi, lib)
+    return ffi, lib, (ffi.from_buffer("float[]", out, require_writable=True), ffi.from_buffer("float[]", q),
+                      k, v, ks, vs, T, kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
+
+
+def call_loop(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, backend: str = "neon",
+              scale: float | None = None):
+    """``run(n)``: ns per call of ``n`` back-to-back calls of ``backend`` in C (fa_time_calls), with no
+    probe or warm-up call before them: ``run(1)`` right after other work times the kernel on whatever
+    that work left in the caches (the benchmark's cold figure). Arguments checked once, here; ``n`` is
+    capped at MAX_CALLS."""
+    ffi, lib, args = _call_args(q, cache, kv_head, backend, None, scale, None)
+    variant = VARIANTS[backend]
+
+    def run(n: int) -> float:
+        n = check.integer("n", n, minimum=1)
+        check.at_most("n", n, MAX_CALLS, "calls in one uninterruptible C loop")
+        return float(lib.fa_time_calls(variant, n, *args))
+    return run
 
 
 def check_counts(repeats, number, min_repeat_s) -> tuple[int, int | None, float]:

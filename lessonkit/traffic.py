@@ -9,10 +9,12 @@ by name (``--toggle-collect``; see ``measure_method``). valgrind simulates a fir
 and one last level: last-level misses times the line size is the traffic to DRAM."""
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
@@ -221,28 +223,49 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
     p = preset(preset_name)
     measured = ("measured_softmax" if variant in SOFTMAXES
                 else "measured_group" if variant in GQA_VARIANTS else "measured_call")
-    program = driver()
+    with native.stopped(_("the build of valgrind's driver (the compiler)")):
+        program = driver()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         cmd = ["valgrind", "--tool=callgrind", "--cache-sim=yes", f"--D1={p.d1.valgrind()}",
                f"--LL={p.ll.valgrind()}", f"--I1={p.d1.valgrind()}", *collect_options(measured, program),
                f"--callgrind-out-file={out}", str(program), variant, str(seq_len), str(head_dim),
                str(n_kv_heads), str(block_size), "warm" if warm else "cold", str(2 * p.ll.size)]
-        try:
-            # LD_BIND_NOW: the dynamic linker resolves every symbol (libm's expf) before main, so the
-            # first, cold call counts the kernel alone, not also the linker finding expf on first use
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SIMULATION_TIMEOUT_S,
-                                  env={**os.environ, "LD_BIND_NOW": "1"})
-        except subprocess.TimeoutExpired:
+        # LD_BIND_NOW: the dynamic linker resolves every symbol (libm's expf) before main, so the
+        # first, cold call counts the kernel alone, not also the linker finding expf on first use
+        with native.stopped(_("valgrind's simulation of {variant} over {seq_len} tokens (its processes were "
+                              "ended; nothing was measured)").format(variant=variant, seq_len=seq_len),
+                            _("The library loaded in this process is unchanged.")):
+            code, stderr = _run_group(cmd, {**os.environ, "LD_BIND_NOW": "1"}, Path(tmp))
+        if code is None:
             raise RuntimeError(_("valgrind's simulation of {variant} over {seq_len} tokens did not finish in "
                                  "{limit:.0f} s; try a shorter cache").format(
-                                 variant=variant, seq_len=seq_len, limit=SIMULATION_TIMEOUT_S)) from None
-        if proc.returncode != 0:
+                                 variant=variant, seq_len=seq_len, limit=SIMULATION_TIMEOUT_S))
+        if code != 0:
             raise RuntimeError(_("valgrind failed ({returncode}):\n{stderr_proc}").format(
-                                 returncode=proc.returncode, stderr_proc=proc.stderr[-2000:]))
+                                 returncode=code, stderr_proc=stderr[-2000:]))
         text = out.read_text()
     events = re.search(r"^events: (.*)$", text, re.M).group(1).split()
     totals = [int(x) for x in re.search(r"^totals: (.*)$", text, re.M).group(1).split()]
     c = dict(zip(events, totals + [0] * (len(events) - len(totals))))  # trailing zeros are omitted
     return Simulated(variant, seq_len, preset_name, c["Ir"], c["Dr"], c["Dw"],
                      c["D1mr"] + c["D1mw"], c["DLmr"] + c["DLmw"], p.ll.line, n_kv_heads)
+
+
+def _run_group(cmd: list[str], env: dict, tmp: Path) -> tuple[int | None, str]:
+    """Run ``cmd`` in a process group of its own: (exit code, or None after SIMULATION_TIMEOUT_S; the end
+    of its stderr). The whole group is killed when it ends, also on an interrupt (the stop button), so
+    no valgrind keeps simulating after the cell stopped."""
+    with open(tmp / "stderr", "w+b") as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=SIMULATION_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        err.seek(max(0, err.seek(0, os.SEEK_END) - 4000))
+        return code, err.read().decode(errors="replace")

@@ -220,3 +220,38 @@ def test_an_empty_json_path_is_refused_before_the_run(monkeypatch, capsys, empty
     with pytest.raises(SystemExit) as stop:
         bench.main(["--json", empty])
     assert stop.value.code == 2 and "--json needs a file name" in capsys.readouterr().err
+
+
+def test_each_python_sample_times_one_cold_call_then_warm_ones():
+    calls = []
+    sample = bench._per_call(lambda: calls.append(1), 3)
+    assert sample() >= 0 and len(calls) == 4 and len(sample.colds) == 1   # 1 alone, then 3 back to back
+    sample()
+    assert len(calls) == 8 and len(sample.colds) == 2
+
+
+def test_rows_say_warm_and_cold_and_the_overhead_row_is_printed():
+    result = bench.run([512], repeats=1)
+    row = result["rows"][512]
+    for name in ("neon", "numpy_f32", "numpy_int8"):
+        assert row[name]["cold_ns_per_token"] > 0 and row[name]["ns_per_token"] > 0, name
+    o = result["attend_overhead"]
+    assert o["seq_len"] == bench.OVERHEAD_LENGTH and o["attend_us"] > 0 and o["kernel_us"] > 0
+    text = bench.report(result)
+    assert "ns/token warm" in text and "ns/token cold" in text and "warm: back-to-back calls" in text
+    assert "lk.attend overhead per call beyond the kernel (1K tokens), us" in text
+
+
+def test_targets_computed_cold_are_printed_where_they_differ():
+    r = _fake(neon=25.0, fast=10.0, numpy_f32=41.0, split_1t=30.0, split_2t=18.0)
+    for T in r["rows"]:
+        for name, v in r["rows"][T].items():
+            cold = v["ns_per_token"] * (4 if name == "numpy_f32" else 1)
+            v.update(cold_ns_per_token=cold, cold_gbps=264 / cold)
+    r["attend_overhead"] = dict(seq_len=1024, attend_us=40.0, kernel_us=15.0, overhead_us=25.0)
+    lines = bench.warm_cold_lines(r)
+    cold = [l for l in lines if l.startswith("  cold")]
+    assert cold == ["  cold  8K: fast vs numpy float32, x faster: 16.40 (warm 4.10; target 4)"], lines
+    assert lines[-1].startswith("  MISS  lk.attend overhead") and "25.0 (target <= 20)" in lines[-1]
+    r["attend_overhead"]["overhead_us"] = 20.0
+    assert bench.overhead_target(r)[3] == "met"
