@@ -6,6 +6,7 @@
  * Nothing here is compiled without its instruction set's macro (__AVX2__, __AVX512F__, ...). */
 #ifndef Q8_SIMD_X86_H
 #define Q8_SIMD_X86_H
+#include <string.h> /* memcpy */
 /* The x86 intrinsics come through SIMDe, which includes the compiler's own x86 headers when the
  * build's flags enable them (a second #include <immintrin.h> here would clash with its aliases). */
 
@@ -140,6 +141,62 @@ static inline void q8_avx512_vkq_group(float *const *vkq, const int8_t *const *v
         }
     }
     for (int g = 0; g < G; g++) { _mm512_storeu_ps(vkq[g] + c, a[g][0]); _mm512_storeu_ps(vkq[g] + c + 16, a[g][1]); }
+}
+#endif
+
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+/* vkq_lowp_cols (q8_simd.h) with VNNI on 256-bit registers, 32 columns: vpdpbusd multiplies
+ * UNSIGNED bytes by signed ones, so V's codes are made unsigned (v ^ 0x80 = v + 128) and the codes C
+ * stay signed; the extra 128 * sum_j C_j of every column is subtracted once per group. The unpacks
+ * interleave four rows within each 128-bit half: accumulator i holds columns 4i .. 4i+3 in its low
+ * half and 16 + 4i .. in its high half, put back in order by two lane permutes per 16 columns. */
+static inline __attribute__((always_inline)) void q8_vnni_lowp_pair(float *const *vkq, const int8_t *const *vr,
+    int c, const fa_lowp_codes *lc, int ng, const int H)
+{
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    __m256i ah[2][4], al[2][4];
+    int32_t wh[2][FA_LOWP_GROUP / 4], wl[2][FA_LOWP_GROUP / 4];
+    for (int h = 0; h < H; h++) {
+        for (int i = 0; i < 4; i++) ah[h][i] = al[h][i] = _mm256_setzero_si256();
+        memcpy(wh[h], lc[h].hi, sizeof wh[h]);
+        memcpy(wl[h], lc[h].lo, sizeof wl[h]);
+    }
+    for (int g = 0; g < ng; g++) {
+        __m256i r[4];
+        for (int u = 0; u < 4; u++) r[u] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(vr[4 * g + u] + c)), flip);
+        __m256i a = _mm256_unpacklo_epi8(r[0], r[1]), b = _mm256_unpackhi_epi8(r[0], r[1]);
+        __m256i e = _mm256_unpacklo_epi8(r[2], r[3]), f = _mm256_unpackhi_epi8(r[2], r[3]);
+        __m256i x[4] = {_mm256_unpacklo_epi16(a, e), _mm256_unpackhi_epi16(a, e), _mm256_unpacklo_epi16(b, f),
+                        _mm256_unpackhi_epi16(b, f)};
+        for (int h = 0; h < H; h++) {
+            const __m256i bh = _mm256_set1_epi32(wh[h][g]), bl = _mm256_set1_epi32(wl[h][g]);
+            for (int i = 0; i < 4; i++) {
+                ah[h][i] = _mm256_dpbusd_epi32(ah[h][i], x[i], bh);
+                al[h][i] = _mm256_dpbusd_epi32(al[h][i], x[i], bl);
+            }
+        }
+    }
+    for (int h = 0; h < H; h++) {
+        const __m256i corr = _mm256_set1_epi32(128 * lc[h].sum);
+        const __m256 d = _mm256_set1_ps(lc[h].d);
+        __m256i s[4];
+        for (int i = 0; i < 4; i++) s[i] = _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ah[h][i], 7), al[h][i]), corr);
+        __m256i o[4] = {_mm256_permute2x128_si256(s[0], s[1], 0x20), _mm256_permute2x128_si256(s[2], s[3], 0x20),
+                        _mm256_permute2x128_si256(s[0], s[1], 0x31), _mm256_permute2x128_si256(s[2], s[3], 0x31)};
+        for (int k = 0; k < 4; k++) {
+            float *p = vkq[h] + c + 8 * k;
+            _mm256_storeu_ps(p, _mm256_fmadd_ps(_mm256_cvtepi32_ps(o[k]), d, _mm256_loadu_ps(p)));
+        }
+    }
+}
+static inline __attribute__((always_inline)) void q8_vnni_lowp_cols(float *const *vkq, const int8_t *const *vr,
+    int c, const fa_lowp_codes *lc, int ng, const int G)
+{
+    for (int g = 0; g < G; g += 2) {
+        if (g + 1 < G) q8_vnni_lowp_pair(vkq + g, vr, c, lc + g, ng, 2);
+        else q8_vnni_lowp_pair(vkq + g, vr, c, lc + g, ng, 1);
+    }
 }
 #endif
 
