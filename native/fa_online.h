@@ -201,9 +201,8 @@ static inline void fa_vkq_tile_magic(float *VKQ, const int8_t *const *vr, const 
 /* lowp (lesson 09, flash_attn_q8_v14_lowp): the codes of up to FA_LOWP_GROUP weights w[0 .. m),
  * w >= 0. Each weight, relative to the group's largest, becomes an integer code C in [0, 16256]:
  * C = (int)(w * 16256 / wmax + 0.5), so |C * d - w| <= d / 2 (plus float rounding) with the step
- * d = wmax / 16256; C = 128 * hi + lo splits it into two int8 for the dot products (q8_simd.h).
+ * d = wmax / 16256; C = 128 * hi + lo splits it into two bytes for the dot products (q8_simd.h).
  * The codes past m are 0. A group with no weight above 0 gets d = 0 and codes 0. */
-#define FA_LOWP_CMAX 16256 /* 127 * 128: the largest code, hi = 127, lo = 0 */
 static inline void fa_lowp_codes_of(fa_lowp_codes *lc, const float *w, int m)
 {
     float u[FA_LOWP_GROUP] = {0}, wmax = 0.0f;
@@ -220,24 +219,12 @@ static inline void fa_lowp_codes_of(fa_lowp_codes *lc, const float *w, int m)
     } else {
         lc->d = wmax / (float)FA_LOWP_CMAX;
     }
-    int32x4_t sum = vdupq_n_s32(0);
-    for (int k = 0; k < FA_LOWP_GROUP; k += 8) {
-        int32x4_t c0 = vcvtq_s32_f32(vfmaq_f32(vdupq_n_f32(0.5f), vld1q_f32(u + k), vdupq_n_f32(r)));
-        int32x4_t c1 = vcvtq_s32_f32(vfmaq_f32(vdupq_n_f32(0.5f), vld1q_f32(u + k + 4), vdupq_n_f32(r)));
-        c0 = vminq_s32(c0, vdupq_n_s32(FA_LOWP_CMAX));
-        c1 = vminq_s32(c1, vdupq_n_s32(FA_LOWP_CMAX));
-        sum = vaddq_s32(sum, vaddq_s32(c0, c1));
-        int32x4_t h0 = vshrq_n_s32(vaddq_s32(c0, vdupq_n_s32(64)), 7), h1 = vshrq_n_s32(vaddq_s32(c1, vdupq_n_s32(64)), 7);
-        int32x4_t l0 = vsubq_s32(c0, vshlq_n_s32(h0, 7)), l1 = vsubq_s32(c1, vshlq_n_s32(h1, 7));
-        vst1_s8(lc->hi + k, vmovn_s16(vcombine_s16(vmovn_s32(h0), vmovn_s32(h1))));
-        vst1_s8(lc->lo + k, vmovn_s16(vcombine_s16(vmovn_s32(l0), vmovn_s32(l1))));
-    }
-    lc->sum = vaddvq_s32(sum);
+    q8_lowp_codes16(lc, u, r);
 }
 
 /* lowp's accumulation for a tile: VKQ += sum_j w[j] * V_j over the tile's n V rows, the weights of
  * each group of 16 tokens as codes (fa_lowp_codes_of) and V times them by int8 dot products
- * (vkq_lowp_cols, q8_simd.h), folded into fp32 VKQ once per group. */
+ * (vkq_lowp_rows, q8_simd.h), folded into fp32 VKQ once per group. */
 static inline void fa_vkq_tile_lowp(float *VKQ, const int8_t *const *vr, const float *w, int n, int hd)
 {
     for (int j0 = 0; j0 < n; j0 += FA_LOWP_GROUP) {
@@ -246,7 +233,7 @@ static inline void fa_vkq_tile_lowp(float *VKQ, const int8_t *const *vr, const f
         fa_lowp_codes_of(&lc, w + j0, m);
         const int8_t *rows[FA_LOWP_GROUP];
         for (int j = 0; j < 4 * ng; j++) rows[j] = vr[j0 + (j < m ? j : m - 1)]; /* padding: code 0 */
-        for (int c = 0; c < hd; c += FA_LOWP_COLS) vkq_lowp_cols(VKQ, rows, c, &lc, ng);
+        vkq_lowp_rows(VKQ, rows, &lc, ng, hd);
     }
 }
 

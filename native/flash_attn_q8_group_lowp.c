@@ -3,7 +3,7 @@
  * (flash_attn_q8_v14_lowp): each head's weights of every 16 tokens as 14-bit integer codes with one
  * fp32 step, V times them by int8 dot products. What the heads share is V's part: four V rows are
  * loaded and interleaved once for a pair of heads, then each head's codes meet them in its own dot
- * products (vkq_lowp_cols_group, q8_simd.h). Every head keeps its own fp32 M, S and VKQ, and goes
+ * products (vkq_lowp_rows_group, q8_simd.h). Every head keeps its own fp32 M, S and VKQ, and goes
  * through the single-head version's arithmetic in the same order, so row g equals
  * flash_attn_q8_v14_lowp on query head g (to the last bit where the compiler fuses alike).
  * Arguments: those of flash_attn_group_q8_neon (1 <= G <= 8; anything else, or a bad hd, writes
@@ -77,14 +77,14 @@ void flash_attn_group_q8_lowp(float *restrict attn_out, const float *restrict q,
 
         /* segment 3's accumulation, lowp's way: per group of 16 tokens, each head's weights as codes
          * (fa_lowp_codes_of), then V's rows interleaved once per pair of heads and multiplied by
-         * every head's codes (vkq_lowp_cols_group) */
+         * every head's codes (vkq_lowp_rows_group) */
         for (int j0 = 0; j0 < n; j0 += FA_LOWP_GROUP) {
             const int m = n - j0 < FA_LOWP_GROUP ? n - j0 : FA_LOWP_GROUP, ng = (m + 3) / 4;
             fa_lowp_codes lc[GQA_MAX];
             for (int g = 0; g < G; g++) fa_lowp_codes_of(&lc[g], w[g] + j0, m);
             const int8_t *rows[FA_LOWP_GROUP];
             for (int j = 0; j < 4 * ng; j++) rows[j] = vr[j0 + (j < m ? j : m - 1)];
-            for (int c = 0; c < hd; c += FA_LOWP_COLS) vkq_lowp_cols_group(vkq, rows, c, lc, ng, G);
+            vkq_lowp_rows_group(vkq, rows, lc, ng, G, hd);
         }
     }
 

@@ -34,9 +34,10 @@
 /* The low-precision accumulation of lesson 09's version lowp (flash_attn_q8_v14_lowp): V times
  * the weights by int8 dot products instead of one fp32 multiply-add per value. The weights of a group
  * of up to FA_LOWP_GROUP = 16 tokens share one fp32 step d; each weight is the integer code
- * C = 128 * hi + lo (0 <= C <= 16256, hi in [0, 127], lo in [-64, 63]: two int8 halves, 14 bits in
- * all), so that VKQ[i] += d * (128 * sum_j hi_j v_j[i] + sum_j lo_j v_j[i]): two int32 dot
- * products per value and token group, exact in int32 (|sum| <= 16 * 127 * 127 * 128 < 2^31).
+ * C = 128 * hi + lo (0 <= C <= 16256, hi = C >> 7 and lo = C & 127 both in [0, 127]: two int8 halves,
+ * 14 bits in all, that are valid signed AND unsigned bytes), so that
+ * VKQ[i] += d * (128 * sum_j hi_j v_j[i] + sum_j lo_j v_j[i]): two int32 dot products per value and
+ * token group, exact in int32 (|sum| <= 16 * 127 * 127 * 128 < 2^31).
  * fa_online.h makes the codes (fa_lowp_codes); these helpers do the dot products.
  *
  * A dot product sums four neighbouring bytes, and a V row holds neighbouring COLUMNS: so four V rows
@@ -44,10 +45,9 @@
  * four tokens' values side by side; then one sdot by element multiplies them by the four tokens'
  * codes, held in one lane of the register of the group's 16 codes. */
 #define FA_LOWP_GROUP 16
-#define FA_LOWP_COLS 32 /* columns of VKQ per call of vkq_lowp_cols (hd is a multiple of 32) */
+#define FA_LOWP_CMAX 16256 /* 127 * 128: the largest code, hi = 127, lo = 0 */
 typedef struct {
     int8_t hi[FA_LOWP_GROUP], lo[FA_LOWP_GROUP]; /* the two halves of each token's code */
-    int32_t sum;                                 /* sum of the codes C (the x86 form needs it) */
     float d;                                     /* the group's step: weight ~= C * d */
 } fa_lowp_codes;
 
@@ -269,7 +269,7 @@ static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *v
 #endif
 }
 
-#if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 #define Q8_LOWP_PATH "vnni"
 #else
 #if defined(__ARM_FEATURE_DOTPROD)
@@ -324,34 +324,55 @@ static inline __attribute__((always_inline)) void vkq_lowp16_neon(float *const *
 }
 #endif
 
-/* vkq[g][c .. c+32) += d_g * sum_j C_gj * V_j[c .. c+32) for the G heads of lc[G] over the rows
+/* The codes of 16 weights u (zero past the group's tokens) for r = 16256 / (their largest):
+ * C = (int)(u * r + 0.5) (one fused multiply-add, truncated: the same integers on every path),
+ * hi = C >> 7, lo = C & 127. */
+static inline void q8_lowp_codes16(fa_lowp_codes *lc, const float *u, float r)
+{
+#if !defined(__aarch64__) && defined(__AVX512F__)
+    q8_avx512_lowp_codes16(lc, u, r); /* q8_simd_x86.h: all sixteen in one register */
+#else
+    for (int k = 0; k < FA_LOWP_GROUP; k += 8) {
+        int32x4_t c0 = vcvtq_s32_f32(vfmaq_f32(vdupq_n_f32(0.5f), vld1q_f32(u + k), vdupq_n_f32(r)));
+        int32x4_t c1 = vcvtq_s32_f32(vfmaq_f32(vdupq_n_f32(0.5f), vld1q_f32(u + k + 4), vdupq_n_f32(r)));
+        c0 = vminq_s32(c0, vdupq_n_s32(FA_LOWP_CMAX));
+        c1 = vminq_s32(c1, vdupq_n_s32(FA_LOWP_CMAX));
+        int32x4_t h0 = vshrq_n_s32(c0, 7), h1 = vshrq_n_s32(c1, 7);
+        int32x4_t l0 = vandq_s32(c0, vdupq_n_s32(127)), l1 = vandq_s32(c1, vdupq_n_s32(127));
+        vst1_s8(lc->hi + k, vmovn_s16(vcombine_s16(vmovn_s32(h0), vmovn_s32(h1))));
+        vst1_s8(lc->lo + k, vmovn_s16(vcombine_s16(vmovn_s32(l0), vmovn_s32(l1))));
+    }
+#endif
+}
+
+/* vkq[g][0 .. hd) += d_g * sum_j C_gj * V_j[0 .. hd) for the G heads of lc[G] over the rows
  * vr[0 .. 4 ng) (a multiple of 4: padding rows have codes 0); G <= GQA_MAX. Heads go in pairs, so
  * that the accumulators of a pair stay in registers (16 of them on NEON and on x86). */
-static inline __attribute__((always_inline)) void vkq_lowp_cols_impl(float *const *vkq, const int8_t *const *vr,
-    int c, const fa_lowp_codes *lc, int ng, const int G)
+static inline __attribute__((always_inline)) void vkq_lowp_rows_impl(float *const *vkq, const int8_t *const *vr,
+    const fa_lowp_codes *lc, int ng, const int G, int hd)
 {
-#if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    q8_vnni_lowp_cols(vkq, vr, c, lc, ng, G); /* q8_simd_x86.h */
+#if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+    q8_vnni_lowp_rows(vkq, vr, lc, ng, G, hd); /* q8_simd_x86.h */
 #else
     for (int g = 0; g < G; g += 2)
-        for (int c16 = c; c16 < c + FA_LOWP_COLS; c16 += 16) {
-            if (g + 1 < G) vkq_lowp16_neon(vkq + g, vr, c16, lc + g, ng, 2);
-            else vkq_lowp16_neon(vkq + g, vr, c16, lc + g, ng, 1);
+        for (int c = 0; c < hd; c += 16) {
+            if (g + 1 < G) vkq_lowp16_neon(vkq + g, vr, c, lc + g, ng, 2);
+            else vkq_lowp16_neon(vkq + g, vr, c, lc + g, ng, 1);
         }
 #endif
 }
-static inline void vkq_lowp_cols(float *vkq, const int8_t *const *vr, int c, const fa_lowp_codes *lc, int ng)
+static inline void vkq_lowp_rows(float *vkq, const int8_t *const *vr, const fa_lowp_codes *lc, int ng, int hd)
 {
-    vkq_lowp_cols_impl(&vkq, vr, c, lc, ng, 1);
+    vkq_lowp_rows_impl(&vkq, vr, lc, ng, 1, hd);
 }
-static inline void vkq_lowp_cols_group(float *const *vkq, const int8_t *const *vr, int c, const fa_lowp_codes *lc,
-    int ng, int G)
+static inline void vkq_lowp_rows_group(float *const *vkq, const int8_t *const *vr, const fa_lowp_codes *lc,
+    int ng, int G, int hd)
 {
     switch (G) { /* a constant G per case, as in vkq_cols_rows_group */
-    case 1: vkq_lowp_cols_impl(vkq, vr, c, lc, ng, 1); break;
-    case 2: vkq_lowp_cols_impl(vkq, vr, c, lc, ng, 2); break;
-    case 4: vkq_lowp_cols_impl(vkq, vr, c, lc, ng, 4); break;
-    default: vkq_lowp_cols_impl(vkq, vr, c, lc, ng, G); break;
+    case 1: vkq_lowp_rows_impl(vkq, vr, lc, ng, 1, hd); break;
+    case 2: vkq_lowp_rows_impl(vkq, vr, lc, ng, 2, hd); break;
+    case 4: vkq_lowp_rows_impl(vkq, vr, lc, ng, 4, hd); break;
+    default: vkq_lowp_rows_impl(vkq, vr, lc, ng, G, hd); break;
     }
 }
 
