@@ -3,7 +3,8 @@
  * idea to the version before it, stated in the comment above it, so that it reads alone and its
  * diff from that version is the idea (lesson 09 shows both). Every version computes what
  * flash_attn_single_q_q8_scalar computes, within the kernel tolerance (1e-5 of max|out|): the C
- * tests and the smoke check hold each one to it. The steps they share are written once, in
+ * tests and the smoke check hold each one to it. All but v14 lowp, which gives up the article's fp32
+ * weights where they meet V: it is held to a bound derived from its codes' step instead. The steps they share are written once, in
  * fa_online.h; native/fa_variants.h lists the versions, which lessonkit.timing times by name.
  *
  * v0 is the article's kernel (flash_attn_q8_neon.c): one token at a time, score, update, add V.
