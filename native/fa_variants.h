@@ -29,7 +29,7 @@
     X(11, "fast", flash_attn_single_q_q8_fast, "the single-head version attend() calls: v8's steps on x86, v9's (with the magic add) on aarch64") \
     X(12, "two_pass_scores_fast", flash_attn_two_pass_scores_q8_fast, "v2's three passes built from the fast steps (scores four at a time, vector exp, VKQ in registers)") \
     X(13, "two_pass_recompute_fast", flash_attn_two_pass_recompute_q8_fast, "v3's two passes over K built from the fast steps") \
-    X(14, "lowp", flash_attn_q8_v14_lowp, "on fast: V times the weights by int8 dot products (sdot; VNNI on x86), each 16 tokens' weights as 14-bit codes with one fp32 step; M and S stay fp32")
+    X(14, "lowp", flash_attn_q8_v14_lowp, "on v10: V times the weights by int8 dot products (sdot; VNNI on x86), each 16 tokens' weights as 14-bit codes with one fp32 step; M and S stay fp32")
 
 /* every variant's declaration (the article's signature) */
 #define FA_DECLARE(version, name, fn, adds)                                                          \

@@ -96,7 +96,7 @@ void flash_attn_single_q_q8_fast(float *restrict attn_out, const float *restrict
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
 
-/* Lesson 09's version lowp (flash_attn_q8_steps.c): fast with V accumulated by int8 dot products,
+/* Lesson 09's version lowp (flash_attn_q8_steps.c): v10 (prefetch) with V accumulated by int8 dot products,
  * the weights of each 16 tokens as 14-bit codes with one fp32 step (M and S fp32). Not the article's
  * arithmetic: within a bound derived from the codes' step (native/tests/test_kernel.c), not 1e-5. */
 void flash_attn_q8_v14_lowp(float *restrict attn_out, const float *restrict q,

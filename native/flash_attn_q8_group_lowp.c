@@ -1,6 +1,6 @@
 /* flash_attn_group_q8_lowp: the grouped kernel of lesson 08 (flash_attn_q8_group.c: the G query heads
  * that share one kv head, in one scan) with the accumulation of lesson 09's version lowp
- * (flash_attn_q8_v14_lowp): each head's weights of every 16 tokens as 14-bit integer codes with one
+ * (flash_attn_q8_v14_lowp, with its prefetch): each head's weights of every 16 tokens as 14-bit integer codes with one
  * fp32 step, V times them by int8 dot products. What the heads share is V's part: four V rows are
  * loaded and interleaved once for a pair of heads, then each head's codes meet them in its own dot
  * products (vkq_lowp_rows_group, q8_simd.h). Every head keeps its own fp32 M, S and VKQ, and goes
@@ -43,6 +43,9 @@ void flash_attn_group_q8_lowp(float *restrict attn_out, const float *restrict q,
     float ks[FA_TILE4], vs[FA_TILE];
     for (int t0 = 0; t0 < seq_len; t0 += FA_TILE) {
         const int n = seq_len - t0 < FA_TILE ? seq_len - t0 : FA_TILE;
+        /* as version lowp: the K and V rows FA_PREFETCH tokens ahead asked for now (v10) */
+        for (int j = 0; FA_PREFETCH > 0 && j < n && t0 + j + FA_PREFETCH < seq_len; j++)
+            prefetch_token(k_cache_q8, v_cache_q8, t0 + j + FA_PREFETCH, kv_bs, kv_dim, kh_off, hd);
         fa_tile_rows(kr, k_cache_q8, t0, n, kv_bs, kv_dim, kh_off);
         fa_tile_rows(vr, v_cache_q8, t0, n, kv_bs, kv_dim, kh_off);
         for (int j = 0; j < (n + 3) / 4 * 4; j++) {

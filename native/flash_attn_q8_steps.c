@@ -210,8 +210,8 @@ void flash_attn_q8_v10_prefetch(float *restrict attn_out, const float *restrict 
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
 }
 
-/* v14 lowp: on fast (v8's steps), V times the weights by int8 dot products instead of one fp32
- * multiply-add per value (fa_vkq_tile_lowp): each group of 16 tokens' weights exp(s - M) * V scale
+/* v14 lowp: on v10 prefetch, V times the weights by int8 dot products instead of the magic-number
+ * conversion and one fp32 multiply-add per value (fa_vkq_tile_lowp): each group of 16 tokens' weights exp(s - M) * V scale
  * becomes 14-bit integer codes with one fp32 step for the group, split into two int8 halves, and V's
  * int8 codes meet them in sdot (VNNI's vpdpbusd on x86) without any conversion of V to float; the
  * int32 sums are folded into fp32 VKQ once per group. M, S and the rescales stay fp32, as in the
@@ -232,6 +232,8 @@ void flash_attn_q8_v14_lowp(float *restrict attn_out, const float *restrict q, i
     const int8_t *vr[FA_TILE];                              /* the tile's V rows */
     for (int t0 = 0; t0 < seq_len; t0 += FA_TILE) {
         const int n = seq_len - t0 < FA_TILE ? seq_len - t0 : FA_TILE;
+        for (int j = 0; FA_PREFETCH > 0 && j < n && t0 + j + FA_PREFETCH < seq_len; j++)
+            prefetch_token(k_cache_q8, v_cache_q8, t0 + j + FA_PREFETCH, kv_bs, kv_dim, kh_off, hd);
         fa_score_tile(st, qi, qsc, nblk, k_cache_q8, kscale, t0, n, kv_dim, kv_bs, nkv, kh_off, scale);
         fa_rescale_tile(st, n, &M, &S, VKQ, hd);            /* segment 3, once for the tile */
         S += fa_exp_tile(w, st, n, M);                      /* S from the fp32 weights */
