@@ -298,8 +298,8 @@ def check_kernels(ffi, lib, failures, rng, cases=CASES) -> None:
                 failures.append(["fa_time_calls", case, ["variant", variant], ["returned", ns[0]]])
         for variant in (0, 1, 2, 3):  # 3: the grouped lowp kernel
             run("fa_time_group_calls", ffi.from_buffer("float[]", qs), *ptrs, *tail, 3, part=["variant", variant],
-                out_shape=(3, hd), want=want_g, call=lambda out, *a: lib.fa_time_group_calls(variant, 1, out, *a),
-                bound=bound_g if variant == 3 else None)
+                out_shape=(3, hd), want=want_g, bound=bound_g if variant == 3 else None,
+                call=lambda out, *a: lib.fa_time_group_calls(variant, 1, out, *a))
         flush = np.zeros(1 << 16, np.uint8)
         run("fa_time_call_cold", qb, *ptrs, *tail, call=lambda out, *a: lib.fa_time_call_cold(
             0, ffi.from_buffer("unsigned char[]", flush), flush.nbytes, out, *a))

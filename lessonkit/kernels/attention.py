@@ -71,8 +71,9 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
     "scalar" the plain C reference, "numpy" the same quantized math written in numpy;
     "two_pass_scores" and "two_pass_recompute" the article's section-3 alternatives (lesson 05);
     "fast" flash_attn_single_q_q8_fast, the fastest numbered version (lesson 09); "lowp" version 14,
-    v10 (prefetch) with V accumulated by int8 dot products (weights as 14-bit codes per 16 tokens: NOT the
-    article's fp32 weights; lessonkit.lowp_error measures its error); ``KERNELS`` lists them all. scale defaults to 1/sqrt(head_dim).
+    v10 (prefetch) with V accumulated by int8 dot products (weights as 14-bit codes per 16 tokens: NOT
+    the article's fp32 weights; lessonkit.lowp_error measures its error); ``KERNELS`` lists them all.
+    scale defaults to 1/sqrt(head_dim).
     trace=True (backend "neon" only) runs the traced build of the same kernel and returns
     ``(out, lessonkit.trace.Trace)``: Q's codes, the block dots, and s, M, S, VKQ after every token."""
     q, kv_head, scale = attention_args(q, cache, kv_head, scale)
