@@ -456,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         got = fast[0].cycles_per_token
         print(f"\ntarget  {'met ' if got <= FAST_TARGET_N1 else 'MISS'}  fast on the N1 model (for the A76), "
               f"dotprod: {got:.1f} cycles/token (target <= {FAST_TARGET_N1}; an estimate)")
-    print(lowp_report(res))
+    if any(e.variant in ("lowp", GROUP_LOWP[1]) for e in res):  # not in --quick, which estimates one variant
+        print(lowp_report(res))
     if args.quick:
         if not all(e.cycles_per_token > 0 for e in res):
             print("FAILED lessonkit.cycles --quick: no positive estimate", file=sys.stderr)

@@ -185,7 +185,7 @@ def test_every_registry_entry_and_the_group_get_an_estimate():
     # entry of native/fa_variants.h is left out; a model's figures are not asserted, only that each
     # is positive and derived from whole token loops. Quick: dotprod only, the N1 model, 20 iterations.
     vs = cycles.variants()
-    assert vs[-1].function == "flash_attn_group_q8_neon"
+    assert [v.function for v in vs[-2:]] == ["flash_attn_group_q8_neon", "flash_attn_group_q8_lowp"]
     res = cycles.estimate_all(("neoverse-n1",), (True,), iterations=cycles.QUICK_ITERATIONS)
     assert [e.variant for e in res] == [v.name for v in vs]
     by = {e.variant: e for e in res}
@@ -196,7 +196,7 @@ def test_every_registry_entry_and_the_group_get_an_estimate():
                                                                              e.tokens_per_period)))
     assert by["neon"].tokens_per_period == [1.0]
     native_tile = int(re.search(r"#define FA_TILE (\d+)", (native.NATIVE_DIR / "fa_online.h").read_text()).group(1))
-    for name in ("tile", "score4", "vkq_regs", "fast", "group4"):
+    for name in ("tile", "score4", "vkq_regs", "fast", "group4", "lowp", "group4_lowp"):
         assert by[name].tokens_per_period[0] == native_tile, name
 
 
