@@ -47,7 +47,8 @@ LABELS = {"group4": "GQA: 4 query heads, 1 grouped call", "per_head4": "GQA: 4 q
           "two_pass_scores": "two-pass, stored scores", "two_pass_recompute": "two-pass, K read twice",
           "numpy_f32": "numpy float32 reference (fp32 K/V)", "numpy_int8": "numpy over the int8 cache (dequantize)",
           **{name: f"llama.cpp q8_0 FA, {h} head{'s' * (h > 1)}, {t} thread{'s' * (t > 1)}"
-             for name, (h, t) in GGML_ROWS.items()}}
+             for name, (h, t) in GGML_ROWS.items()},
+          "lowp": "lowp (v14): V by int8 dot products", "group4_lowp": "GQA: 4 query heads, 1 grouped lowp call"}
 MAX_LENGTH = 1 << 20         # tokens of one row: 4x the longest the benchmark measures
 MAX_KV_HEADS = 64
 MAX_BENCH_REPEATS = 100
@@ -286,9 +287,14 @@ def ggml_contenders(q, K, V, scale, number: int):
     return contenders, list(graphs.values()), err, None
 
 
-def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None, cores: str | None = None) -> dict:
+def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None, cores: str | None = None,
+        lowp_error: str | None = None) -> dict:
     """Every row at every length, lesson 08's at ``beyond_lengths`` (default: those of ``lengths`` in
-    BEYOND_LENGTHS), pinned to one core type (``cores``, as in ``lessonkit.env.timing_cores``)."""
+    BEYOND_LENGTHS), pinned to one core type (``cores``, as in ``lessonkit.env.timing_cores``);
+    ``lowp_error`` "quick" or "full": lowp's error ratio too (``lowp_accuracy``; None: not measured)."""
+    if lowp_error not in (None, "quick", "full"):
+        raise ValueError(_("lowp_error must be None, 'quick' or 'full'; got {lowp_error!r}").format(
+                           lowp_error=lowp_error))
     lengths = _lengths("lengths", lengths)
     beyond_lengths = [T for T in lengths if T in BEYOND_LENGTHS] if beyond_lengths is None else _lengths(
         "beyond_lengths", beyond_lengths)
@@ -299,7 +305,11 @@ def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None
         _check_inputs(T, n_kv_heads)
     plan = env.timing_cores(cores)
     with env.pinned(plan):
-        return _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores)
+        result = _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores)
+    if lowp_error and "lowp" in timing.VARIANTS:
+        progress("lowp's error against the article kernel's (lessonkit.lowp_error)")
+        result["lowp_error"] = lowp_accuracy(lowp_error == "quick")
+    return result
 
 
 def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
@@ -334,6 +344,7 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
             result["ggml_check_error"][T] = err
         if T in beyond_lengths:
             contenders.update(beyond_contenders(q, group_queries(), cache, kv_head, number, plan, fast_built()))
+        contenders.update(lowp_contenders(q, group_queries(), cache, kv_head, number, plan, T in beyond_lengths))
         progress(f"seq_len {T}: {len(contenders)} contenders, {repeats} interleaved rounds")
         # BLAS only: threadpoolctl's default would cap ggml's OpenMP threads too (its 2-thread rows then
         # ran 10-20x slower than 1 thread here)
@@ -462,7 +473,59 @@ def targets(result: dict) -> list[tuple[str, float | None, float, str]]:
         if why is None and T not in rows:
             why = f"not measured ({T // 1024}K not in this run)"
         out.append((what, got, want, why or ("not measured" if got is None else "met" if got >= want else "MISS")))
+    # lowp's, where this run measured it (a result without lowp rows, e.g. an older one, has none)
+    lowp = "lowp_error" in result or any("lowp" in row for row in rows.values())
+    return out + (lowp_targets(result) if lowp else [])
+
+
+# ---------------------------------------------------------------- lesson 09's lowp (version 14)
+
+LOWP_SHARE, LOWP_GROUP_VS_FAST4, LOWP_ERROR_RATIO = 0.85, 2.5, 1.2
+
+
+def lowp_contenders(q, qs, cache, kv_head, number: int, cores=None, grouped: bool = True) -> dict:
+    """lowp's rows: the single-head version, and (``grouped``) one grouped lowp call for 4 query heads."""
+    if "lowp" not in timing.VARIANTS:
+        return {}
+    out = kernel_contenders(("lowp",), q, cache, kv_head, number, cores)
+    if grouped:
+        out["group4_lowp"] = lambda: kernels.time_group(qs, cache, kv_head, variant="group_lowp", repeats=1,
+                                                        number=number, cores=cores)
     return out
+
+
+def lowp_accuracy(quick: bool = False) -> dict:
+    """lowp's error over the article kernel's, median and worst over lowp_error.CI_CASES (``quick``:
+    its 1000-token cases), with the number of cases."""
+    from . import lowp_error
+    cases = [c for c in lowp_error.CI_CASES if c[1] == 1000] if quick else lowp_error.CI_CASES
+    median, worst = lowp_error.ratio_summary(lowp_error.error_table(cases))
+    return dict(median=median, worst=worst, cases=len(cases))
+
+
+def lowp_targets(result: dict) -> list[tuple[str, float | None, float, str]]:
+    """lowp's targets, as ``targets`` gives them; the error ratio is met when at most its target."""
+    rows, out = result["rows"], []
+    r = rows.get(262144, {})
+    share = r["lowp"]["gbps"] / result["read_gbps"] if "lowp" in r and result.get("read_gbps") else None
+    for what, got, want in [("256K: lowp bytes/ns as a share of 1-thread read bandwidth", share, LOWP_SHARE),
+                            ("256K: GQA, 1 grouped lowp call vs 4 calls of fast, x faster",
+                             ratio(rows, 262144, "per_head_fast4", "group4_lowp"), LOWP_GROUP_VS_FAST4)]:
+        why = "not measured (256K not in this run)" if 262144 not in rows else None
+        out.append((what, got, want, why or ("not measured" if got is None else "met" if got >= want else "MISS")))
+    acc = result.get("lowp_error")
+    got = acc["median"] if acc else None
+    out.append((f"lowp's error / the article kernel's, median over {acc['cases'] if acc else 0} cases "
+                f"(worst {acc['worst']:.3f}), AT MOST" if acc else "lowp's error / the article kernel's, AT MOST",
+                got, LOWP_ERROR_RATIO, "not measured" if got is None else "met" if got <= LOWP_ERROR_RATIO else "MISS"))
+    return out
+
+
+def lowp_lines(result: dict) -> list[str]:
+    """lowp against fast at each length (rows timed in alternation)."""
+    return [f"lowp at {T // 1024}K: {ratio(result['rows'], T, 'fast', 'lowp'):.2f}x as fast as fast "
+            f"({row['lowp']['ns_per_token']:.2f} vs {row['fast']['ns_per_token']:.2f} ns/token)"
+            for T, row in result["rows"].items() if "lowp" in row and "fast" in row]
 
 
 def beyond_ratios(row: dict) -> dict[str, float]:
@@ -506,6 +569,7 @@ def report(result: dict) -> str:
             g = beyond_ratios(row)
             lines.append(f"lesson 08 at {T // 1024}K: grouped {g['group']:.2f}x faster than 4 per-head calls; "
                          f"split-KV on 2 threads {g['split']:.2f}x faster than on 1")
+    lines += lowp_lines(result)
     lines.append("targets (ratios of rows timed in alternation in this run):")
     for what, got, want, status in targets(result):
         tag = status if status in ("met", "MISS") else "n/a "
@@ -557,7 +621,7 @@ def main(argv=None) -> int:
     if args.json is not None and (why := _json_path_error(Path(args.json))):
         p.error(why)
     lengths, repeats = (QUICK_LENGTHS, 3) if args.quick else (FULL_LENGTHS, 7)
-    result = run(lengths, repeats, args.n_kv_heads, cores=args.cores)
+    result = run(lengths, repeats, args.n_kv_heads, cores=args.cores, lowp_error="quick" if args.quick else "full")
     print(report(result))
     if args.json is not None:
         write_atomic(args.json, json.dumps({**result, "targets": targets(result)}, indent=1))

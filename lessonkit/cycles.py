@@ -44,6 +44,10 @@ QUICK_ITERATIONS = 20
 # not in the registry (its signature has G): estimated after it; its cycles serve all GROUP_G heads
 GROUP = (-1, f"group{GROUP_G}", "flash_attn_group_q8_neon",
          f"beyond the article: {GROUP_G} query heads per scan of one kv head (cycles per token for all {GROUP_G})")
+GROUP_LOWP = (-1, f"group{GROUP_G}_lowp", "flash_attn_group_q8_lowp",
+              f"the grouped scan with lowp's accumulation (cycles per token for all {GROUP_G})")
+GROUPED = {GROUP[2], GROUP_LOWP[2]}  # functions with the extra argument G
+LOWP_TARGET_N1 = 65  # cycles per token lowp aims at on the N1 model, hd 128, dotprod (make bench-a76)
 
 
 class ToolMissing(RuntimeError):
@@ -81,8 +85,9 @@ def variants(native_dir: Path | None = None, group: bool = True) -> list[Variant
     """The registry native/fa_variants.h of ``native_dir``, then the grouped kernel if native/ has it."""
     src = Path(native_dir or native.NATIVE_DIR)
     found = list(registry.parse((src / "fa_variants.h").read_text()))
-    if group and any(GROUP[2] in c.read_text() for c in src.glob("*.c")):
-        found.append(Variant(*GROUP))
+    for g in (GROUP, GROUP_LOWP) if group else ():
+        if any(g[2] in c.read_text() for c in src.glob("*.c")):
+            found.append(Variant(*g))
     return found
 
 
@@ -120,7 +125,7 @@ int main(int argc, char **argv)
 def _driver_source(vs: list[Variant]) -> str:
     protos, cases = set(), []
     for i, v in enumerate(vs):
-        group = v.function == GROUP[2]
+        group = v.function in GROUPED
         cases.append(f"    case {i}: {v.function}(out, q, K, V, ks, vs, T, hd, bs, 1, 0, hd, 0.088f{', G' * group});"
                      " break;")
         if not group:
@@ -395,6 +400,26 @@ def estimates_table(res: list[Estimate]) -> Table:
                  formats={2: ".1f", 4: ".1f", **{i: ".0f" for i in range(6, 12)}})
 
 
+def lowp_report(res: list[Estimate]) -> str:
+    """lowp's lines of ``make bench-a76``: its target on the N1 model, and lowp and grouped lowp
+    against fast and the exact grouped scan on both models (dotprod), as far as ``res`` has them."""
+    by = {(e.variant, e.cpu): e.cycles_per_token for e in res if e.dotprod}
+    lines = []
+    got = by.get(("lowp", "neoverse-n1"))
+    status = "n/a " if got is None else "met " if got <= LOWP_TARGET_N1 else "MISS"
+    lines.append(f"target  {status}  lowp on the N1 model (for the A76), dotprod: "
+                 f"{'-' if got is None else f'{got:.1f}'} cycles/token (target <= {LOWP_TARGET_N1}; an estimate)"
+                 + (" [not estimated in this run]" if got is None else ""))
+    for cpu in CPUS:
+        for mine, peer, what in (("lowp", "fast", "lowp vs fast"),
+                                 (GROUP_LOWP[1], GROUP[1], f"grouped lowp vs grouped (G={GROUP_G}, all heads)")):
+            a, b = by.get((mine, cpu)), by.get((peer, cpu))
+            if a is not None:
+                vs = f" against {b:.1f} ({b / a:.2f}x fewer)" if b else ""
+                lines.append(f"        {CPU_LABEL[cpu]}: {what}: {a:.1f} cycles/token{vs} (estimates)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m lessonkit.cycles [--quick]``: llvm-mca's cycles per token of every variant."""
     p = argparse.ArgumentParser(prog="python -m lessonkit.cycles", description=main.__doc__)
@@ -431,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         got = fast[0].cycles_per_token
         print(f"\ntarget  {'met ' if got <= FAST_TARGET_N1 else 'MISS'}  fast on the N1 model (for the A76), "
               f"dotprod: {got:.1f} cycles/token (target <= {FAST_TARGET_N1}; an estimate)")
+    if any(e.variant in ("lowp", GROUP_LOWP[1]) for e in res):  # not in --quick, which estimates one variant
+        print(lowp_report(res))
     if args.quick:
         if not all(e.cycles_per_token > 0 for e in res):
             print("FAILED lessonkit.cycles --quick: no positive estimate", file=sys.stderr)

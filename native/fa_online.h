@@ -198,6 +198,45 @@ static inline void fa_vkq_tile_magic(float *VKQ, const int8_t *const *vr, const 
     for (int c = 0; c < hd; c += FA_VKQ_COLS) vkq_cols_rows_magic(VKQ + c, vr, c, w, n);
 }
 
+/* lowp (lesson 09, flash_attn_q8_v14_lowp): the codes of up to FA_LOWP_GROUP weights w[0 .. m),
+ * w >= 0. Each weight, relative to the group's largest, becomes an integer code C in [0, 16256]:
+ * C = (int)(w * 16256 / wmax + 0.5), so |C * d - w| <= d / 2 (plus float rounding) with the step
+ * d = wmax / 16256; C = 128 * hi + lo splits it into two bytes for the dot products (q8_simd.h).
+ * The codes past m are 0. A group with no weight above 0 gets d = 0 and codes 0. */
+static inline void fa_lowp_codes_of(fa_lowp_codes *lc, const float *w, int m)
+{
+    float u[FA_LOWP_GROUP] = {0}, wmax = 0.0f;
+    for (int j = 0; j < m; j++) {
+        u[j] = w[j];
+        wmax = w[j] > wmax ? w[j] : wmax;
+    }
+    float r = wmax > 0.0f ? (float)FA_LOWP_CMAX / wmax : 0.0f;
+    if (!(r <= 3.0e38f)) { /* wmax so small that 16256 / wmax overflows: scale the weights up first */
+        for (int j = 0; j < m; j++) u[j] *= 0x1p64f;
+        wmax *= 0x1p64f;
+        r = (float)FA_LOWP_CMAX / wmax;
+        lc->d = wmax / (float)FA_LOWP_CMAX * 0x1p-64f;
+    } else {
+        lc->d = wmax / (float)FA_LOWP_CMAX;
+    }
+    q8_lowp_codes16(lc, u, r);
+}
+
+/* lowp's accumulation for a tile: VKQ += sum_j w[j] * V_j over the tile's n V rows, the weights of
+ * each group of 16 tokens as codes (fa_lowp_codes_of) and V times them by int8 dot products
+ * (vkq_lowp_rows, q8_simd.h), folded into fp32 VKQ once per group. */
+static inline void fa_vkq_tile_lowp(float *VKQ, const int8_t *const *vr, const float *w, int n, int hd)
+{
+    for (int j0 = 0; j0 < n; j0 += FA_LOWP_GROUP) {
+        const int m = n - j0 < FA_LOWP_GROUP ? n - j0 : FA_LOWP_GROUP, ng = (m + 3) / 4;
+        fa_lowp_codes lc;
+        fa_lowp_codes_of(&lc, w + j0, m);
+        const int8_t *rows[FA_LOWP_GROUP];
+        for (int j = 0; j < 4 * ng; j++) rows[j] = vr[j0 + (j < m ? j : m - 1)]; /* padding: code 0 */
+        vkq_lowp_rows(VKQ, rows, &lc, ng, hd);
+    }
+}
+
 /* The fast version's token loop over [t_begin, t_end) from the online state (*M, *S, VKQ) on,
  * for Q already quantized (flash_attn_q8_steps.c): the split-KV kernel runs it on its chunk. */
 void fa_fast_state(const int8_t *qi, const float *qsc, int nblk, int8_t *const *k_cache_q8,

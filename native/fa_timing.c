@@ -49,10 +49,13 @@ double fa_time_group_calls(int variant, int number, float *restrict attn_out, co
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale, int G)
 {
-    if (variant < 0 || variant > 2 || number < 1 || G < 1 || G > GQA_MAX) return -1.0;
+    if (variant < 0 || variant > 3 || number < 1 || G < 1 || G > GQA_MAX) return -1.0;
     double t0 = now_ns();
     for (int i = 0; i < number; i++) {
-        if (variant == 0) /* one scan for the whole group */
+        if (variant == 3) /* one scan, lowp's accumulation */
+            flash_attn_group_q8_lowp(attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale,
+                                     seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale, G);
+        else if (variant == 0) /* one scan for the whole group */
             flash_attn_group_q8_neon(attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale,
                                      seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale, G);
         else              /* one call per query head, each reading the kv head's KV again: the

@@ -7,7 +7,8 @@
  * adds the one idea it adds to the version it builds on. 0-3 are the article's kernels (sections
  * 2 and 3) and the scalar reference; 4-10 are the steps of flash_attn_q8_steps.c, each on the one
  * before it (4 on 0); 11 is the fastest of them under its own name; 12-13 are the two-pass
- * alternatives built from the fast steps, so that they compare like with like against 11.
+ * alternatives built from the fast steps, so that they compare like with like against 11; 14 departs
+ * from the article's fp32 weights (lowp: V accumulated by int8 dot products, within a derived bound).
  * Keep one X per line: lessonkit/variants.py parses the lines. */
 #ifndef FA_VARIANTS_H
 #define FA_VARIANTS_H
@@ -27,7 +28,8 @@
     X(10, "prefetch", flash_attn_q8_v10_prefetch, "on v9: software prefetch of the K and V rows FA_PREFETCH tokens ahead") \
     X(11, "fast", flash_attn_single_q_q8_fast, "the single-head version attend() calls: v8's steps on x86, v9's (with the magic add) on aarch64") \
     X(12, "two_pass_scores_fast", flash_attn_two_pass_scores_q8_fast, "v2's three passes built from the fast steps (scores four at a time, vector exp, VKQ in registers)") \
-    X(13, "two_pass_recompute_fast", flash_attn_two_pass_recompute_q8_fast, "v3's two passes over K built from the fast steps")
+    X(13, "two_pass_recompute_fast", flash_attn_two_pass_recompute_q8_fast, "v3's two passes over K built from the fast steps") \
+    X(14, "lowp", flash_attn_q8_v14_lowp, "on v10: V times the weights by int8 dot products (sdot; VNNI on x86), each 16 tokens' weights as 14-bit codes with one fp32 step; M and S stay fp32")
 
 /* every variant's declaration (the article's signature) */
 #define FA_DECLARE(version, name, fn, adds)                                                          \

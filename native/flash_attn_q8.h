@@ -96,6 +96,21 @@ void flash_attn_single_q_q8_fast(float *restrict attn_out, const float *restrict
     const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
 
+/* Lesson 09's version lowp (flash_attn_q8_steps.c): v10 (prefetch) with V accumulated by int8 dot products,
+ * the weights of each 16 tokens as 14-bit codes with one fp32 step (M and S fp32). Not the article's
+ * arithmetic: within a bound derived from the codes' step (native/tests/test_kernel.c), not 1e-5. */
+void flash_attn_q8_v14_lowp(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale);
+
+/* The grouped kernel (flash_attn_group_q8_neon's arguments) with lowp's accumulation
+ * (flash_attn_q8_group_lowp.c): equal to G calls of flash_attn_q8_v14_lowp. */
+void flash_attn_group_q8_lowp(float *restrict attn_out, const float *restrict q,
+    int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale, int G);
+
 /* The registry of native/fa_variants.h as the library holds it: entries 0 .. fa_variant_count()-1,
  * each with its version number, name (lessonkit.timing's backend=) and the idea it adds;
  * NULL or -1 outside that range. */
@@ -113,7 +128,7 @@ double fa_time_calls(int variant, int number, float *restrict attn_out, const fl
 
 /* Time GQA over one kv head, G query heads q [G][hd] -> attn_out [G][hd]: variant 0 one call of
  * flash_attn_group_q8_neon, variant 1 G calls of flash_attn_single_q_q8_neon, variant 2 G calls of flash_attn_single_q_q8_fast (one per query head,
- * as the engine runs them). Returns the mean ns per group of G heads (-1 for a bad variant,
+ * as the engine runs them), variant 3 one call of flash_attn_group_q8_lowp. Returns the mean ns per group of G heads (-1 for a bad variant,
  * number or G). */
 double fa_time_group_calls(int variant, int number, float *restrict attn_out, const float *restrict q,
     int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,

@@ -3,7 +3,8 @@
  * idea to the version before it, stated in the comment above it, so that it reads alone and its
  * diff from that version is the idea (lesson 09 shows both). Every version computes what
  * flash_attn_single_q_q8_scalar computes, within the kernel tolerance (1e-5 of max|out|): the C
- * tests and the smoke check hold each one to it. The steps they share are written once, in
+ * tests and the smoke check hold each one to it. All but v14 lowp, which gives up the article's fp32
+ * weights where they meet V: it is held to a bound derived from its codes' step instead. The steps they share are written once, in
  * fa_online.h; native/fa_variants.h lists the versions, which lessonkit.timing times by name.
  *
  * v0 is the article's kernel (flash_attn_q8_neon.c): one token at a time, score, update, add V.
@@ -205,6 +206,42 @@ void flash_attn_q8_v10_prefetch(float *restrict attn_out, const float *restrict 
             vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
         }
         fa_vkq_tile_magic(VKQ, vr, w, n, hd);
+    }
+    fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
+}
+
+/* v14 lowp: on v10 prefetch, V times the weights by int8 dot products instead of the magic-number
+ * conversion and one fp32 multiply-add per value (fa_vkq_tile_lowp): each group of 16 tokens' weights exp(s - M) * V scale
+ * becomes 14-bit integer codes with one fp32 step for the group, split into two int8 halves, and V's
+ * int8 codes meet them in sdot (VNNI's vpdpbusd on x86) without any conversion of V to float; the
+ * int32 sums are folded into fp32 VKQ once per group. M, S and the rescales stay fp32, as in the
+ * article ("softmax 权重保持 F32" is the one thing this version gives up: its weights are not fp32 where
+ * they meet V). The price: each weight is off by up to half a step, 1/32512 of its group's largest;
+ * tests/test_lowp.py and lessonkit.lowp_error measure what that does to the output. */
+void flash_attn_q8_v14_lowp(float *restrict attn_out, const float *restrict q, int8_t *const *k_cache_q8,
+    int8_t *const *v_cache_q8, const float *restrict kscale, const float *restrict vscale,
+    int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)
+{
+    if (!fa_hd_ok(hd)) return;
+    const int nblk = hd / QBLK;
+    float qsc[HD_MAX / QBLK];
+    int8_t qi[HD_MAX];
+    fa_quantize_q(q, nblk, qi, qsc);                        /* segment 1 */
+    float M = -1e9f, S = 0.0f, VKQ[HD_MAX] = {0};
+    float st[FA_TILE4], w[FA_TILE4];                        /* the tile's scores, then its weights */
+    const int8_t *vr[FA_TILE];                              /* the tile's V rows */
+    for (int t0 = 0; t0 < seq_len; t0 += FA_TILE) {
+        const int n = seq_len - t0 < FA_TILE ? seq_len - t0 : FA_TILE;
+        for (int j = 0; FA_PREFETCH > 0 && j < n && t0 + j + FA_PREFETCH < seq_len; j++)
+            prefetch_token(k_cache_q8, v_cache_q8, t0 + j + FA_PREFETCH, kv_bs, kv_dim, kh_off, hd);
+        fa_score_tile(st, qi, qsc, nblk, k_cache_q8, kscale, t0, n, kv_dim, kv_bs, nkv, kh_off, scale);
+        fa_rescale_tile(st, n, &M, &S, VKQ, hd);            /* segment 3, once for the tile */
+        S += fa_exp_tile(w, st, n, M);                      /* S from the fp32 weights */
+        for (int j = 0; j < n; j++) {
+            w[j] *= fa_step(vscale, t0 + j, nkv);
+            vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
+        }
+        fa_vkq_tile_lowp(VKQ, vr, w, n, hd);                /* the weights as int8 codes, V by sdot */
     }
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
 }

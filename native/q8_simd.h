@@ -31,6 +31,26 @@
 #define Q8_MAGIC_BITS 0x4B400000
 #define Q8_MAGIC_F 12582912.0f
 
+/* The low-precision accumulation of lesson 09's version lowp (flash_attn_q8_v14_lowp): V times
+ * the weights by int8 dot products instead of one fp32 multiply-add per value. The weights of a group
+ * of up to FA_LOWP_GROUP = 16 tokens share one fp32 step d; each weight is the integer code
+ * C = 128 * hi + lo (0 <= C <= 16256, hi = C >> 7 and lo = C & 127 both in [0, 127]: two int8 halves,
+ * 14 bits in all, that are valid signed AND unsigned bytes), so that
+ * VKQ[i] += d * (128 * sum_j hi_j v_j[i] + sum_j lo_j v_j[i]): two int32 dot products per value and
+ * token group, exact in int32 (|sum| <= 16 * 127 * 127 * 128 < 2^31).
+ * fa_online.h makes the codes (fa_lowp_codes); these helpers do the dot products.
+ *
+ * A dot product sums four neighbouring bytes, and a V row holds neighbouring COLUMNS: so four V rows
+ * (four tokens) are interleaved first, byte by byte (two rounds of zips), giving for each column its
+ * four tokens' values side by side; then one sdot by element multiplies them by the four tokens'
+ * codes, held in one lane of the register of the group's 16 codes. */
+#define FA_LOWP_GROUP 16
+#define FA_LOWP_CMAX 16256 /* 127 * 128: the largest code, hi = 127, lo = 0 */
+typedef struct {
+    int8_t hi[FA_LOWP_GROUP], lo[FA_LOWP_GROUP]; /* the two halves of each token's code */
+    float d;                                     /* the group's step: weight ~= C * d */
+} fa_lowp_codes;
+
 #if !defined(__aarch64__)
 #include "q8_simd_x86.h"
 #endif
@@ -249,6 +269,113 @@ static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *v
 #endif
 }
 
+#if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+#define Q8_LOWP_PATH "vnni"
+#else
+#if defined(__ARM_FEATURE_DOTPROD)
+#define Q8_LOWP_PATH "sdot"
+#else
+#define Q8_LOWP_PATH "widen"
+#endif
+/* acc += the dot of each 4 bytes of a with the 4 bytes of lane `lane` of w (sdot by element) */
+#if defined(__ARM_FEATURE_DOTPROD)
+#define q8_dot_lane(acc, a, w, lane) vdotq_laneq_s32((acc), (a), (w), (lane))
+#else /* no dotprod: the lane broadcast, then i8x16_dot_s32's widening fallback (same sums) */
+#define q8_dot_lane(acc, a, w, lane) \
+    i8x16_dot_s32((acc), (a), vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(w), (lane))))
+#endif
+/* NEON: for heads g0 .. g0+H-1 (H <= 2: 16 int32 accumulators), 16 columns from c, over ng groups
+ * of 4 rows; V's rows are loaded and interleaved once for the H heads. */
+static inline __attribute__((always_inline)) void vkq_lowp16_neon(float *const *vkq, const int8_t *const *vr,
+    int c, const fa_lowp_codes *lc, int ng, const int H)
+{
+    int32x4_t ah[2][4], al[2][4];
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < 4; i++) ah[h][i] = al[h][i] = vdupq_n_s32(0);
+    int8x16_t wh[2][FA_LOWP_GROUP / 16], wl[2][FA_LOWP_GROUP / 16];
+    for (int h = 0; h < H; h++) {
+        wh[h][0] = vld1q_s8(lc[h].hi);
+        wl[h][0] = vld1q_s8(lc[h].lo);
+    }
+#define Q8_LOWP_ROWS(g)                                                                                     \
+    if ((g) < ng) {                                                                                         \
+        int8x16_t r0 = vld1q_s8(vr[4 * (g)] + c), r1 = vld1q_s8(vr[4 * (g) + 1] + c);                       \
+        int8x16_t r2 = vld1q_s8(vr[4 * (g) + 2] + c), r3 = vld1q_s8(vr[4 * (g) + 3] + c);                   \
+        int16x8_t z01a = vreinterpretq_s16_s8(vzip1q_s8(r0, r1)), z01b = vreinterpretq_s16_s8(vzip2q_s8(r0, r1)); \
+        int16x8_t z23a = vreinterpretq_s16_s8(vzip1q_s8(r2, r3)), z23b = vreinterpretq_s16_s8(vzip2q_s8(r2, r3)); \
+        int8x16_t x[4] = {vreinterpretq_s8_s16(vzip1q_s16(z01a, z23a)), vreinterpretq_s8_s16(vzip2q_s16(z01a, z23a)), \
+                          vreinterpretq_s8_s16(vzip1q_s16(z01b, z23b)), vreinterpretq_s8_s16(vzip2q_s16(z01b, z23b))}; \
+        for (int h = 0; h < H; h++)                                                                         \
+            for (int i = 0; i < 4; i++) {                                                                   \
+                ah[h][i] = q8_dot_lane(ah[h][i], x[i], wh[h][0], (g));                                      \
+                al[h][i] = q8_dot_lane(al[h][i], x[i], wl[h][0], (g));                                      \
+            }                                                                                               \
+    }
+    Q8_LOWP_ROWS(0) Q8_LOWP_ROWS(1) Q8_LOWP_ROWS(2) Q8_LOWP_ROWS(3)
+#undef Q8_LOWP_ROWS
+    for (int h = 0; h < H; h++) {
+        float32x4_t d = vdupq_n_f32(lc[h].d);
+        for (int i = 0; i < 4; i++) {
+            int32x4_t sum = vaddq_s32(vshlq_n_s32(ah[h][i], 7), al[h][i]); /* 128 * hi-part + lo-part */
+            float *o = vkq[h] + c + 4 * i;
+            vst1q_f32(o, vfmaq_f32(vld1q_f32(o), vcvtq_f32_s32(sum), d));
+        }
+    }
+}
+#endif
+
+/* The codes of 16 weights u (zero past the group's tokens) for r = 16256 / (their largest):
+ * C = (int)(u * r + 0.5) (one fused multiply-add, truncated: the same integers on every path),
+ * hi = C >> 7, lo = C & 127. */
+static inline void q8_lowp_codes16(fa_lowp_codes *lc, const float *u, float r)
+{
+#if !defined(__aarch64__) && defined(__AVX512F__)
+    q8_avx512_lowp_codes16(lc, u, r); /* q8_simd_x86.h: all sixteen in one register */
+#else
+    for (int k = 0; k < FA_LOWP_GROUP; k += 8) {
+        int32x4_t c0 = vcvtq_s32_f32(vfmaq_f32(vdupq_n_f32(0.5f), vld1q_f32(u + k), vdupq_n_f32(r)));
+        int32x4_t c1 = vcvtq_s32_f32(vfmaq_f32(vdupq_n_f32(0.5f), vld1q_f32(u + k + 4), vdupq_n_f32(r)));
+        c0 = vminq_s32(c0, vdupq_n_s32(FA_LOWP_CMAX));
+        c1 = vminq_s32(c1, vdupq_n_s32(FA_LOWP_CMAX));
+        int32x4_t h0 = vshrq_n_s32(c0, 7), h1 = vshrq_n_s32(c1, 7);
+        int32x4_t l0 = vandq_s32(c0, vdupq_n_s32(127)), l1 = vandq_s32(c1, vdupq_n_s32(127));
+        vst1_s8(lc->hi + k, vmovn_s16(vcombine_s16(vmovn_s32(h0), vmovn_s32(h1))));
+        vst1_s8(lc->lo + k, vmovn_s16(vcombine_s16(vmovn_s32(l0), vmovn_s32(l1))));
+    }
+#endif
+}
+
+/* vkq[g][0 .. hd) += d_g * sum_j C_gj * V_j[0 .. hd) for the G heads of lc[G] over the rows
+ * vr[0 .. 4 ng) (a multiple of 4: padding rows have codes 0); G <= GQA_MAX. Heads go in pairs, so
+ * that the accumulators of a pair stay in registers (16 of them on NEON and on x86). */
+static inline __attribute__((always_inline)) void vkq_lowp_rows_impl(float *const *vkq, const int8_t *const *vr,
+    const fa_lowp_codes *lc, int ng, const int G, int hd)
+{
+#if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+    q8_vnni_lowp_rows(vkq, vr, lc, ng, G, hd); /* q8_simd_x86.h */
+#else
+    for (int g = 0; g < G; g += 2)
+        for (int c = 0; c < hd; c += 16) {
+            if (g + 1 < G) vkq_lowp16_neon(vkq + g, vr, c, lc + g, ng, 2);
+            else vkq_lowp16_neon(vkq + g, vr, c, lc + g, ng, 1);
+        }
+#endif
+}
+static inline void vkq_lowp_rows(float *vkq, const int8_t *const *vr, const fa_lowp_codes *lc, int ng, int hd)
+{
+    vkq_lowp_rows_impl(&vkq, vr, lc, ng, 1, hd);
+}
+static inline void vkq_lowp_rows_group(float *const *vkq, const int8_t *const *vr, const fa_lowp_codes *lc,
+    int ng, int G, int hd)
+{
+    switch (G) { /* a constant G per case, as in vkq_cols_rows_group */
+    case 1: vkq_lowp_rows_impl(vkq, vr, lc, ng, 1, hd); break;
+    case 2: vkq_lowp_rows_impl(vkq, vr, lc, ng, 2, hd); break;
+    case 4: vkq_lowp_rows_impl(vkq, vr, lc, ng, 4, hd); break;
+    default: vkq_lowp_rows_impl(vkq, vr, lc, ng, G, hd); break;
+    }
+}
+
 /* The engine's float -> int8 cast for Q: round half away from zero, then clamp. */
 static inline int8_t q_code(float v)
 {
@@ -320,6 +447,6 @@ static inline void prefetch_token(int8_t *const *k_cache_q8, int8_t *const *v_ca
 /* The path of each helper this build compiled, e.g. "dot=avx2 dot4=vnni vkq=avx512 exp=inline
  * addv=ssse3": each name is defined by the #if branch it names, above (and in q8_simd_x86.h). */
 #define Q8_SIMD_PATHS \
-    "dot=" Q8_DOT_PATH " dot4=" Q8_DOT4_PATH " vkq=" Q8_VKQ_PATH " exp=" Q8_EXP_PATH " addv=" Q8_ADDV_PATH
+    "dot=" Q8_DOT_PATH " dot4=" Q8_DOT4_PATH " vkq=" Q8_VKQ_PATH " exp=" Q8_EXP_PATH " addv=" Q8_ADDV_PATH " lowp=" Q8_LOWP_PATH
 
 #endif

@@ -6,6 +6,7 @@
  * Nothing here is compiled without its instruction set's macro (__AVX2__, __AVX512F__, ...). */
 #ifndef Q8_SIMD_X86_H
 #define Q8_SIMD_X86_H
+#include <string.h> /* memcpy */
 /* The x86 intrinsics come through SIMDe, which includes the compiler's own x86 headers when the
  * build's flags enable them (a second #include <immintrin.h> here would clash with its aliases). */
 
@@ -143,6 +144,102 @@ static inline void q8_avx512_vkq_group(float *const *vkq, const int8_t *const *v
 }
 #endif
 
+
+#if defined(__AVX512F__)
+/* q8_lowp_codes16 (q8_simd.h) with AVX-512: the sixteen codes in one register, where SIMDe's NEON
+ * conversions check every lane for the cases NEON saturates. The same integers: a fused multiply-add,
+ * truncation (vcvttps2dq, as vcvtq_s32_f32), the same shift and mask; the narrowing is exact. */
+static inline void q8_avx512_lowp_codes16(fa_lowp_codes *lc, const float *u, float r)
+{
+    __m512 x = _mm512_fmadd_ps(_mm512_loadu_ps(u), _mm512_set1_ps(r), _mm512_set1_ps(0.5f));
+    __m512i c = _mm512_min_epi32(_mm512_cvttps_epi32(x), _mm512_set1_epi32(FA_LOWP_CMAX));
+    _mm_storeu_si128((__m128i *)lc->hi, _mm512_cvtepi32_epi8(_mm512_srai_epi32(c, 7)));
+    _mm_storeu_si128((__m128i *)lc->lo, _mm512_cvtepi32_epi8(_mm512_and_si512(c, _mm512_set1_epi32(127))));
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+/* vkq_lowp_rows (q8_simd.h) with VNNI: vpdpbusd multiplies UNSIGNED bytes by signed ones, four
+ * neighbours into an int32 lane; the codes' halves (0 .. 127) are the unsigned operand, V's codes the
+ * signed one, as they are. The unpacks interleave four rows within each 128-bit lane: accumulator i
+ * holds columns 4i .. 4i+3 of each lane's 16, put back in order once per group (a 4 x 4 transpose of
+ * lanes). W = 64 columns per step on 512-bit registers, 32 (a last chunk when hd % 64 is 32) on
+ * 256-bit ones; both written once, as macros over the register width. */
+#define Q8_LOWP_VNNI(NAME, VEC, WIDTH, LOAD, UNLO8, UNHI8, UNLO16, UNHI16, SET1, DP, SLLI, ADD, CVT, FMA, \
+                     LDPS, STPS, SET1PS, ZERO, VECPS, UNPERMUTE)                                                        \
+static inline __attribute__((always_inline)) void NAME(float *const *vkq, const int8_t *const *vr, int c,         \
+    const fa_lowp_codes *lc, int ng, const int H)                                                                  \
+{                                                                                                                  \
+    VEC ah[2][4], al[2][4];                                                                                        \
+    int32_t wh[2][FA_LOWP_GROUP / 4], wl[2][FA_LOWP_GROUP / 4];                                                    \
+    for (int h = 0; h < H; h++) {                                                                                  \
+        for (int i = 0; i < 4; i++) ah[h][i] = al[h][i] = ZERO();                                                  \
+        memcpy(wh[h], lc[h].hi, sizeof wh[h]);                                                                     \
+        memcpy(wl[h], lc[h].lo, sizeof wl[h]);                                                                     \
+    }                                                                                                              \
+    for (int g = 0; g < ng; g++) {                                                                                 \
+        VEC r0 = LOAD(vr[4 * g] + c), r1 = LOAD(vr[4 * g + 1] + c), r2 = LOAD(vr[4 * g + 2] + c),                  \
+            r3 = LOAD(vr[4 * g + 3] + c);                                                                          \
+        VEC a = UNLO8(r0, r1), b = UNHI8(r0, r1), e = UNLO8(r2, r3), f = UNHI8(r2, r3);                            \
+        VEC x[4] = {UNLO16(a, e), UNHI16(a, e), UNLO16(b, f), UNHI16(b, f)};                                       \
+        for (int h = 0; h < H; h++) {                                                                              \
+            const VEC bh = SET1(wh[h][g]), bl = SET1(wl[h][g]);                                                    \
+            for (int i = 0; i < 4; i++) {                                                                          \
+                ah[h][i] = DP(ah[h][i], bh, x[i]);                                                                 \
+                al[h][i] = DP(al[h][i], bl, x[i]);                                                                 \
+            }                                                                                                      \
+        }                                                                                                          \
+    }                                                                                                              \
+    for (int h = 0; h < H; h++) {                                                                                  \
+        const VECPS d = SET1PS(lc[h].d);                                                                           \
+        VEC s[4], o[4];                                                                                            \
+        for (int i = 0; i < 4; i++) s[i] = ADD(SLLI(ah[h][i], 7), al[h][i]);                                       \
+        UNPERMUTE(s, o);                                                                                           \
+        for (int k = 0; k < 4; k++) {                                                                              \
+            float *p = vkq[h] + c + (WIDTH) / 4 * k;                                                               \
+            STPS(p, FMA(CVT(o[k]), d, LDPS(p)));                                                                   \
+        }                                                                                                          \
+    }                                                                                                              \
+}
+/* 512 bits: s[i] lane k = columns 16k + 4i ..; o[k] = columns 16k .. 16k + 15 = lane k of s[0..3] */
+#define Q8_UNPERMUTE512(s, o) do {                                                                                 \
+        __m512i t0 = _mm512_shuffle_i32x4(s[0], s[1], 0x44), t1 = _mm512_shuffle_i32x4(s[2], s[3], 0x44);        \
+        __m512i t2 = _mm512_shuffle_i32x4(s[0], s[1], 0xEE), t3 = _mm512_shuffle_i32x4(s[2], s[3], 0xEE);        \
+        o[0] = _mm512_shuffle_i32x4(t0, t1, 0x88); o[1] = _mm512_shuffle_i32x4(t0, t1, 0xDD);                    \
+        o[2] = _mm512_shuffle_i32x4(t2, t3, 0x88); o[3] = _mm512_shuffle_i32x4(t2, t3, 0xDD);                    \
+    } while (0)
+/* 256 bits: s[i] = [columns 4i .. | 16 + 4i ..]; o[k] = columns 8k .. 8k + 7 */
+#define Q8_UNPERMUTE256(s, o) do {                                                                                 \
+        o[0] = _mm256_permute2x128_si256(s[0], s[1], 0x20); o[1] = _mm256_permute2x128_si256(s[2], s[3], 0x20);  \
+        o[2] = _mm256_permute2x128_si256(s[0], s[1], 0x31); o[3] = _mm256_permute2x128_si256(s[2], s[3], 0x31);  \
+    } while (0)
+#define Q8_LD512(p) _mm512_loadu_si512((const void *)(p))
+#define Q8_LD256(p) _mm256_loadu_si256((const __m256i *)(p))
+Q8_LOWP_VNNI(q8_vnni_lowp64, __m512i, 64, Q8_LD512, _mm512_unpacklo_epi8, _mm512_unpackhi_epi8, _mm512_unpacklo_epi16,
+             _mm512_unpackhi_epi16, _mm512_set1_epi32, _mm512_dpbusd_epi32, _mm512_slli_epi32, _mm512_add_epi32,
+             _mm512_cvtepi32_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_setzero_si512,
+             __m512, Q8_UNPERMUTE512)
+Q8_LOWP_VNNI(q8_vnni_lowp32, __m256i, 32, Q8_LD256, _mm256_unpacklo_epi8, _mm256_unpackhi_epi8, _mm256_unpacklo_epi16,
+             _mm256_unpackhi_epi16, _mm256_set1_epi32, _mm256_dpbusd_epi32, _mm256_slli_epi32, _mm256_add_epi32,
+             _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_setzero_si256,
+             __m256, Q8_UNPERMUTE256)
+static inline __attribute__((always_inline)) void q8_vnni_lowp_rows(float *const *vkq, const int8_t *const *vr,
+    const fa_lowp_codes *lc, int ng, const int G, int hd)
+{
+    for (int g = 0; g < G; g += 2) {
+        const int H = g + 1 < G ? 2 : 1;
+        int c = 0;
+        for (; c + 64 <= hd; c += 64) {
+            if (H == 2) q8_vnni_lowp64(vkq + g, vr, c, lc + g, ng, 2);
+            else q8_vnni_lowp64(vkq + g, vr, c, lc + g, ng, 1);
+        }
+        if (c < hd) { /* hd % 64 == 32 */
+            if (H == 2) q8_vnni_lowp32(vkq + g, vr, c, lc + g, ng, 2);
+            else q8_vnni_lowp32(vkq + g, vr, c, lc + g, ng, 1);
+        }
+    }
+}
+#endif
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 /* The grouped kernel's scores (flash_attn_q8_group.c) with AVX-512 VNNI: segment 2 for four tokens

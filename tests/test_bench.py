@@ -29,6 +29,7 @@ def test_tiny_run_reports_every_row():
     result = bench.run([512], repeats=1)
     row = result["rows"][512]
     want = {*bench.KERNELS, "numpy_f32", "numpy_int8"} | ({"fast"} if bench.fast_built() else set())
+    want |= {"lowp"} if "lowp" in bench.timing.VARIANTS else set()
     if llama_ggml.load()[0] is not None:
         want |= set(bench.GGML_ROWS)
     else:

@@ -59,8 +59,9 @@ def test_registry_parsed(tmp_path):
         (0, "scalar", "flash_attn_single_q_q8_scalar"), (1, "neon", "flash_attn_single_q_q8_neon"),
         (2, "tile4", "toy_tile4")]
     assert vs[2].adds == r'four tokens per \"tile\"'
-    # the grouped kernel (not in the registry: its signature has G) comes after the registry's entries
-    assert [(v.name, v.function) for v in cycles.variants(d)[3:]] == [("group4", "flash_attn_group_q8_neon")]
+    # the grouped kernels (not in the registry: their signature has G) come after the registry's entries
+    assert [(v.name, v.function) for v in cycles.variants(d)[3:]] == [
+        ("group4", "flash_attn_group_q8_neon"), ("group4_lowp", "flash_attn_group_q8_lowp")]
 
 
 def test_the_workbook_registry_and_the_grouped_kernel(tmp_path):
@@ -184,7 +185,7 @@ def test_every_registry_entry_and_the_group_get_an_estimate():
     # entry of native/fa_variants.h is left out; a model's figures are not asserted, only that each
     # is positive and derived from whole token loops. Quick: dotprod only, the N1 model, 20 iterations.
     vs = cycles.variants()
-    assert vs[-1].function == "flash_attn_group_q8_neon"
+    assert [v.function for v in vs[-2:]] == ["flash_attn_group_q8_neon", "flash_attn_group_q8_lowp"]
     res = cycles.estimate_all(("neoverse-n1",), (True,), iterations=cycles.QUICK_ITERATIONS)
     assert [e.variant for e in res] == [v.name for v in vs]
     by = {e.variant: e for e in res}
@@ -195,5 +196,17 @@ def test_every_registry_entry_and_the_group_get_an_estimate():
                                                                              e.tokens_per_period)))
     assert by["neon"].tokens_per_period == [1.0]
     native_tile = int(re.search(r"#define FA_TILE (\d+)", (native.NATIVE_DIR / "fa_online.h").read_text()).group(1))
-    for name in ("tile", "score4", "vkq_regs", "fast", "group4"):
+    for name in ("tile", "score4", "vkq_regs", "fast", "group4", "lowp", "group4_lowp"):
         assert by[name].tokens_per_period[0] == native_tile, name
+
+
+def test_lowp_report_words_its_target():
+    est = [cycles.Estimate(name, cpu, True, c, "", {}, [16], 264) for name, cpu, c in (
+        ("lowp", "neoverse-n1", 56.0), ("fast", "neoverse-n1", 84.0), ("lowp", "cortex-a55", 240.0),
+        ("group4_lowp", "neoverse-n1", 190.0), ("group4", "neoverse-n1", 212.0))]
+    text = cycles.lowp_report(est)
+    assert text.startswith("target  met   lowp on the N1 model") and "(1.50x fewer)" in text
+    assert "A55: lowp vs fast: 240.0 cycles/token (estimates)" in text  # no A55 fast estimate: no ratio
+    est[0].cycles_per_token = 70.0
+    assert cycles.lowp_report(est).startswith("target  MISS")
+    assert cycles.lowp_report([]).startswith("target  n/a ")

@@ -31,8 +31,11 @@ from ..variants import VARIANTS
 _DECLARED = header.declared()
 KERNELS = {v.name: v.function for v in VARIANTS if v.function in _DECLARED}
 BACKENDS = (*KERNELS, "numpy")
-# fa_time_group_calls: per_head runs the article kernel G times, per_head_fast the fast one
-GROUP_VARIANTS = {"group": 0, "per_head": 1, "per_head_fast": 2}
+# fa_time_group_calls: per_head runs the article kernel G times, per_head_fast the fast one,
+# group_lowp the grouped kernel with lowp's accumulation
+GROUP_VARIANTS = {"group": 0, "per_head": 1, "per_head_fast": 2, "group_lowp": 3}
+# attend_group's backends: the exact grouped kernel (the default) and lowp's (lesson 09)
+GROUP_BACKENDS = {"neon": "flash_attn_group_q8_neon", "lowp": "flash_attn_group_q8_lowp"}
 
 
 def kernel_inputs(ffi, q: np.ndarray, cache: KVCacheQ8, kv_head: int, lib=None) -> tuple:
@@ -67,8 +70,10 @@ def attend(q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = 
     backend: "neon" calls flash_attn_single_q_q8_neon, the article's kernel (SIMDe's NEON off ARM),
     "scalar" the plain C reference, "numpy" the same quantized math written in numpy;
     "two_pass_scores" and "two_pass_recompute" the article's section-3 alternatives (lesson 05);
-    "fast" flash_attn_single_q_q8_fast, the fastest numbered version (lesson 09); ``KERNELS`` lists
-    them all. scale defaults to 1/sqrt(head_dim).
+    "fast" flash_attn_single_q_q8_fast, the fastest numbered version (lesson 09); "lowp" version 14,
+    v10 (prefetch) with V accumulated by int8 dot products (weights as 14-bit codes per 16 tokens: NOT
+    the article's fp32 weights; lessonkit.lowp_error measures its error); ``KERNELS`` lists them all.
+    scale defaults to 1/sqrt(head_dim).
     trace=True (backend "neon" only) runs the traced build of the same kernel and returns
     ``(out, lessonkit.trace.Trace)``: Q's codes, the block dots, and s, M, S, VKQ after every token."""
     q, kv_head, scale = attention_args(q, cache, kv_head, scale)
@@ -99,17 +104,21 @@ def group_queries(qs, cache: KVCacheQ8) -> np.ndarray:
     return qs
 
 
-def attend_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
+def attend_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None,
+                 backend: str = "neon") -> np.ndarray:
     """Attention outputs float32 ``[G, head_dim]`` of the G query heads ``qs`` (float32
     ``[G, head_dim]``, 1 <= G <= 8) that share kv head ``kv_head``, in one call of
     flash_attn_group_q8_neon: each K and V row is read once for all G. Row g equals
-    ``lk.attend(qs[g], cache, kv_head)`` up to float rounding."""
+    ``lk.attend(qs[g], cache, kv_head)`` up to float rounding.
+    backend="lowp" calls flash_attn_group_q8_lowp instead, the same scan with lowp's accumulation
+    (lesson 09): row g equals ``lk.attend(qs[g], cache, kv_head, backend="lowp")``."""
+    check.one_of("backend", backend, GROUP_BACKENDS)
     kv_head, scale = attention_call(cache, kv_head, scale)
     qs = group_queries(qs, cache)
     ffi, lib = native.load()
     out = np.empty(qs.shape, np.float32)
-    lib.flash_attn_group_q8_neon(out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head, lib),
-                                 cache.head_dim, scale, qs.shape[0])
+    getattr(lib, GROUP_BACKENDS[backend])(out_buffer(ffi, out), *kernel_inputs(ffi, qs, cache, kv_head, lib),
+                                          cache.head_dim, scale, qs.shape[0])
     return out
 
 
@@ -118,7 +127,8 @@ def time_group(qs: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, variant: str 
                scale: float | None = None, out: np.ndarray | None = None, cores: str | None = None) -> float:
     """Median ns for all G query heads of ``qs``: variant "group" one flash_attn_group_q8_neon call,
     "per_head" G calls of flash_attn_single_q_q8_neon (the engine's way), "per_head_fast" G calls of
-    flash_attn_single_q_q8_fast (the fair peer of the grouped scan, built on the same steps). The call
+    flash_attn_single_q_q8_fast (the fair peer of the grouped scan, built on the same steps), "group_lowp" one
+    flash_attn_group_q8_lowp call (lesson 09's lowp accumulation). The call
     loop runs in C (native/fa_timing.c) with ``lessonkit.timing``'s caps, pinned to one core type
     (``cores``). ``out`` (float32 ``[G, head_dim]``, optional) receives what the timed calls computed."""
     kv_head, scale = attention_call(cache, kv_head, scale)
