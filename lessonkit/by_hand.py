@@ -183,6 +183,7 @@ TIER_A_TOKENS = 3      # 3 steps x 4 query heads = 12 calls and 24 stops in the 
 TIER_A_PROGRAM = f"from lessonkit import toy; toy.generate({TIER_A_TOKENS}, debug=True)"
 TIER_A_LOGS = {"gdb": "06_tier_a_gdb.txt", "lldb": "06_tier_a_lldb.txt"}   # in my-work/
 ENTRY_TEXT = "if (hd <= 0"     # the kernel's first statement: where a breakpoint on its name stops
+TOKEN_TEXT = "v_cache_q8[t / kv_bs]"   # segment 3, after this token's update of M and S (the loop's stop)
 MAX_TRANSCRIPT_CHARS = 8 << 20
 
 
@@ -203,7 +204,6 @@ def tier_a_log(debugger: str = "gdb") -> Path:
 
 def tier_a_lines() -> tuple[int, int]:
     """(the line a breakpoint on the kernel's name stops at, the loop line where M is updated for token t)."""
-    from .debugger import TOKEN_TEXT   # debugger imports this module; the import goes one way at load time
     return source.find_line(ENTRY_TEXT), source.find_line(TOKEN_TEXT, segment=3)
 
 

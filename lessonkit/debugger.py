@@ -18,14 +18,13 @@ import numpy as np
 
 from . import native, source
 from . import validate as check
-from .by_hand import KERNEL, checked_debugger, debugger_path, install_hint
+from .by_hand import KERNEL, TOKEN_TEXT, checked_debugger, debugger_path, install_hint
 from .language import _
 from .toy import ToyConfig, checked_config, generate
 
 MAX_OBSERVED_TOKENS = 256   # the records grow with the square of the generation's length
 MAX_TIMEOUT_S = 3600.0      # the longest wait for a debugger run
-# Where the breakpoints go, found by text (never by a typed line number):
-TOKEN_TEXT = "v_cache_q8[t / kv_bs]"   # segment 3, after this token's update of M and S
+# Where the breakpoints go, found by text (never by a typed line number; TOKEN_TEXT: by_hand.py):
 LEAVE_TEXT = "float inv"               # segment 4's first statement: the token loop is over
 MARK = "@@"                            # prefix of the lines the gdb commands print
 
