@@ -35,7 +35,7 @@ from . import check_report
 from .interrupt import BuildInterrupted, compile_stoppably, stopped  # noqa: F401
 from .files import write_atomic
 from .header import cdef
-from .language import _
+from .language import N_, _
 from .toolchain import (  # noqa: F401
     AARCH64_MARCH,
     DEFINES,
@@ -208,6 +208,12 @@ def _level_ok(record: dict, verify: str) -> bool:
     return verify != "results" or not record.get("failures")
 
 
+# The check's progress lines (tests/conftest.py has nbval compare outputs without them: whether a
+# cell checks a build depends on what this checkout built before, not on the lesson)
+CHECKING_NEW = N_("Checking the new build in a separate process (up to {timeout:.0f} s) ...")
+CHECKING_LONGER = N_("Checking this build on a cache of {n} tokens in a separate process (up to {timeout:.0f} s) ...")
+
+
 def _smoke(lib: Path, header: str, verify: str, shape: list | None = None) -> dict:
     """Run lessonkit/smoke.py on ``lib`` in a child process (``shape``: only one case, ``[seq_len,
     n_kv_heads, head_dim, block_size]``). Returns ``{"verified": level, "failures": [...], "crash":
@@ -220,10 +226,8 @@ def _smoke(lib: Path, header: str, verify: str, shape: list | None = None) -> di
         request = json.dumps({"library": str(lib), "header": header, "report": str(report), "shape": shape})
         timeout = smoke_timeout()
         # one line while it runs: a hung edit makes the student wait up to the timeout
-        print(_("Checking the new build in a separate process (up to {timeout:.0f} s) ...").format(timeout=timeout)
-              if shape is None else
-              _("Checking this build on a cache of {n} tokens in a separate process (up to {timeout:.0f} s) "
-                "...").format(n=shape[0], timeout=timeout), flush=True)
+        print(CHECKING_NEW.format(timeout=timeout) if shape is None else
+              CHECKING_LONGER.format(n=shape[0], timeout=timeout), flush=True)
         with stopped(_("the check of the build in a separate process (its processes were ended)")), \
                 open(out, "wb") as fo, open(err, "wb") as fe:
             code = _run_check(request, fo, fe, timeout)

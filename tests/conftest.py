@@ -41,3 +41,4 @@ def full_disk(monkeypatch):
     def refuse(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
     return lambda: monkeypatch.setattr(os, "replace", refuse)
+
