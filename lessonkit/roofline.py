@@ -2,7 +2,8 @@
 ``lessonkit.variants``) against the memory floor, bytes per token over the read bandwidth.
 
 ``path()`` is the article's kernel, each version that adds one idea to the one before it ("on v..."),
-then "fast"; ``check_variants()`` holds each to the scalar C kernel on awkward shapes; ``measure()``
+then "fast", then ``BOUNDED`` (lowp, which leaves the article's fp32 weights); ``check_variants()``
+holds each to the scalar C kernel on awkward shapes (lowp within its derived bound too); ``measure()``
 times them in alternation and keeps the minimum of the rounds (load on a shared machine only adds
 time); ``results(saved)`` measures everything and saves it (LESSONKIT_SAVE_RESULTS=1) or reads it back,
 with llvm-mca's ESTIMATES for the Cortex-A76 (lessonkit.cycles) beside the timings. ``steps(res)`` judges
