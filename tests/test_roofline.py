@@ -36,6 +36,23 @@ def test_every_version_passes_and_a_wrong_output_fails(monkeypatch):
     assert passed == 0 and "fast" in failures[0]
 
 
+def test_lowp_is_the_last_rung_and_held_to_its_bound(monkeypatch):
+    p = roofline.path()
+    assert p.index("fast") < p.index("lowp") == len(p) - 1  # exact versions, fast, then what leaves fp32 weights
+    # lowp is not within RTOL of the scalar kernel on these shapes (its 14-bit weights), only within its bound
+    plain = roofline.BOUNDED
+    monkeypatch.setattr(roofline, "BOUNDED", ())
+    assert roofline.check_variants(names=["lowp"])[1], "lowp within 1e-5 everywhere: the bound would be unneeded"
+    monkeypatch.setattr(roofline, "BOUNDED", plain)
+    passed, failures = roofline.check_variants(names=["lowp"])
+    assert failures == [] and passed == len(roofline.SHAPES)
+    # an output off by 3e-4 of itself is beyond the bound on most shapes (the bound is a few 1e-5 there)
+    real = roofline.run_variant
+    monkeypatch.setattr(roofline, "run_variant", lambda n, *a, **k: real(n, *a, **k) * (1 + 3e-4 * (n == "lowp")))
+    passed, failures = roofline.check_variants(names=["lowp"])
+    assert failures and all("lowp" in f for f in failures)
+
+
 def test_run_variant_checks_before_c():
     cache = lk.KVCacheQ8(1, 64, 16)
     cache.append(np.ones((3, 1, 64), np.float32), np.ones((3, 1, 64), np.float32))
