@@ -30,7 +30,7 @@ from ..language import _
 from . import (core, lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson05b, lesson06, lesson07,
                lesson08, lesson09)
 from .core import CORRECT, INCORRECT, NOT_ATTEMPTED, REGISTRY, Exercise, Field, Verdict
-from .lesson01 import l01_outlier_q, l01_predict_q  # the questions name them exercises.l01_...
+from .lesson01 import l01_outlier_q, l01_per128_queries, l01_predict_q  # the questions name them exercises.l01_...
 from .lesson02 import invariant_reference, l02_descending
 
 #: every lesson's exercises (a list each), in lesson order
@@ -39,7 +39,7 @@ ALL = tuple(ex for lesson in LESSONS for ex in lesson)
 
 __all__ = ["core", "lesson00", "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson05b", "lesson06",
            "lesson07", "lesson08", "lesson09", "CORRECT", "INCORRECT", "NOT_ATTEMPTED", "Exercise", "Field", "Verdict",
-           "LESSONS", "ALL", "overview", "l01_predict_q", "l01_outlier_q", "l02_descending", "invariant_reference"]
+           "LESSONS", "ALL", "overview", "l01_predict_q", "l01_outlier_q", "l01_per128_queries", "l02_descending", "invariant_reference"]
 
 
 def overview():

@@ -127,7 +127,7 @@ ex3 = Exercise(
     N_("For head_dim 128, segment 2 does `s += (float)dot32 * qsc[b]` once per block of 32 and token. With one "
        "scale for the whole head (qm = max|q| over all 128 values), the int32 dots could be added first and that "
        "multiply done once per token. (1) How many multiplies per token would that save? (2) What would it cost? "
-       "qs_gauss, qs_outlier = exercises.lesson01.l01_per128_queries() gives 12 Gaussian queries and 12 with outlier "
+       "qs_gauss, qs_outlier = exercises.l01_per128_queries() gives 12 Gaussian queries and 12 with outlier "
        "channels 5, 6 and 70 (in blocks 0 and 2). Quantize each query both ways: per 32 as the kernel does "
        "(quantize_q), per 128 with one qm for the whole vector (rounding.round_codes(q * (127 / qm), 'engine')). "
        "Dequantize and give the RMS error against q, per 128 divided by per 32, over the values of all 12 "
