@@ -21,7 +21,7 @@ import numpy as np
 
 from ..cache import KVCacheQ8
 from ..kernels.attention import attend
-from ..language import N_, _, language, text
+from ..language import N_, _, text
 from ..validate import short
 
 MAX_ANSWER_ITEMS = 10_000   # values in one answer; the longest right answer has a few hundred
@@ -266,10 +266,6 @@ class Exercise:
         README lists them), not in the student's text."""
         lines = [_("Lesson {lesson}, {title}").format(lesson=self.lesson, title=self.title), text(self._text)]
         lines += [f"  ({key}) {c.text}" for key, c in self.choices.items()]
-        if language() == "zh":
-            # a full-width comma or bracket typed in the answer gives Python's English "invalid character"
-            lines.append(_("Type the code with English punctuation: , : ( ) [ ] ' \" (a Chinese comma, colon, "
-                           "bracket or quote in code is a SyntaxError)."))
         if self.template is not ...:   # a whole answer of one value (a transcript) has no shape to show
             lines.append(f"answer = {shown(self.template)}")
         print("\n".join(lines))
