@@ -62,7 +62,8 @@ ex1 = Exercise(
     "block_size", N_("exercise 1: does the block size matter?"),
     N_("Lesson 00's cache (seed 0, 1000 tokens, kv head 3) built with block_size 1, 7 and 1000: are the kernel's "
        "outputs equal bit for bit to the block_size-64 output? Which kernel arguments changed (names from "
-       "{arg_names})? Fields: bit_identical is True or False; changed is a list of argument names (strings).", arg_names=', '.join(ARG_NAMES)),
+       "{arg_names})? A pointer table counts as changed when its number of entries does, a scale when the values the "
+       "kernel reads do: the addresses of a new cache always differ. Fields: bit_identical is True or False; changed is a list of argument names (strings).", arg_names=', '.join(ARG_NAMES)),
     facts=_block_size_facts, template={"bit_identical": ..., "changed": ...}, check=_block_size,
     fields={"bit_identical": Field(bool, (  # (the truth is True, the truth is False)
         N_("run it: the outputs with block sizes 1, 7 and 1000 are equal bit for bit on this machine"),
