@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import native, source
+from . import native, source, toy
 from . import validate as check
 from .env import lldb_path
 from .kernels.attention import KERNELS
@@ -207,6 +207,13 @@ def tier_a_lines() -> tuple[int, int]:
     return source.find_line(ENTRY_TEXT), source.find_line(TOKEN_TEXT, segment=3)
 
 
+def tier_a_stops() -> tuple[int, int]:
+    """(stops at the entry, stops in the loop) of tier A's generation: one call per query head and step,
+    and step k's calls see a cache of k tokens."""
+    heads = toy.ToyConfig().n_q_heads
+    return TIER_A_TOKENS * heads, heads * TIER_A_TOKENS * (TIER_A_TOKENS + 1) // 2
+
+
 def tier_a_command_line(debugger: str = "gdb", python: str | None = None) -> str:
     """The shell command that starts tier A's session on this machine: the folder, the debugger as it
     is installed here, the Python of this notebook and the toy generation."""
@@ -226,6 +233,7 @@ def tier_a_commands(debugger: str = "gdb", library: Path | str | None = None,
     debugger = checked_debugger(debugger)
     entry, loop = tier_a_lines()
     log, file = _from_folder(log or tier_a_log(debugger)), source.KERNEL_FILE.name
+    stops = tier_a_stops()
     if debugger == "gdb":
         return [
             (f"set logging file {log}", _("gdb copies what it prints into this file")),
@@ -242,7 +250,9 @@ def tier_a_commands(debugger: str = "gdb", library: Path | str | None = None,
             ("display t", _("print t at every stop from now on")),
             ("display M", _("and M (at the entry stops M is not set yet: ignore it there)")),
             ("continue", _("then press Enter again and again (Enter repeats continue) until gdb says "
-                           "[Inferior 1 (process N) exited normally]")),
+                           "[Inferior 1 (process N) exited normally]: the run stops {n} times in all ({entries} "
+                           "at the entry, {loops} in the loop), so about {n} presses").format(
+                           n=sum(stops), entries=stops[0], loops=stops[1])),
             ("set logging enabled off", _("closes the file")),
             ("quit", ""),
         ]
@@ -254,7 +264,9 @@ def tier_a_commands(debugger: str = "gdb", library: Path | str | None = None,
         (f'breakpoint set -f {file} -l {loop} -C "frame variable t M"',
          _("inside the for (t) loop, after M and S were updated: prints t and M at each stop")),
         ("continue", _("then press Enter again and again (Enter repeats continue) until lldb says "
-                       "Process N exited with status = 0")),
+                       "Process N exited with status = 0: the run stops {n} times in all ({entries} at the entry, "
+                       "{loops} in the loop), so about {n} presses").format(
+                       n=sum(stops), entries=stops[0], loops=stops[1])),
         (f"session save {log}", _("writes every command and its output to this file")),
         ("quit", ""),
     ]

@@ -481,11 +481,22 @@ def test_tier_a_accepts_a_real_session_pasted_or_logged(tier_a_session, tmp_path
     which, terminal, logged = tier_a_session
     ex = lk.exercises.lesson06.tier_a
     for text in (terminal, logged):
-        v = ex.check(text)
-        assert v and f"your {which} session" in v.message and "seq_len on entry 1 1 1 1 2 2 2 2 3 3 3 3" in v.message
+        v = ex.check(text, answers=RIGHT_TIER_A)
+        assert v and f"your {which} session is this generation's" in v.message and "24 values of M" in v.message
     f = tmp_path / "session.txt"
     f.write_text(logged)
-    assert ex.check(f) and ex.check(str(f))
+    assert ex.check(f, answers=RIGHT_TIER_A) and ex.check(str(f), answers=RIGHT_TIER_A)
+    # the session alone is not the whole answer, and its verdict states none of the answers
+    v = ex.check(logged)
+    assert v.status == E.NOT_ATTEMPTED and "answers=" in v.message and "1 1 1 1" not in v.message
+    # each wrong answer gets its own reason, read from the same generation
+    v = ex.check(logged, answers={"seq_len_first": 0, "calls_per_step": 1, "loop_runs_seq_len": True,
+                                  "M_ever_decreases": True})
+    assert v.status == E.INCORRECT and "3 answer(s)" in v.message, v.message
+    assert "shows seq_len=1" in v.message and "for 4 entry stops" in v.message and "starts over" in v.message
+
+
+RIGHT_TIER_A = {"seq_len_first": 1, "calls_per_step": 4, "loop_runs_seq_len": True, "M_ever_decreases": False}
 
 
 def replace_value(text: str, line: int, value: str) -> str:

@@ -282,7 +282,10 @@ def test_tier_a(tmp_path):
     from test_debug import typed_tier_a_session   # the session as a student types it, under the real gdb
     ex = E.lesson06.tier_a
     unused, logged = typed_tier_a_session("gdb", tmp_path)
-    assert ex.check(logged)
+    right = {"seq_len_first": 1, "calls_per_step": 4, "loop_runs_seq_len": True, "M_ever_decreases": False}
+    assert ex.check(logged, answers=right)
+    wrong = ex.check(logged, answers=right | {"loop_runs_seq_len": False})
+    assert wrong.status == E.INCORRECT and "1 answer(s)" in wrong.message and "loop_runs_seq_len" in wrong.message
     m = re.search(r"^(\d+: M = )(\S+)$", logged, flags=re.M)
     typed = logged[:m.start(2)] + f"{float(m.group(2)) + 0.01:.3f}" + logged[m.end(2):]
     bad = ex.check(typed)

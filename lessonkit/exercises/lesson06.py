@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 
 import numpy as np
 
 from .. import by_hand, debugger, kernel_copy, source, toy
 from ..language import N_, _
 from ..validate import short
-from .core import Blank, Choice, Exercise, Field, Wrong, filled, lesson04_data, register, whole
+from .core import (Blank, Choice, Exercise, Field, Wrong, _has_blank, field_of, filled, lesson04_data, register,
+                   shown, whole)
 
 
 M_RTOL, M_ATOL = 1e-5, 1e-6   # as debugger.same_records: the session's -O0 build and the traced -O3 one (FMA
@@ -22,10 +24,54 @@ def _tier_a_trace():
     return tuple(records)
 
 
-def _tier_a_facts() -> dict:
+ANSWERS_TEMPLATE = {"seq_len_first": ..., "calls_per_step": ..., "loop_runs_seq_len": ..., "M_ever_decreases": ...}
+
+
+def _tier_a_facts(answers=None) -> dict:
     rs = _tier_a_trace()
     return {"records": rs, "seq_lens": [r.seq_len for r in rs], "calls": len(rs),
-            "per_step": toy.ToyConfig().n_q_heads, "tokens": by_hand.TIER_A_TOKENS}
+            "per_step": toy.ToyConfig().n_q_heads, "tokens": by_hand.TIER_A_TOKENS, "answers": answers}
+
+
+def _tier_a_answers(answers, facts) -> str:
+    """The student's answers to tier A's questions, against the same generation (whose session was
+    checked before): the reasons of every wrong one, or the answers as the student gave them."""
+    if answers is None or answers is ...:
+        raise Blank(_("your session is this generation's; now give your answers to the three questions of "
+                      "section 1 with it: check(transcript, answers={template})").format(
+                      template=shown(ANSWERS_TEMPLATE)))
+    if not isinstance(answers, Mapping):
+        raise Wrong(_("answers is a dict like {template}; got {got}").format(
+                    template=shown(ANSWERS_TEMPLATE), got=type(answers).__name__))
+    if _has_blank(answers):
+        raise Blank(_("replace every ... in answers={template} by your answer").format(
+                      template=shown(ANSWERS_TEMPLATE)))
+    first, per_step = facts["seq_lens"][0], facts["per_step"]
+    got = {"seq_len_first": field_of(answers, "seq_len_first", int),
+           "calls_per_step": field_of(answers, "calls_per_step", int),
+           "loop_runs_seq_len": field_of(answers, "loop_runs_seq_len", bool),
+           "M_ever_decreases": field_of(answers, "M_ever_decreases", bool)}
+    wrong = []
+    if got["seq_len_first"] != first:
+        wrong.append(_("seq_len_first = {got}: the frame line of your session's first stop shows seq_len={want}; "
+                       "the first step appends its token to the cache before it calls the kernel").format(
+                       got=got["seq_len_first"], want=first))
+    if got["calls_per_step"] != per_step:
+        wrong.append(_("calls_per_step = {got}: in your session, seq_len stays the same for {want} entry stops "
+                       "before it grows by one: one call per query head").format(
+                       got=got["calls_per_step"], want=per_step))
+    if got["loop_runs_seq_len"] is not True:
+        wrong.append(_("loop_runs_seq_len = False: count the loop's stops after each entry stop of your "
+                       "session: t runs 0, 1, ... seq_len-1, seq_len stops in every call"))
+    if got["M_ever_decreases"] is not False:
+        wrong.append(_("M_ever_decreases = True: within one call of your session, M stays or grows from stop "
+                       "to stop (a running max); it starts over only in the next call, from M = -1e9"))
+    if wrong:
+        raise Wrong(_("your session is this generation's, but {n} answer(s) disagree with it: {reasons}").format(
+                    n=len(wrong), reasons="; ".join(wrong)))
+    return _("and your answers agree with it: seq_len {seq_len_first} on the first call, {calls_per_step} calls "
+             "per step, the loop runs seq_len times: {loop_runs_seq_len}, M ever decreases: "
+             "{M_ever_decreases}").format(**got)
 
 
 def _listed(values) -> str:
@@ -100,23 +146,27 @@ def _tier_a(answer, facts) -> str:
                               "same generation: a value typed by hand, or from another run").format(
                               k=k, t=t, got=M, want=m))
     n = sum(len(c.stops) for c in session.calls)
-    return _("your {debugger} session is this generation's: {calls} calls, seq_len on entry {seq}; the for (t) "
-             "loop stopped seq_len times in every call ({n} stops); M never decreased within a call, and all {n} "
-             "values agree with the kernel's trace (within {rtol:g} relative)").format(
-             debugger=session.debugger, calls=len(session.calls), seq=_listed(got), n=n, rtol=M_RTOL)
+    # the session first: its message states no answer the student has not given
+    said = _("your {debugger} session is this generation's: every seq_len, every stop in the loop and all {n} "
+             "values of M agree with the kernel's trace (within {rtol:g} relative)").format(
+             debugger=session.debugger, n=n, rtol=M_RTOL)
+    return said + "; " + _tier_a_answers(facts["answers"], facts)
 
 
 ex1 = Exercise(
     "tier_a", N_("tier A: seq_len, the token loop, M, in your own session"),
     N_("Run the session of section 4 in a terminal and answer tier A from what the debugger shows you: what is "
        "seq_len on entry, call after call? Does the for (t) loop run exactly seq_len times in one call? Does M "
-       "ever decrease within a call? Then hand in the session: check(Path('my-work/06_tier_a_gdb.txt')) for the "
-       "file gdb logged (lldb: my-work/06_tier_a_lldb.txt, written by session save), or check(text) with the text "
-       "copied from the terminal. The check compares every seq_len, every stop in the loop and every M of your "
-       "session with the kernel's trace of the same generation."),
+       "ever decrease within a call? Then hand in the session with your answers: check(transcript, "
+       "answers={...}), where transcript is Path('my-work/06_tier_a_gdb.txt') for the file gdb logged (lldb: "
+       "my-work/06_tier_a_lldb.txt, written by session save) or the text copied from the terminal. The check "
+       "compares every seq_len, every stop in the loop and every M of your session with the kernel's trace of "
+       "the same generation, then your answers with that generation."),
     facts=_tier_a_facts, check=_tier_a, template=...,
     solution=lambda f: {"seq_len on entry": f["seq_lens"], "stops in the loop per call": f["seq_lens"],
-                        "M": [[round(m, 6) for m in r.M] for r in f["records"]]},
+                        "M": [[round(m, 6) for m in r.M] for r in f["records"]],
+                        "answers": {"seq_len_first": f["seq_lens"][0], "calls_per_step": f["per_step"],
+                                    "loop_runs_seq_len": True, "M_ever_decreases": False}},
     hint=N_("gdb prints seq_len=... on the frame line of every stop; display t and display M print the loop's "
             "state at every stop in it. Press Enter to repeat continue until the program exits."))
 
@@ -257,7 +307,7 @@ ex4 = Exercise(
     "break_rescale", N_("break it: no online rescale"),
     N_("In your copy of the kernel (src = workspace.student_native(); edit src / 'flash_attn_q8_neon.c'), comment "
        "out the two lines that rescale on a new max: S *= ms; and the loop that multiplies VKQ by msv. They are in "
-       "segment 3 (the online softmax update: the second half of the article's 段2). Rebuild and load it with "
+       "segment 3 (the online softmax update; lesson 00 maps the segments to the article's parts). Rebuild and load it with "
        "ffi, lib = lk.native.load(src_dir=src, verify='crashes') (the ready cell below does both), then read its "
        "weights for the scores {rescale_scores} with debug.kernel_weights(ffi, lib, {rescale_scores}). Which tokens get too much weight (too_heavy: a letter, 'a' to "
        "'d'), and by what factor is token 0's (normalized) weight too large (factor_token0: a number, broken / "
