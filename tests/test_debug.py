@@ -544,7 +544,9 @@ def test_tier_a_names_a_missing_file(tmp_path):
 def test_tier_a_command_line_names_this_machine():
     for which in by_hand.DEBUGGERS:
         line = by_hand.tier_a_command_line(which)
-        assert str(native.REPO_DIR) in line and sys.executable in line and by_hand.TIER_A_PROGRAM in line
+        python = Path(sys.executable)   # after the cd into the workbook, a Python inside it is named from there
+        here = str(python.relative_to(native.REPO_DIR)) if python.is_relative_to(native.REPO_DIR) else str(python)
+        assert f"cd {native.REPO_DIR}\n" in line and f" {here} -c " in line and by_hand.TIER_A_PROGRAM in line
         typed = "\n".join(c for c, unused in by_hand.tier_a_commands(which))
         assert "<hash>" not in typed and str(by_hand.tier_a_lines()[1]) in typed
     lldb = "\n".join(c for c, unused in by_hand.tier_a_commands("lldb"))
