@@ -156,8 +156,8 @@ def stopped_early(done: int, repeats: int) -> None:
                     done=done, repeats=repeats, MAX_SECONDS=MAX_SECONDS), RuntimeWarning, stacklevel=3)
 
 
-def _last_level_bytes() -> int:
-    """The largest cache of CPU 0 that Linux's /sys lists (its last level); 64 MiB where there is none."""
+def last_level_bytes() -> int | None:
+    """The largest cache of CPU 0 that Linux's /sys lists (its last level), or None where it lists none."""
     sizes = []
     for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
         try:
@@ -165,7 +165,12 @@ def _last_level_bytes() -> int:
             sizes.append(int(text[:-1]) << {"K": 10, "M": 20}[text[-1]] if text[-1] in "KM" else int(text))
         except (OSError, ValueError):
             continue
-    return max(sizes) if sizes else 64 << 20
+    return max(sizes) if sizes else None
+
+
+def _last_level_bytes() -> int:
+    """The last level's bytes; 64 MiB where /sys lists no cache (macOS)."""
+    return last_level_bytes() or 64 << 20
 
 
 _flush: list[np.ndarray] = []
