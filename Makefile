@@ -211,7 +211,7 @@ test-asan-py: setup
 	if [ ! -f "$$rt" ]; then echo "FAILED test-asan-py: $(CC) has no AddressSanitizer runtime" \
 	  "(Debian: apt install build-essential, which brings libasan)"; exit 1; fi; \
 	built=$$(LESSONKIT_SANITIZE=$(ASAN_PY_SANITIZE) LD_PRELOAD="$$rt libstdc++.so.6" ASAN_OPTIONS=detect_leaks=0 \
-	  $(PY) -m lessonkit build) || exit 1; lib=$${built%% *}; \
+	  $(PY) -m lessonkit build) || exit 1; lib=$$(printf '%s\n' "$$built" | tail -n 1); lib=$${lib%% *}; \
 	if ! nm -D "$$lib" | grep -q ' __asan_'; then echo "FAILED test-asan-py: $$lib is not instrumented:" \
 	  "lessonkit/native.py ignored LESSONKIT_SANITIZE=$(ASAN_PY_SANITIZE)"; exit 1; fi; \
 	echo "sanitized library: $$lib; preloading $$rt"; \
