@@ -122,9 +122,9 @@ STEPS = [v for v in variants.VARIANTS if v.function.startswith("flash_attn_q8_v"
 
 
 def test_every_version_is_a_function_that_reads_alone():
-    """v4 .. v10 (lesson 09): each a function of flash_attn_q8_steps.c, about 20-40 lines, under a
+    """v4 .. v10 and v14 lowp (lesson 09): each a function of flash_attn_q8_steps.c, about 20-40 lines, under a
     comment that names it and the idea it adds, in the registry's order."""
-    assert [v.name for v in STEPS] == ["tile", "score4", "tile_rescale", "vexp", "vkq_regs", "magic", "prefetch"]
+    assert [v.name for v in STEPS] == ["tile", "score4", "tile_rescale", "vexp", "vkq_regs", "magic", "prefetch", "lowp"]
     starts = []
     for v in STEPS:
         first, last = function_lines(v.function, STEPS_FILE)
