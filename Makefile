@@ -341,7 +341,8 @@ wheelhouse:
 # over 127.0.0.1. pip's configuration files and PIP_* variables are dropped, so that no other
 # source (a local index, a find-links folder) can fill a gap in the wheelhouse. A namespace needs
 # root (unshare -n) or user namespaces (unshare -rn); without either it is skipped with the reason.
-OFFLINE_LESSON := notebooks/00_start_here.ipynb
+# with tests/test_nbval_compare.py, so that tests/conftest.py (nbval without the check's progress lines) is loaded
+OFFLINE_LESSON := notebooks/00_start_here.ipynb tests/test_nbval_compare.py
 # A command prefix: pip with the wheelhouse alone, no configuration file and no PIP_* variable (this
 # machine's or a developer's find-links or local index would hide a gap in the wheelhouse)
 PIP_ALONE := env $$(env | sed -n 's/^\(PIP_[A-Za-z0-9_]*\)=.*/-u \1/p') PIP_CONFIG_FILE=/dev/null
@@ -369,7 +370,7 @@ test-offline: wheelhouse
 	      echo "configurable-http-proxy $$(node "$$0/npm/node_modules/.bin/configurable-http-proxy" --version)" \
 	        || { echo "FAILED test-offline: configurable-http-proxy does not start"; exit 1; }; fi; \
 	    t2=$$(date +%s); \
-	    $(MAKE) --no-print-directory test-py WHEELHOUSE="$$0" PYTEST_ARGS=$(OFFLINE_LESSON) \
+	    $(MAKE) --no-print-directory test-py WHEELHOUSE="$$0" PYTEST_ARGS="$(OFFLINE_LESSON)" \
 	      || { echo "FAILED test-offline: $(OFFLINE_LESSON)"; exit 1; }; \
 	    t3=$$(date +%s); \
 	    echo "test-offline passed: make setup $$((t1 - t0)) s, class extra and proxy $$((t2 - t1)) s," \
