@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from . import native
+from .core import native
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,10 @@ import pytest
 import lessonkit as lk
 from lessonkit import language
 
-PKG = Path(language.__file__).resolve().parent
+# the packages whose messages the catalog holds: lessonkit, and the tools beside it (their output is the
+# student's too: make reset, make update)
+PKG = Path(lk.__file__).resolve().parent
+PACKAGES = (PKG, PKG.parent / "workbench")
 PO = language.LOCALE_DIR / "zh_CN" / "LC_MESSAGES" / "lessonkit.po"
 MO = PO.with_suffix(".mo")
 MSGFMT = shutil.which("msgfmt")
@@ -24,7 +27,7 @@ def code_messages() -> tuple[dict, list]:
     """{msgid: first place} of every _("...") and N_("...") in lessonkit, and the calls whose message
     is not a literal (which no catalog could hold)."""
     found, bad = {}, []
-    for path in sorted(p for p in PKG.rglob("*.py") if p.name != "language.py"):  # language.py defines _
+    for path in sorted(p for pkg in PACKAGES for p in pkg.rglob("*.py") if p.name != "language.py"):  # it defines _
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("_", "N_"):
@@ -110,7 +113,7 @@ def test_no_function_of_lessonkit_rebinds_the_message_function():
     """``_`` is gettext's: a throwaway ``for _ in ...`` or ``**_`` in a function that also shows a
     message would call the throwaway (a TypeError, or an UnboundLocalError, where the student sees it)."""
     bad = []
-    for path in sorted(PKG.rglob("*.py")):
+    for path in sorted(p for pkg in PACKAGES for p in pkg.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id == "_" and isinstance(node.ctx, ast.Store) \

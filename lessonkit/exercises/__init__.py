@@ -26,9 +26,8 @@ that says so.
 """
 from __future__ import annotations
 
-from ..language import _
-from . import (core, lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson05b, lesson06, lesson07,
-               lesson08, lesson09)
+from ..core.language import _
+from . import core, lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson05b, lesson06, lesson07, lesson08, lesson09
 from .core import CORRECT, INCORRECT, NOT_ATTEMPTED, REGISTRY, Exercise, Field, Verdict
 from .lesson01 import l01_outlier_q, l01_per128_queries, l01_predict_q  # the questions name them exercises.l01_...
 from .lesson02 import invariant_reference, l02_descending
@@ -44,7 +43,7 @@ __all__ = ["core", "lesson00", "lesson01", "lesson02", "lesson03", "lesson04", "
 
 def overview():
     """A table of every exercise: lesson, attribute, pytest marker, title."""
-    from ..table import Table
+    from ..display.table import Table
     rows = [(ex.lesson, f"lesson{ex.lesson}.ex{i}", ex.marker, str(ex.title))
             for lesson in LESSONS for i, ex in enumerate(lesson, start=1)]
     return Table(rows, header=[_("lesson"), _("object"), _("pytest marker"),

@@ -19,10 +19,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..cache import KVCacheQ8
-from ..kernels.attention import attend
-from ..language import N_, _, text
-from ..validate import short
+from ..core.cache import KVCacheQ8
+from ..core.attention import attend
+from ..core.language import N_, _, text
+from ..core.validate import short
 
 MAX_ANSWER_ITEMS = 10_000   # values in one answer; the longest right answer has a few hundred
 MAX_ANSWER_DEPTH = 16       # nesting of lists and dicts in one answer

@@ -5,10 +5,10 @@ import functools
 
 import numpy as np
 
-from .. import native
-from ..kernels.attention import attend
-from ..language import N_, _
-from ..validate import short
+from ..core import native
+from ..core.attention import attend
+from ..core.language import N_, _
+from ..core.validate import short
 from .core import (Choice, Exercise, Field, Wrong, field_of, items_of, kernel_q_codes, lesson00_data, make_cache,
                    register)
 

@@ -5,9 +5,10 @@ import functools
 
 import numpy as np
 
-from .. import header, rounding
-from ..language import N_, _
-from ..quant import quantize_q
+from ..core import header
+from ..lessons import rounding
+from ..core.language import N_, _
+from ..core.quant import quantize_q
 from .core import Exercise, Field, kernel_q_codes, register
 
 

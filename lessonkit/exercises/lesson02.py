@@ -5,10 +5,11 @@ import functools
 
 import numpy as np
 
-from .. import rescales, softmax, source
-from ..kernels.attention import attend
-from ..language import N_, _
-from ..synthetic import cache_with_scores
+from ..lessons import rescales, softmax
+from ..display import source
+from ..core.attention import attend
+from ..core.language import N_, _
+from ..lessons.synthetic import cache_with_scores
 from .core import Exercise, Field, Wrong, field_of, register
 
 ORDERS = {"ascending": "increasing", "rising": "increasing", "sorted": "increasing", "increasing": "increasing",

@@ -4,10 +4,12 @@ from __future__ import annotations
 import functools
 import numpy as np
 
-from .. import layout, native, source
-from ..kernels.attention import attend
-from ..language import N_, _
-from ..quant import quantize_kv_rows
+from ..lessons import layout
+from ..core import native
+from ..display import source
+from ..core.attention import attend
+from ..core.language import N_, _
+from ..core.quant import quantize_kv_rows
 from .core import Exercise, Field, make_cache, register
 
 

@@ -6,9 +6,11 @@ import shutil
 
 import numpy as np
 
-from .. import kernel_copy, native, source
-from ..language import N_, _
-from ..validate import short
+from ..lessons import kernel_copy
+from ..core import native
+from ..display import source
+from ..core.language import N_, _
+from ..core.validate import short
 from .core import MAX_ANSWER_ITEMS, Exercise, Field, Wrong, items_of, lesson04_data, register, whole
 
 

@@ -2,8 +2,8 @@
 per token of each two-pass variant by the model. Lesson 05b's (streaming, time) are in lesson05b."""
 from __future__ import annotations
 
-from .. import traffic
-from ..language import N_, _
+from ..lessons import traffic
+from ..core.language import N_, _
 from .core import Exercise, Field, register
 
 # Other head sizes than the lesson's 128, so that the lesson's printed tables do not answer them

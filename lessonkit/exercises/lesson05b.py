@@ -2,8 +2,8 @@
 first pass streams, and what makes the stored-scores variant fast on x86."""
 from __future__ import annotations
 
-from .. import streaming
-from ..language import N_
+from ..lessons import streaming
+from ..core.language import N_
 from .core import Choice, Exercise, Field, register
 
 HD, NKV, T, CHUNK = 128, 8, 32768, 512  # 32K: the lesson prints 8K and 64K

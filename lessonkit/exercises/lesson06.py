@@ -6,9 +6,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import by_hand, debugger, kernel_copy, source, toy
-from ..language import N_, _
-from ..validate import short
+from ..lessons import by_hand, debugger, kernel_copy, toy
+from ..display import source
+from ..core.language import N_, _
+from ..core.validate import short
 from .core import (Blank, Choice, Exercise, Field, Wrong, _has_blank, field_of, filled, lesson04_data, register,
                    shown, whole)
 

@@ -8,10 +8,10 @@ import functools
 
 import numpy as np
 
-from .. import precision
-from ..language import N_, _
-from ..quant import quantize_kv_rows
-from ..reference import attention
+from ..lessons import precision
+from ..core.language import N_, _
+from ..core.quant import quantize_kv_rows
+from ..core.reference import attention
 from .core import Choice, Exercise, Field, register
 
 L07_OUTLIER = 30.0    # the offset of channel 7 in exercise 1's row, in units of the others' std

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import traffic
-from ..language import N_, _
-from ..streaming import Partial, merge
+from ..lessons import traffic
+from ..core.language import N_, _
+from ..lessons.streaming import Partial, merge
 from .core import Choice, Exercise, Field, register
 
 L08_MODEL = dict(n_layers=36, n_kv_heads=8, group=4, seq_len=32768, head_dim=128)   # Qwen3-8B's config.json

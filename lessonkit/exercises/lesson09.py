@@ -3,8 +3,8 @@ several cores ask for, and what a faster loop cannot change. Right answers are c
 lessonkit.roofline, so they follow the head size and the byte count the lesson uses."""
 from __future__ import annotations
 
-from .. import roofline
-from ..language import N_
+from ..lessons import roofline
+from ..core.language import N_
 from .core import Choice, Exercise, Field, register
 
 # ---------------------------------------------------------------------------- ex1: the floor

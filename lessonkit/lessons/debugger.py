@@ -1,0 +1,326 @@
+"""Tier A of article 9-2, section 4 (lesson 06), by gdb or lldb in batch mode: breakpoints in the debug
+build's kernel during one toy generation show ``seq_len`` at entry, a token loop that runs ``seq_len``
+times and an ``M`` that never decreases. ``observe_generation(16).summary()``; without a debugger the
+same records come from the traced build."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..core import native
+from ..display import source
+from ..core import validate as check
+from .by_hand import KERNEL, TOKEN_TEXT, checked_debugger, debugger_path, install_hint
+from ..core.language import _
+from .toy import ToyConfig, checked_config, generate
+
+MAX_OBSERVED_TOKENS = 256   # the records grow with the square of the generation's length
+MAX_TIMEOUT_S = 3600.0      # the longest wait for a debugger run
+# Where the breakpoints go, found by text (never by a typed line number; TOKEN_TEXT: by_hand.py):
+LEAVE_TEXT = "float inv"               # segment 4's first statement: the token loop is over
+MARK = "@@"                            # prefix of the lines the gdb commands print
+
+
+@dataclass(frozen=True)
+class Breakpoints:
+    file: str        # the kernel file's name, as the debuggers' linespecs want it
+    token_line: int  # segment 3: once per token, M and S already updated for token t
+    leave_line: int  # segment 4: the call's last stop
+    function: str = KERNEL
+
+
+def breakpoints(path: Path | str = source.KERNEL_FILE) -> Breakpoints:
+    """The breakpoint lines, found by their text. Not the ``TRACE_TOKEN(`` line: that macro is empty
+    outside the traced build, so the line has code only in the traced copy of the kernel."""
+    return Breakpoints(Path(path).name, source.find_line(TOKEN_TEXT, segment=3, path=path),
+                       source.find_line(LEAVE_TEXT, segment=4, path=path))
+
+
+def gdb_commands(bp: Breakpoints | None = None) -> str:
+    """The batch run's gdb commands (no ``run``): each breakpoint prints one line and continues."""
+    bp = bp or breakpoints()
+    stops = ((bp.function, 'enter seq_len=%d kh_off=%d hd=%d\\n", seq_len, kh_off, hd'),
+             (f"{bp.file}:{bp.token_line}", 'token t=%d s=%.9g M=%.9g S=%.9g\\n", t, s, M, S'),
+             (f"{bp.file}:{bp.leave_line}", 'leave S=%.9g\\n", S'))
+    lines = ["set pagination off", "set confirm off", "set print thread-events off",
+             "set breakpoint pending on"]   # the library is not loaded yet: cffi dlopens it later
+    for where, fmt in stops:
+        lines += [f"break {where}", "commands", "silent", f'printf "{MARK}{fmt}', "continue", "end"]
+    return "\n".join(lines) + "\n"
+
+
+# lldb has no printf: each stop runs one ``frame variable``, and its names say which stop it was
+LLDB_STOPS = {"enter": ("seq_len", "kh_off", "hd"), "token": ("t", "s", "M", "S"), "leave": ("S",)}
+
+
+def lldb_commands(bp: Breakpoints | None = None) -> str:
+    """The same three breakpoints in lldb, auto-continuing."""
+    bp = bp or breakpoints()
+    where = {"enter": f"-n {bp.function}", "token": f"-f {bp.file} -l {bp.token_line}",
+             "leave": f"-f {bp.file} -l {bp.leave_line}"}
+    return "\n".join(["settings set auto-confirm true"] + [
+        f'breakpoint set {where[kind]} -G true -C "frame variable {" ".join(names)}"'
+        for kind, names in LLDB_STOPS.items()]) + "\n"
+
+
+def checked_timeout(timeout) -> float:
+    return check.finite_float("timeout", timeout, minimum=0.01, maximum=MAX_TIMEOUT_S)
+
+
+@dataclass
+class CallRecord:
+    """What the debugger saw in one kernel call."""
+    call: int            # index of the call in the run
+    seq_len: int         # the argument, at entry
+    kv_head: int         # kh_off / hd
+    t: list[int]         # the token index at each stop in segment 3, in order
+    s: list[float]       # the token's score there
+    M: list[float]       # M after that token
+    S: list[float]       # S after that token
+    final_S: float | None = None  # S at segment 4
+    step: int | None = None       # the generation step (from the toy's call order)
+    q_head: int | None = None
+
+    @property
+    def iterations(self) -> int:
+        return len(self.t)
+
+    @property
+    def loop_runs_seq_len(self) -> bool:   # t = 0, 1, ..., seq_len - 1, in order
+        return self.t == list(range(self.seq_len))
+
+    @property
+    def M_non_decreasing(self) -> bool:
+        return all(b >= a for a, b in zip(self.M, self.M[1:]))
+
+
+def parse_gdb_output(text: str) -> list[CallRecord]:
+    """What ``gdb_commands`` prints -> one CallRecord per call (other lines ignored); ValueError on a
+    stop outside a call."""
+    records: list[CallRecord] = []
+    pat = re.compile(re.escape(MARK) + r"(enter|token|leave) (.*)")
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = pat.search(line)
+        if not m:
+            continue
+        kind, rest = m.groups()
+        try:
+            vals = dict(kv.split("=", 1) for kv in rest.split())
+            if kind == "enter":
+                hd = int(vals["hd"])
+                records.append(CallRecord(len(records), int(vals["seq_len"]),
+                                          int(vals["kh_off"]) // hd if hd else -1, [], [], [], []))
+            elif not records or records[-1].final_S is not None:
+                raise ValueError(f"a {kind} stop outside a kernel call")
+            elif kind == "token":
+                r = records[-1]
+                r.t.append(int(vals["t"]))
+                for name in ("s", "M", "S"):
+                    getattr(r, name).append(float(vals[name]))
+            else:
+                records[-1].final_S = float(vals["S"])
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"line {n} of the gdb output: {line.strip()!r}: {e}") from None
+    return records
+
+
+def parse_lldb_output(text: str) -> list[CallRecord]:
+    """lldb's ``frame variable`` echoes and values (``(float) M = 1.25``) -> gdb's lines -> CallRecords."""
+    kinds, out = {names: kind for kind, names in LLDB_STOPS.items()}, []
+    for chunk in text.split("(lldb)")[1:]:
+        head, *rest = chunk.splitlines() or [""]
+        m = re.fullmatch(r"\s+frame variable ((?:\w+ ?)+)\s*", head)
+        want = tuple(m.group(1).split()) if m else ()
+        if want in kinds:
+            got = dict(re.findall(r"^\([^()]*\) (\w+) = (\S+)", "\n".join(l.strip() for l in rest), re.M))
+            out.append(f"{MARK}{kinds[want]} " + " ".join(f"{n}={got.get(n, '?')}" for n in want))
+    return parse_gdb_output("\n".join(out))
+
+
+@dataclass
+class Observation:
+    """The records of one observed generation, and how they were obtained."""
+    records: list[CallRecord]
+    source: str                    # "gdb", "lldb" or "trace"
+    n_tokens: int
+    config: ToyConfig
+    tokens: list[int] = field(default_factory=list)  # the generated ids, as the program printed them
+    commands: str = ""             # the debugger's command file ("" for the trace)
+    message: str = ""              # why the trace was used, if it was
+
+    def summary(self) -> dict:
+        """The three observations of tier A, computed from the records."""
+        rs, k = self.records, self.config.n_q_heads
+        seq = [r.seq_len for r in rs]
+        per_head = {}
+        for r in rs:
+            per_head.setdefault(r.q_head, []).append(r.seq_len)
+        steps = [seq[i:i + k] for i in range(0, len(seq), k)]
+        return {
+            "kernel calls": len(rs),
+            "calls per step": k,
+            "seq_len at first call": seq[0] if seq else None,
+            "seq_len at last call": seq[-1] if seq else None,
+            "same seq_len for all calls of a step": all(len(set(s)) == 1 for s in steps),
+            "seq_len grows by one per step": all(b[0] - a[0] == 1 for a, b in zip(steps, steps[1:])),
+            "seq_len grows by one per call of each query head":
+                all(all(b - a == 1 for a, b in zip(v, v[1:])) for v in per_head.values()),
+            "token loop ran exactly seq_len times in every call": all(r.loop_runs_seq_len for r in rs),
+            "M never decreased within a call": all(r.M_non_decreasing for r in rs),
+            "token-loop iterations in all": sum(r.iterations for r in rs),
+        }
+
+
+def checked_tokens(n_tokens) -> int:
+    return check.at_most("n_tokens", check.integer("n_tokens", n_tokens, minimum=1), MAX_OBSERVED_TOKENS,
+                         _("tokens of an observed generation: its records grow with the square of its length"))
+
+
+def records_from_trace(n_tokens: int, config: ToyConfig | None = None) -> tuple[list[CallRecord], list[int]]:
+    """The records without a debugger, from the traced build: the iterations are the tokens whose V row
+    address the kernel recorded. Only V rows, s, M and S are traced, for at most MAX_OBSERVED_TOKENS."""
+    return _records_from_trace(checked_tokens(n_tokens), checked_config(config))
+
+
+def _records_from_trace(n_tokens: int, config: ToyConfig) -> tuple[list[CallRecord], list[int]]:
+    gen = generate(n_tokens, config=config, trace=True, verbose=False, trace_fields=("v_rows", "s", "M", "S"))
+    traces, gen.traces, records = gen.traces, None, []
+    for i, c in enumerate(gen.calls):
+        t, traces[i] = traces[i], None  # each call's trace goes as soon as its record is made
+        done = np.flatnonzero(t.v_rows != 0).tolist()
+        records.append(CallRecord(i, c.seq_len, c.kv_head, done, t.s[done].tolist(), t.M[done].tolist(),
+                                  t.S[done].tolist(), float(t.S[-1]), c.step, c.q_head))
+    return records, gen.tokens
+
+
+def child_env() -> dict:
+    """A child Python's: this workbook's lessonkit, no thread pools (fewer threads to follow)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(native.REPO_DIR), env.get("PYTHONPATH")]))
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
+
+
+KILLED_READ_S = 5.0  # how long run_bounded reads what a killed process group left in its pipes
+
+
+def run_bounded(argv: list[str], timeout: float, merge: bool = False, **kw) -> subprocess.CompletedProcess:
+    """Run argv in its own process group; on timeout kill the group (the debugger and its program) and
+    raise subprocess.TimeoutExpired. ``merge``: stderr into stdout, in order."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                            text=True, start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:  # a helper that left the group (setsid) may still hold the pipes open: read them for a while only
+            proc.communicate(timeout=KILLED_READ_S)
+        except subprocess.TimeoutExpired:
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err or "")
+
+
+def _run_batch(exe: str, debugger: str, n_tokens: int, config: ToyConfig, timeout: float) -> tuple[str, str, str]:
+    native.build(debug=True)   # built here, so that the child finds it ready
+    conf = "" if config == ToyConfig() else f"config=toy.{config!r}, "
+    child = [sys.executable, "-c", f"from lessonkit import toy; toy.generate({n_tokens}, {conf}debug=True)"]
+    commands = gdb_commands() if debugger == "gdb" else lldb_commands()
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd_file = Path(tmp) / f"tier_a.{debugger}"
+        cmd_file.write_text(commands + "run\n")
+        if debugger == "gdb":
+            argv = [exe, "-batch", "-nx", "-iex", "set debuginfod enabled off",
+                    "-iex", "set auto-load python-scripts off", "-x", str(cmd_file), "--args", *child]
+        else:   # -x: no ~/.lldbinit; -b: quit when the commands are done (the program has exited)
+            argv = [exe, "-x", "-b", "-s", str(cmd_file), "--", *child]
+        proc = run_bounded(argv, timeout, cwd=native.REPO_DIR, env=child_env())
+    return proc.stdout, proc.stderr, commands
+
+
+def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_gdb: bool | None = None,
+                       timeout: float = 120.0, debugger: str | None = None,
+                       use_debugger: bool | None = None) -> Observation:
+    """Run ``lessonkit.toy.generate(n_tokens, debug=True)`` in a child Python under ``debugger`` ("gdb"
+    or "lldb"; None: gdb where it is installed, else lldb, as on an Apple Silicon Mac) and return one
+    CallRecord per kernel call. ``use_debugger`` (older name ``use_gdb``): None uses the debugger where
+    it works, else the traced build, ``message`` saying so and why; True requires it (RuntimeError
+    saying what to install); False always uses the trace. The run is killed after ``timeout`` seconds."""
+    chosen = ""
+    if debugger is None:
+        debugger = "gdb" if debugger_path("gdb") or not debugger_path("lldb") else "lldb"
+        if debugger == "lldb":
+            chosen = _("gdb is not installed here: lldb ran the generation")
+    debugger = checked_debugger(debugger)
+    n_tokens, timeout, config = checked_tokens(n_tokens), checked_timeout(timeout), checked_config(config)
+    if use_gdb is not None and use_debugger is not None:
+        raise TypeError(_("give use_debugger or its older name use_gdb, not both"))
+    use = use_gdb if use_debugger is None else use_debugger
+    if use is not None and not isinstance(use, bool):
+        raise TypeError(_("use_debugger must be None, True or False; got {short_use_check}").format(
+                          short_use_check=check.short(use)))
+
+    def from_trace(why: str) -> Observation:
+        records, tokens = _records_from_trace(n_tokens, config)
+        return Observation(records, "trace", n_tokens, config, tokens,
+                           message=why + _("; the records come from the traced build of the kernel instead"))
+
+    exe = debugger_path(debugger)
+    if use is False:
+        return from_trace(_("{debugger} not requested").format(debugger=debugger))
+    if exe is None:
+        if use:
+            raise RuntimeError(install_hint(debugger))
+        if debugger == "gdb" and debugger_path("lldb") is None:
+            return from_trace(_("no debugger ran: {gdb}; {lldb}").format(gdb=install_hint("gdb"),
+                                                                         lldb=install_hint("lldb")))
+        return from_trace(_("no debugger ran: {hint}").format(hint=install_hint(debugger)))
+    expected = n_tokens * config.n_q_heads
+    try:
+        out, err, commands = _run_batch(exe, debugger, n_tokens, config, timeout)
+        records = (parse_gdb_output if debugger == "gdb" else parse_lldb_output)(out)
+        if len(records) != expected:
+            tail = "\n".join((out + err).strip().splitlines()[-15:])
+            raise RuntimeError(_("{debugger} saw {records} kernel calls, expected {expected}; the end of its "
+                                 "output:\n{tail}").format(
+                                 debugger=debugger, records=len(records), expected=expected, tail=tail))
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        if use:
+            raise RuntimeError(_("the {debugger} run failed: {e}").format(debugger=debugger, e=e)) from e
+        return from_trace(_("{debugger} could not run the generation ({splitlines_e})").format(
+                            debugger=debugger, splitlines_e=str(e).splitlines()[0]))
+    for i, r in enumerate(records):   # the toy's call order: step by step, query head by query head
+        r.step, r.q_head = divmod(i, config.n_q_heads)
+    m = re.search(r"generated token ids: \[([\d, ]*)\]", out)
+    tokens = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
+    return Observation(records, debugger, n_tokens, config, tokens, commands=commands, message=chosen)
+
+
+def same_records(observation: Observation, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    """Do a debugger's records match the traced build's: the same calls, seq_len, kv heads and token
+    order, and M within ``rtol``? The debugged build is -O0, the traced one -O3 with FMA contraction,
+    so M may differ in its last bits: 1e-5 relative is about 100 float32 steps."""
+    if not isinstance(observation, Observation):
+        raise TypeError(_("observation must be what observe_generation returns; got {observation}").format(
+                          observation=type(observation).__name__))
+    if observation.source == "trace":   # the trace against itself would agree and prove nothing
+        raise ValueError(_("these records come from the traced build, not from a debugger ({message}): there is "
+                           "nothing to compare them with").format(message=observation.message))
+    traced, unused = _records_from_trace(observation.n_tokens, observation.config)
+    got = observation.records
+    return (len(got) == len(traced)
+            and all((g.seq_len, g.kv_head, g.t) == (t.seq_len, t.kv_head, t.t) for g, t in zip(got, traced))
+            and all(np.allclose(g.M, t.M, rtol=rtol, atol=atol) for g, t in zip(got, traced)))

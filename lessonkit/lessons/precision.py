@@ -1,0 +1,150 @@
+"""How precise is q8 KV? (lesson 07, a preview of article 9-3): error metrics, the kernel's error
+split into Q's part and K/V's part, and K/V quantized other ways in numpy.
+
+Only the engine's scheme runs in the compiled kernel: one raw ``max|x|`` per (token, kv head),
+codes ``floor(x * 127 / max + 0.5)``. The others are numpy what-ifs: "q8_0" (llama.cpp's reference
+quantizer: per 32 values ``d = max|x|/127``, ``roundf(x / d)``, d stored as float16), "fp16", and
+"fp16_channels" (named channels kept in float16 and out of the row's max; no engine here does it).
+``attend_scheme`` over the engine's scheme and Q codes reproduces the kernel to float32 rounding,
+which makes a comparison of schemes through it fair."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core import validate as check
+from ..core.cache import KVCacheQ8, kv_cache
+from ..core.attention import attend
+from ..core.language import _
+from .llama_ggml import dequantize_q8_0, quantize_q8_0  # noqa: F401  (lesson 07 calls them here)
+from ..core.quant import KVQ_INV
+from ..core.reference import attention
+from .rounding import q_block_scaled, round_codes
+from ..core.validate import QBLOCK
+
+SCHEMES = ("engine", "q8_0", "fp16_channels", "fp16")
+
+
+def rel_error(out, ref, channels=None) -> np.ndarray | float:
+    """``||out - ref|| / ||ref||`` over the last axis (or its ``channels``): a float or one per row."""
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    if channels is not None:
+        out, ref = out[..., channels], ref[..., channels]
+    r = np.linalg.norm(out - ref, axis=-1) / np.linalg.norm(ref, axis=-1)
+    return float(r) if np.ndim(r) == 0 else r
+
+
+def log_softmax(s) -> np.ndarray:
+    s = np.asarray(s, np.float64)
+    z = s - s.max()
+    return z - np.log(np.exp(z).sum())
+
+
+def kl_from_scores(s_p, s_q) -> float:
+    """KL(softmax(s_p) || softmax(s_q)) in nats, through log-softmax: finite even where a weight
+    of softmax(s_q) underflows to 0 (very peaked attention)."""
+    lp, lq = log_softmax(s_p), log_softmax(s_q)
+    if lp.shape != lq.shape:
+        raise ValueError(_("the score vectors must have the same shape; got {shape} and {shape2}").format(
+                           shape=lp.shape, shape2=lq.shape))
+    return float(np.sum(np.exp(lp) * (lp - lq)))
+
+
+@dataclass
+class ErrorSplit:
+    """float64 ``[n, hd]``: ``ref`` (attention on unquantized q, K, V), ``float_q`` (unquantized q
+    over the cache's int8 K, V), ``kernel``; ``total = q_part + kv_part`` by construction."""
+    ref: np.ndarray
+    float_q: np.ndarray
+    kernel: np.ndarray
+
+    total = property(lambda self: self.kernel - self.ref)
+    kv_part = property(lambda self: self.float_q - self.ref)
+    q_part = property(lambda self: self.kernel - self.float_q)
+
+    def rel(self) -> dict[str, np.ndarray]:
+        """``||part|| / ||ref||`` of each part, one per query."""
+        n = np.linalg.norm(self.ref, axis=-1)
+        return {name: np.linalg.norm(getattr(self, name), axis=-1) / n for name in ("total", "q_part", "kv_part")}
+
+
+def split_error(Q, cache: KVCacheQ8, kv_head: int, K, V, scale: float | None = None) -> ErrorSplit:
+    """The compiled kernel for every query of ``Q [n, hd]``, its error against float64 attention on
+    the rows ``K, V`` the cache was filled with, split into Q's and K/V's parts."""
+    kv_cache(cache)
+    Q = check.float32_like("Q", np.atleast_2d(Q), (None, cache.head_dim))
+    scale = check.scale(scale, cache.head_dim)
+    kernel = np.stack([attend(q, cache, kv_head, scale=scale) for q in Q]).astype(np.float64)
+    Kd, Vd = cache.dequantized(kv_head)
+    return ErrorSplit(ref=attention(Q, K, V, scale), float_q=attention(Q, Kd, Vd, scale), kernel=kernel)
+
+
+def quantize_rows_engine(x) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's K/V quantizer in numpy (C: ``kvq8_quantize_rows``): (codes int8, raw max float32);
+    a zero row gets scale 0 and codes 0."""
+    x = np.asarray(x, np.float32)
+    amax = np.abs(x).max(axis=-1)
+    safe = np.where(amax > 0, amax, np.float32(1)).astype(np.float64)
+    codes = np.floor(x.astype(np.float64) * 127.0 / safe[..., None] + 0.5)
+    return np.where(amax[..., None] > 0, codes, 0.0).astype(np.int8), amax.astype(np.float32)
+
+
+def dequantized(x, scheme: str = "engine", channels=()) -> np.ndarray:
+    """Rows ``x [..., hd]`` quantized with ``scheme`` (one of SCHEMES) and read back, float32."""
+    x = np.asarray(x, np.float32)
+    if scheme == "engine":
+        codes, amax = quantize_rows_engine(x)
+        return codes.astype(np.float32) * (amax * KVQ_INV)[..., None]
+    if scheme == "q8_0":
+        return dequantize_q8_0(*quantize_q8_0(x))
+    if scheme == "fp16":
+        return x.astype(np.float16).astype(np.float32)
+    if scheme == "fp16_channels":
+        ch = np.asarray(channels, int)
+        rest = np.setdiff1d(np.arange(x.shape[-1]), ch)
+        out = np.empty_like(x)
+        out[..., ch] = x[..., ch].astype(np.float16).astype(np.float32)
+        out[..., rest] = dequantized(x[..., rest], "engine")
+        return out
+    raise ValueError(_("scheme must be one of {map_schemes}; got {scheme!r}").format(
+                       map_schemes=', '.join(map(repr, SCHEMES)), scheme=scheme))
+
+
+def bytes_per_row(head_dim: int, scheme: str, n_fp16_channels: int = 0) -> int:
+    """Bytes of one (token, kv head) row of K or V under ``scheme`` (or "fp32"); the list of the
+    fp16 channels, once per layer, is not counted."""
+    sizes = {"engine": head_dim + 4, "q8_0": head_dim + 2 * (head_dim // QBLOCK),
+             "fp16_channels": head_dim + n_fp16_channels + 4, "fp16": 2 * head_dim, "fp32": 4 * head_dim}
+    if scheme not in sizes:
+        raise ValueError(_("unknown scheme {scheme!r}").format(scheme=scheme))
+    return sizes[scheme]
+
+
+def dequantized_q(Q) -> np.ndarray:
+    """The query the kernel uses, float64: segment 1's codes times their block scales."""
+    v, scales = q_block_scaled(np.asarray(Q, np.float32))
+    return round_codes(v, "engine").astype(np.float64) * np.repeat(scales.astype(np.float64), QBLOCK, axis=-1)
+
+
+def attend_scheme(Q, K, V, scheme: str = "engine", scale: float | None = None, quantize_query: bool = True,
+                  channels=(), v_scheme: str | None = None) -> np.ndarray:
+    """float64 attention of ``Q`` (``[hd]`` or ``[n, hd]``; the engine's int8 Q with
+    ``quantize_query``) over K, V ``[seq_len, hd]`` quantized with ``scheme`` (V: ``v_scheme``)."""
+    Kd = dequantized(K, scheme, channels)
+    Vd = dequantized(V, scheme if v_scheme is None else v_scheme, channels)
+    Q = dequantized_q(Q) if quantize_query else np.asarray(Q, np.float64)
+    out = attention(np.atleast_2d(Q), Kd, Vd, scale)
+    return out[0] if Q.ndim == 1 else out
+
+
+def outlier_rows(n: int, head_dim: int, rng: np.random.Generator, channels=(11, 64, 97),
+                 factor: float = 20.0, signs=None) -> np.ndarray:
+    """Rows like a real model's K, float32 ``[n, head_dim]``: N(0, 1), plus a constant offset of
+    ``factor`` (sign per channel, default +, -, +, ...) on ``channels``."""
+    x = rng.standard_normal((n, head_dim), dtype=np.float32)
+    ch = np.asarray(channels, int)
+    if signs is None:
+        signs = np.where(np.arange(ch.size) % 2 == 0, 1.0, -1.0)
+    x[:, ch] += np.float32(factor) * np.asarray(signs, np.float32)
+    return x

@@ -1,0 +1,470 @@
+"""How fast can the kernel go (lesson 09): the numbered versions of the registry (native/fa_variants.h,
+``lessonkit.variants``) against the memory floor, bytes per token over the read bandwidth.
+
+``path()`` is the article's kernel, each version that adds one idea to the one before it ("on v..."),
+then "fast", then ``BOUNDED`` (lowp, which leaves the article's fp32 weights); ``check_variants()``
+holds each to the scalar C kernel on awkward shapes (lowp within its derived bound too); ``measure()``
+times them in alternation and keeps the minimum of the rounds (load on a shared machine only adds
+time); ``results(saved)`` measures everything and saves it (LESSONKIT_SAVE_RESULTS=1) or reads it back,
+with llvm-mca's ESTIMATES for the Cortex-A76 (lessonkit.cycles) beside the timings. ``steps(res)`` judges
+each idea against the version before it, here (beyond a re-run's spread) and by estimate (with the
+model's error, MCA_ERROR); ``ops_per_token``, ``intensity`` and the roofs saved by ``collect`` (the N1
+model's cycles for PEAK_BLOCK, numpy's sgemm rate) place the versions on a roofline."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import cycles
+from ..core import env, native
+from ..core import validate as check
+from ..core.cache import KVCacheQ8, attention_call, kv_cache
+from ..core.files import write_atomic
+from ..core.language import _
+from ..display.table import Table
+from .traffic import SYS_CACHE, size_bytes
+from ..core.variants import BY_NAME, VARIANTS  # noqa: F401  (lesson 09 calls it here)
+from ..core.variants import adds_text as what_it_adds  # noqa: F401  (lesson 09 calls it here)
+
+SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
+HEAD_DIM = 128
+LENGTHS = (1024, 8192, 65536, 262144)
+# lengths traced for llvm-mca, in order: 7 and 13 tiles of 16, so the tiled loops repeat often enough;
+# the second pair when the first finds no loop (seen once for "magic")
+TRACE_TOKENS = ((112, 208), (144, 272))
+# the board's all-core sequential DRAM bandwidth, a cited range (docs/references.md, "All-core memory
+# bandwidth of an RK3588 board"); its single-thread figure is lessonkit.cycles.BOARD_GBPS
+BOARD_ALLCORE_GBPS = (17.0, 22.0)
+ROUNDS = 9   # interleaved rounds of the saved table (a sample is ~1 ms)
+RTOL = 1e-5  # of max|scalar out|: the versions only reorder float32 sums and fuse multiply-adds
+# (seq_len, n_kv_heads, head_dim, block_size, kv_head): one token, a tile and a bit, odd blocks, hd 32..256
+SHAPES = ((1, 1, 32, 1, 0), (15, 2, 64, 16, 1), (17, 1, 128, 4, 0), (100, 3, 96, 7, 2),
+          (333, 8, 128, 64, 5), (40, 1, 256, 64, 0), (1000, 2, 128, 3, 1))
+
+
+# llvm-mca's accuracy: the average error of basic-block throughput models (llvm-mca among them) against
+# measurements lies between 9 % and 36 % (Chen et al., BHive, IISWC 2019, as summarized by Abel and
+# Reineke, uiCA, ICS 2022, arXiv:2107.14210; x86 cores: no such study of LLVM's Neoverse N1 model was
+# found); lesson 09 puts the top of that range beside every verdict that rests on an estimate
+MCA_ERROR = (0.09, 0.36)
+# LLVM 19's Neoverse N1 model dispatches 8 micro-ops a cycle; Arm's N1 Software Optimization Guide
+# gives a narrower front end (LLVM pull request #154495, 2025, which lowered the model's width and
+# where "a value of 4 would help match the SWOG"): the lesson re-estimates with 4 to show what that does
+SWOG_DISPATCH = 4
+# the fewest vector instructions one token's useful arithmetic needs at hd 128 on the A76: 8 sdot
+# (16 int8 multiply-adds each) for K.q and 32 fmla (4 fp32 multiply-adds each) for the V sum, on enough
+# accumulators (v0-v7, v8-v27) that no chain of dependent adds holds them back: the pipes' rate alone
+PEAK_BLOCK = ([f"sdot v{i}.4s, v30.16b, v31.16b" for i in range(8)]
+              + [f"fmla v{8 + i % 20}.4s, v28.4s, v29.4s" for i in range(32)])
+
+
+def ops_per_token(head_dim: int = HEAD_DIM, heads: int = 1) -> int:
+    """The useful arithmetic of one token for ``heads`` query heads: K.q is head_dim multiply-adds and the
+    V sum head_dim more, 2 operations each (exp, scales and conversions are not counted: overhead)."""
+    return 4 * head_dim * heads
+
+
+def intensity(head_dim: int = HEAD_DIM, heads: int = 1) -> float:
+    """Arithmetic intensity, operations per byte read: the heads share one kv head's bytes."""
+    return ops_per_token(head_dim, heads) / bytes_per_token(head_dim)
+
+
+def bytes_per_token(head_dim: int = HEAD_DIM) -> int:
+    """What one token of one kv head reads at least: its int8 K and V rows and their two fp32 scales."""
+    return 2 * head_dim + 2 * 4
+
+
+def floor_ns(nbytes: float, gbps: float) -> float:
+    """The memory floor: ns per token to read ``nbytes`` at ``gbps`` GB/s."""
+    return float(nbytes) / float(gbps)
+
+
+def demand_gbps(cycles_per_token: float, ghz: float, cores: int = 1, nbytes: float | None = None) -> float:
+    """GB/s ``cores`` cores ask of memory, each running a loop of ``cycles_per_token`` at ``ghz`` on its head."""
+    return cores * (bytes_per_token() if nbytes is None else nbytes) / (cycles_per_token / ghz)
+
+
+def path() -> list[str]:
+    """The article's kernel, each version that builds on the one before it, then "fast", then the
+    versions that leave the article's fp32 weights (``BOUNDED``: lowp), the last rung."""
+    steps = [v.name for v in VARIANTS if v.adds.startswith("on v")]
+    return (["neon"] + [n for n in steps if n not in BOUNDED] + (["fast"] if "fast" in BY_NAME else [])
+            + [n for n in steps if n in BOUNDED])
+
+
+def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
+    """One call of registry version ``name`` through the library's table (fa_time_calls(version, 1, ...))."""
+    if name not in BY_NAME:
+        raise ValueError(_("name must be one of {map_by_name}; got {short_check}").format(
+                           map_by_name=', '.join(map(repr, BY_NAME)), short_check=check.short(name)))
+    kv_cache(cache)
+    q = check.float32_array("q", q, (cache.head_dim,))
+    kv_head, scale = attention_call(cache, kv_head, scale)
+    ffi, lib = native.load()
+    out = np.full(cache.head_dim, np.nan, np.float32)  # a version that writes nothing fails the check
+    lib.fa_time_calls(BY_NAME[name].version, 1, ffi.from_buffer("float[]", out, require_writable=True),
+                      ffi.from_buffer("float[]", q), *cache.kernel_args(kv_head, ffi, lib), cache.head_dim, scale)
+    return out
+
+
+# versions that depart from the article's fp32 weights, so not within RTOL of the scalar kernel: lowp's
+# 14-bit codes of the weights are off by up to 0.51 of a step each (lessonkit.smoke.lowp_bound derives
+# the bound every new build is checked against; native/tests/test_kernel.c the 0.51)
+BOUNDED = ("lowp",)
+
+
+class _Codes:
+    """One kv head of a KVCacheQ8 as lessonkit.smoke's Cache presents it (its kv head 0)."""
+
+    def __init__(self, cache: KVCacheQ8, kh: int):
+        self.T = cache.seq_len
+        self.k_scale, self.v_scale = cache.k_scales(kh)[:, None], cache.v_scales(kh)[:, None]
+        self._codes = (cache.k_codes(kh), cache.v_codes(kh))
+
+    def codes(self, unused_kh: int):
+        return self._codes
+
+
+def bounded_extra(cache: KVCacheQ8, kv_head: int, q: np.ndarray, scale: float | None = None) -> np.ndarray:
+    """float64 ``[head_dim]``: how far lowp's output may be from the exact kernels' per value (smoke.lowp_bound)."""
+    from ..core.smoke import lowp_bound
+    kv_head, scale = attention_call(cache, kv_head, scale)
+    return lowp_bound(_Codes(cache, kv_head), 0, np.asarray(q, np.float32), scale)
+
+
+def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, list[str]]:
+    """Each version of ``names`` (default ``path()``) on each shape against the scalar C kernel,
+    ``|out - scalar| <= rtol * max|scalar|``, plus for a version of ``BOUNDED`` (lowp) its derived bound
+    per value (``bounded_extra``): (checks passed, failure messages)."""
+    names = path() if names is None else list(names)
+    passed, failures = 0, []
+    for i, (T, nkv, hd, bs, kh) in enumerate(shapes):
+        rng = np.random.default_rng(90 + i)
+        cache = KVCacheQ8(nkv, hd, bs)
+        cache.append(rng.standard_normal((T, nkv, hd), dtype=np.float32) * 2,
+                     rng.standard_normal((T, nkv, hd), dtype=np.float32))
+        q = rng.standard_normal(hd, dtype=np.float32)
+        ref = run_variant("scalar", q, cache, kh)
+        tol = rtol * max(float(np.abs(ref).max()), 1e-30)
+        extra = bounded_extra(cache, kh, q) if any(n in BOUNDED for n in names) else None
+        for name in names:
+            out = run_variant(name, q, cache, kh)
+            # lowp: each value within the tolerance plus its own bound (the bound is per value)
+            gap = np.abs(out - ref) - (extra if name in BOUNDED else 0.0)
+            err = float(gap.max()) if np.isfinite(out).all() else math.inf
+            if err <= tol:
+                passed += 1
+            else:
+                failures.append(_("{name} at seq_len {T}, {nkv} kv heads, hd {hd}, blocks of {bs}: max error "
+                                  "{err:.3g} > {tol:.3g}").format(
+                                  name=name, T=T, nkv=nkv, hd=hd, bs=bs, err=err, tol=tol))
+    return passed, failures
+
+
+def cache_bytes(sysfs: Path | str = SYS_CACHE) -> int | None:
+    """The largest CPU cache (its last level) in bytes from Linux's sysfs, None where it does not say."""
+    sizes = []
+    for f in Path(sysfs).glob("index*/size"):
+        try:
+            sizes.append(size_bytes(f.read_text()))
+        except ValueError:
+            continue
+    return max(sizes) if sizes else None
+
+
+def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None = None) -> dict:
+    """ns/token of each version at each length (one kv head of head_dim 128), the minimum of ``rounds``
+    interleaved rounds; the single-thread read bandwidth (highest of the probes) and the largest CPU
+    cache; at ``extra_at`` tokens lesson 08's rows, "fast" and llama.cpp's (skipped with the reason)."""
+    from . import bench
+    names = path() if names is None else list(names)
+    res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
+               read_gbps=bench.read_bandwidth_gbps(), cache_bytes=cache_bytes(), rounds=rounds, rows={}, extra={},
+               extra_at=extra_at, skipped={})
+    for T in bench._lengths("lengths", list(lengths)):
+        cache, kh, q = bench.make_inputs(T)[:3]
+        number = max(1, 65536 // T)
+        cont = bench.kernel_contenders(names, q, cache, kh, number)
+        res["rows"][T] = {n: ns / T for n, ns in bench.interleaved(cont, rounds, stat="min").items()}
+        res["read_gbps"] = max(res["read_gbps"], bench.read_bandwidth_gbps())
+    if extra_at:
+        T = extra_at
+        cache, kh, q, K, V = bench.make_inputs(T)
+        number = max(1, 65536 // T)
+        cont = bench.beyond_contenders(q, bench.group_queries(), cache, kh, number)
+        cont.update(bench.kernel_contenders(["fast"], q, cache, kh, number))
+        gc, closing, unused, why = bench.ggml_contenders(q, K, V, 1 / math.sqrt(HEAD_DIM), number)
+        cont.update({k: gc[k] for k in ("ggml_h1_t1", "ggml_h4_t1") if k in gc})
+        if why:
+            res["skipped"]["ggml"] = why
+        res["extra"] = {n: ns / T for n, ns in bench.interleaved(cont, rounds, stat="min", close=closing).items()}
+    return res
+
+
+def a76_estimates(names=None) -> dict:
+    """{name: llvm-mca's ESTIMATE on the Neoverse N1 model (an Estimate as a dict), or why there is
+    none}; {} without the tools."""
+    if cycles.missing_tools():
+        return {}
+    out = {}
+    for n in path() if names is None else list(names):
+        for tokens in TRACE_TOKENS:
+            try:
+                out[n] = dataclasses.asdict(cycles.estimate(n, cpu="neoverse-n1", dotprod=True, tokens=tokens)[0])
+                break
+            except (RuntimeError, ValueError) as err:
+                out[n] = f"no estimate: {err}"
+    return out
+
+
+def _mca_cycles(ins: list[str], dispatch: int | None = None) -> float:
+    """llvm-mca's cycles per iteration of ``ins`` on the Neoverse N1 model (``dispatch``: another width)."""
+    cmd = [cycles.MCA, "-mtriple=aarch64", "-mcpu=neoverse-n1", f"-iterations={cycles.ITERATIONS}"]
+    r = subprocess.run(cmd + ([f"-dispatch={dispatch}"] if dispatch else []), input="\n".join(ins) + "\n",
+                       capture_output=True, text=True, timeout=600, check=True)
+    return cycles.parse_mca(r.stdout)["cycles_per_iteration"]
+
+
+def a76_dispatch_estimates(names=None, dispatch: int = SWOG_DISPATCH) -> dict:
+    """{name: cycles per token on the N1 model with ``dispatch`` micro-ops a cycle instead of the model's
+    8}, the same traced loops as a76_estimates; {} without the tools."""
+    if cycles.missing_tools():
+        return {}
+    vs = cycles.variants()
+    index = {v.name: i for i, v in enumerate(vs)}
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        exe = cycles.build(Path(d), vs, dotprod=True)
+        for n in path() if names is None else list(names):
+            for tokens in TRACE_TOKENS:
+                try:
+                    loops = cycles.token_loops(exe, index[n], vs[index[n]].function, tokens)
+                    out[n] = sum(_mca_cycles(cycles.disassemble(lp["words"], True), dispatch) / lp["tokens_per_period"]
+                                 for lp in loops)
+                    break
+                except (RuntimeError, ValueError, subprocess.CalledProcessError) as err:
+                    out[n] = f"no estimate: {err}"
+    return out
+
+
+def a76_peak_cycles() -> float | None:
+    """llvm-mca's cycles for PEAK_BLOCK on the N1 model: the fewest cycles a token's useful arithmetic
+    takes (the A76's compute roof, an estimate); None without llvm-mca."""
+    if cycles.missing_tools():
+        return None
+    return _mca_cycles(PEAK_BLOCK)
+
+
+def fp32_gflops(n: int = 1024, repeats: int = 7) -> float:
+    """GFLOP/s of numpy's float32 matrix product (BLAS sgemm) on one thread, fastest of ``repeats``: a
+    multiply-add rate this machine reaches, so a lower bound on its peak (the compute roof of lesson 09)."""
+    from threadpoolctl import threadpool_limits
+    a = np.random.default_rng(9).standard_normal((n, n), dtype=np.float32)
+    best = math.inf
+    with threadpool_limits(1):
+        for unused in range(repeats):
+            t = time.perf_counter()
+            a @ a
+            best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best / 1e9
+
+
+def collect() -> dict:
+    """Everything lesson 09 shows, measured now (about two minutes here): the table twice (the second
+    pass says how much a re-run moves), the estimates, the roofs."""
+    res = measure(LENGTHS, rounds=ROUNDS, extra_at=65536)
+    res["rows_again"] = measure(LENGTHS, rounds=ROUNDS)["rows"]
+    res.update(a76=a76_estimates(path() + [cycles.GROUP[1]]), a76_dispatch=a76_dispatch_estimates(),
+               a76_peak_cycles=a76_peak_cycles(), fp32_gflops=fp32_gflops(), llvm_mca=cycles.MCA)
+    return res
+
+
+def results(saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
+    """(the figures, where they come from): measured now and written to ``saved`` with ``save``
+    (default: LESSONKIT_SAVE_RESULTS is "1"), else read from ``saved`` (lesson 09 passes the absolute
+    path under notebooks/data/, which both editions share)."""
+    saved = Path(saved)
+    if save if save is not None else os.environ.get(SAVE_ENV) == "1":
+        res = collect()
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(saved, json.dumps(res, indent=1) + "\n")  # minutes of figures: never half a file
+        return res, _("measured now and saved to {name}").format(name=saved.name)
+    if not saved.is_file():
+        raise RuntimeError(_("no saved results in {name}: run the notebook with {SAVE_ENV}=1").format(
+                             name=saved.name, SAVE_ENV=SAVE_ENV))
+    res = json.loads(saved.read_text())
+    for key in ("rows", "rows_again"):
+        if key in res:
+            res[key] = {int(k): v for k, v in res[key].items()}
+    # the machine label was saved in English (env.machine_label); its words follow the language
+    res["machine"] = res.get("machine", "").replace("kernel backend ", _("kernel backend "))
+    return res, _("saved in {name} (run the notebook with {SAVE_ENV}=1 to measure them on your machine)").format(
+                  name=saved.name, SAVE_ENV=SAVE_ENV)
+
+
+def table(res: dict) -> Table:
+    """One row per version: ns/token at each length, the A76 estimate and its instruction mix."""
+    lengths = sorted(res["rows"])
+    rounds = (_(", fastest of {res} interleaved rounds").format(res=res['rounds'])
+              if res.get("rounds") else "")
+    rows = []
+    for n in (n for n in path() if n in res["rows"][lengths[0]]):
+        e = res.get("a76", {}).get(n)
+        if isinstance(e, dict):
+            est = [e["cycles_per_token"], e["mix"]["total"],
+                   f"{e['mix']['loads']:.0f}/{e['mix']['simd']:.0f}/{e['mix']['scalar']:.0f}"]
+        else:
+            est = ["-", "-", _("no estimate") if e else _("no llvm-mca here")]
+        rows.append([n, *(res["rows"][T][n] for T in lengths), *est])
+    k = len(lengths)
+    return Table(rows, header=[_("version"), *(f"{T // 1024}K" for T in lengths), _("A76 est."),
+                               _("instr."),
+                               _("mix per token (loads/simd/scalar)")],
+                 caption=_("ns/token on {res}{rounds} (x86 runs SIMDe's build of the NEON source, not NEON); A76 "
+                           "est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token").format(
+                           res=res['machine'], rounds=rounds),
+                 formats={**{1 + i: ".1f" for i in range(k)}, 1 + k: ".0f", 2 + k: ".0f"})
+
+
+IN_CACHE = 8192  # lesson 09 judges each idea here at 8K tokens (2.1 MiB of KV) and at the longest length
+
+
+def lengths_here(res: dict) -> tuple[int, int | None]:
+    """(IN_CACHE if its KV cache fits in the CPU's largest cache, else the shortest length; the longest
+    length whose KV cache does not fit, None if every one fits): the two cases lesson 09 judges each idea
+    at, the loop fed from the CPU's cache and the loop reading DRAM."""
+    lengths, cap = sorted(res["rows"]), res.get("cache_bytes")
+    fits = [T for T in lengths if cap and T * res["bytes_per_token"] <= cap]
+    dram = [T for T in lengths if T not in fits]
+    return (IN_CACHE if IN_CACHE in fits else lengths[0]), (dram[-1] if dram else None)
+
+
+def noise(res: dict, T: int) -> float | None:
+    """How much a re-run moves a time at length ``T``: the largest |first pass / second pass - 1| over the
+    versions (collect measures the table twice); None without a second pass."""
+    again = res.get("rows_again", {}).get(T)
+    if not again:
+        return None
+    first = res["rows"][T]
+    return max(abs(first[n] / again[n] - 1) for n in first if n in again)
+
+
+def change_verdict(change: float, margin: float) -> str:
+    """"faster" or "slower" when the relative change is beyond ``margin``, else "no clear change"."""
+    if change < -margin:
+        return _("faster")
+    if change > margin:
+        return _("slower")
+    return _("no clear change")
+
+
+MCA_STEP = 0.01  # llvm-mca is deterministic: a change under 1 % between two estimates is rounding of its cycles
+
+
+def steps(res: dict) -> list[dict]:
+    """Each idea of path() (not "fast") against the version before it: the relative change of time here
+    at the two lengths_here, of the A76 estimate, each with its verdict, and whether they agree."""
+    est = {n: e for n, e in res.get("a76", {}).items() if isinstance(e, dict)}
+    names = [n for n in path() if n != "fast" and n in res["rows"][min(res["rows"])]]
+    out = []
+    for before, now in zip(names, names[1:]):
+        row = {"name": now, "before": before}
+        for key, T in zip(("cache", "dram"), lengths_here(res)):
+            if T is None:
+                continue
+            margin = noise(res, T) or 0.0
+            c = res["rows"][T][now] / res["rows"][T][before] - 1
+            row[key] = (c, change_verdict(c, margin))
+        if now in est and before in est:
+            c = est[now]["cycles_per_token"] / est[before]["cycles_per_token"] - 1
+            row["a76"] = (c, change_verdict(c, MCA_STEP), abs(c) < MCA_ERROR[1])
+            row["bottleneck"] = est[now]["bottleneck"]
+        here = row.get("dram", row.get("cache"))
+        if here and "a76" in row:
+            row["agree"] = here[1] == row["a76"][1]
+        out.append(row)
+    return out
+
+
+def _bottleneck(text: str | None) -> str:
+    """lessonkit.cycles' bottleneck ("Resource Pressure N1UnitV1 (pressure 42% of cycles)") in the lesson's words."""
+    import re
+    m = re.match(r"^(Resource Pressure|Data Dependencies) ?(.*?) \(pressure (\d+)% of cycles\)$", text or "")
+    if not m:
+        return text or "-"
+    what = m.group(2) if m.group(1) == "Resource Pressure" and m.group(2) else _("data dependencies")
+    return _("{what} ({pct} % of cycles with backend pressure)").format(what=what, pct=m.group(3))
+
+
+def steps_table(res: dict) -> Table:
+    """steps() as a table: each change as a signed percent and its verdict."""
+    Tc, Td = lengths_here(res)
+
+    def cell(v):
+        if not v:
+            return "-"
+        text = f"{100 * v[0]:+.0f} % {v[1]}"
+        return _("{text} (within the model's error)").format(text=text) if len(v) > 2 and v[2] else text
+    head = [_("version"), _("on"), _("here at {k}K (in cache)").format(k=Tc // 1024)]
+    if Td:
+        head.append(_("here at {k}K (DRAM)").format(k=Td // 1024))
+    head += [_("A76 estimate"), _("here and estimate agree"), _("what bounds it in the model")]
+    rows = []
+    for r in steps(res):
+        agree = {True: _("yes"), False: _("no")}.get(r.get("agree"), "-")
+        rows.append([r["name"], r["before"], cell(r.get("cache")), *([cell(r.get("dram"))] if Td else []),
+                     cell(r.get("a76")), agree, _bottleneck(r.get("bottleneck"))])
+    margins = ", ".join(f"{T // 1024}K {100 * noise(res, T):.0f} %" for T in (Tc, Td) if T and noise(res, T) is not None)
+    return Table(rows, header=head,
+                 caption=_("change of time per token against the version before; here: {machine}, a change "
+                           "within a re-run's spread ({margins}) is no clear change; A76: llvm-mca ESTIMATE "
+                           "(Neoverse N1 model), whose average error is {lo:.0f}-{hi:.0f} %").format(
+                           machine=res["machine"], margins=margins or _("not measured"),
+                           lo=100 * MCA_ERROR[0], hi=100 * MCA_ERROR[1]))
+
+
+X86_MNEMONICS = ("vpdpbusd", "vcvtdq2ps", "vpaddd", "prefetcht0")  # int8 dot (VNNI), int -> float, int add, prefetch
+
+
+def instruction_counts(library: Path | str, names=None, mnemonics=X86_MNEMONICS) -> dict[str, dict[str, int]] | None:
+    """{version: {mnemonic: how often it appears in the version's compiled code}} from ``objdump -d`` of
+    ``library``; a static count (each written instruction once, not per token), over the function and the
+    parts GCC splits off it (``name.part.0``, ``name.constprop.0``); None without objdump."""
+    import re
+    import shutil
+    if shutil.which("objdump") is None:
+        return None
+    text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
+                          check=True, timeout=120).stdout
+    per_symbol, jumps, current = {}, {}, None
+    for line in text.splitlines():
+        if m := re.match(r"^[0-9a-f]+ <([^>]+)>:$", line):
+            current = m.group(1)
+            per_symbol.setdefault(current, {})
+        elif current is not None and len(f := line.split("\t")) >= 2 and f[1].split():
+            op = f[1].split()[0]
+            per_symbol[current][op] = per_symbol[current].get(op, 0) + 1
+            if op == "jmp" and (t := re.search(r"<([^>+@]+)(@plt)?>$", line)) and t.group(1) != current:
+                jumps.setdefault(current, set()).add(t.group(1))  # a tail call: fast's jump into v8's code
+
+    def code_of(fn):  # the function, the parts GCC split off it, and what they jump into, each once
+        todo, seen = [s for s in per_symbol if s == fn or s.startswith(fn + ".")], set()
+        while todo:
+            s = todo.pop()
+            if s not in seen:
+                seen.add(s)
+                todo += [t for t in jumps.get(s, ()) if t in per_symbol]
+        return seen
+    out = {}
+    for n in path() if names is None else list(names):
+        parts = code_of(BY_NAME[n].function)
+        out[n] = {m: sum(per_symbol[s].get(m, 0) for s in parts) for m in mnemonics}
+    return out

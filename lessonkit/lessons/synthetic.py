@@ -1,0 +1,40 @@
+"""Inputs with chosen properties for the lessons (introduced in lesson 02)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import validate as check
+from ..core.cache import KVCacheQ8
+from ..core.language import _
+
+MAX_BYTES = 2 << 30  # K, V and the cache of one synthetic case
+
+
+def cache_with_scores(scores, head_dim: int = 64, block_size: int = 16, V=None, seed: int = 0):
+    """A one-kv-head cache and a query for which the kernel's scores are ``scores`` (to float32
+    rounding), with ``scale = 1 / head_dim``. Returns ``(cache, q, scale)``.
+
+    How: every K row is a multiple c_t of the all-ones vector and q is all ones. Then every code
+    of K and Q is +-127, each K row's scale is |c_t|, and the score is hd * c_t * scale = c_t.
+    V: float32 ``[n, head_dim]``, random normal from ``seed`` when not given. A masked array is
+    refused (use ``.filled(value)``); at most MAX_BYTES for K, V and the cache together."""
+    head_dim = check.head_dim(head_dim)
+    block_size = check.integer("block_size", block_size, minimum=1)
+    try:
+        c = check.float32_like("scores", scores, (None,))
+    except ValueError as e:
+        raise ValueError(_("scores must be a non-empty 1-D array of finite numbers: {e}").format(e=e)) from None
+    n = c.shape[0]
+    if n == 0:
+        raise ValueError(_("scores must be a non-empty 1-D array of finite numbers; got none"))
+    rows = -(-n // block_size) * block_size  # the cache allocates whole blocks
+    check.memory(f"a synthetic cache of {n} tokens of head_dim {head_dim} (blocks of {block_size})",
+                 n * head_dim * (4 + 4) + rows * (2 * head_dim + 8), MAX_BYTES,
+                 "use fewer scores, a smaller head_dim or a smaller block_size")
+    if V is None:
+        V = np.random.default_rng(seed).standard_normal((n, head_dim), dtype=np.float32)
+    V = check.float32_like("V", V, (n, head_dim))
+    K = np.repeat(c[:, None], head_dim, axis=1)
+    cache = KVCacheQ8(1, head_dim, block_size)
+    cache.append(np.ascontiguousarray(K[:, None, :]), np.ascontiguousarray(V[:, None, :]))
+    return cache, np.ones(head_dim, np.float32), 1.0 / head_dim
