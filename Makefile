@@ -1,6 +1,6 @@
 # The workbook's two commands:
 #   make lab    set up .venv, build the kernel, open JupyterLab on your copy of lesson 00
-#               (my-work/, git-ignored: lessonkit/workspace.py; make update, make reset LESSON=04)
+#               (my-work/, git-ignored: lessonkit/lessons/workspace.py; make update, make reset LESSON=04)
 #               make lab LAB_LANG=zh (or make lab-zh) opens the Chinese lesson 00 (notebooks/zh/) instead
 #   make test   set up .venv, build the kernel, run every test (C, sanitizers, pytest, notebooks)
 #
@@ -50,7 +50,7 @@ HOST_ARCH := $(shell uname -m)
 HOST_OS   := $(shell uname -s)
 # Jupyter refuses to run as root unless told; only root (a container, CI) gets the flag
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
-# The student's copies of the lessons and of native/ (lessonkit/workspace.py's WORK_DIR; in
+# The student's copies of the lessons and of native/ (lessonkit/lessons/workspace.py's WORK_DIR; in
 # .gitignore): lessons run and saved there, so git pull never meets a student's edit
 WORK := my-work
 # The edition make lab opens: en (notebooks/) or zh (notebooks/zh/, the Chinese lessons). Not LANG,
@@ -101,13 +101,14 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: catalog setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 debug-aarch64 test-py test-bench test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
+.PHONY: catalog setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 debug-aarch64 test-py test-bench figures test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
 	@echo "make bench  time the kernel against its variants and numpy (BENCH_ARGS=--quick)"
 	@echo "make bench-a76  llvm-mca ESTIMATES of cycles per token on the RK3588's cores (A76 via the"
 	@echo "  Neoverse N1 model, A55); needs llvm-19, gcc-aarch64-linux-gnu, qemu-user (CYCLES_ARGS=--quick)"
+	@echo "make figures  measure lesson 09's saved figures again on this machine (a few minutes; a quiet machine)"
 	@echo "make update   git fetch and merge (not if it touches $(WORK)/), then copy the lessons it brought into $(WORK)/"
 	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); LESSON=zh/04 the Chinese one;"
 	@echo "  LESSON=glossary the glossary; make reset-native: the kernel copy"
@@ -148,15 +149,15 @@ lab-zh:
 
 # Copy each lesson that has no working copy yet into $(WORK)/; existing copies are never touched
 copies: setup
-	LESSONKIT_LANG=$(LAB_LANG) $(PY) -m lessonkit.workspace copies
+	LESSONKIT_LANG=$(LAB_LANG) $(PY) -m workbench workspace copies
 
 # The update: git fetch, then a fast-forward to the new commits unless they touch $(WORK)/ (git would
-# overwrite a student's ignored copy there without a word: lessonkit/workspace.py's update), then (in a
+# overwrite a student's ignored copy there without a word: workbench/workspace.py's update), then (in a
 # new make, so that setup sees a changed pyproject.toml) the copies of lessons the update added. A merge
 # that stops on a conflict was meant for native/ or notebooks/ edited in place: the README's "Your own
 # copies" says how to keep that work.
 update: setup
-	@LESSONKIT_LANG=$(LAB_LANG) $(PY) -m lessonkit.workspace update
+	@LESSONKIT_LANG=$(LAB_LANG) $(PY) -m workbench workspace update
 	$(MAKE) copies
 
 # Start one lesson over; the old copy moves to $(WORK)/old/. No setup: it needs only the .venv that
@@ -169,11 +170,11 @@ reset: export LESSON_ARG = $(value LESSON)
 reset:
 	@if [ -z "$$LESSON_ARG" ]; then echo "say which lesson: make reset LESSON=04"; exit 1; fi
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it, and your copies"; exit 1; fi
-	@$(PY) -m lessonkit.workspace reset -- "$$LESSON_ARG"
+	@$(PY) -m workbench workspace reset -- "$$LESSON_ARG"
 
 reset-native:
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it"; exit 1; fi
-	$(PY) -m lessonkit.workspace reset-native
+	$(PY) -m workbench workspace reset-native
 
 test: build test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline test-class
 
@@ -305,8 +306,8 @@ test-py: setup
 # Both benchmarks in their quick modes: that they run and print every row and target (met, MISS or
 # why not measured), not what the figures are (a shared CI machine's timings say little).
 test-bench: build
-	$(PY) -m lessonkit.bench --quick
-	$(PY) -m lessonkit.cycles --quick
+	$(PY) -m workbench bench --quick
+	$(PY) -m workbench a76 --quick
 
 # Every wheel an offline set-up installs, for this machine's Python ($(PYTHON)) and CPU: the project's
 # dependencies with every extra of WHEELHOUSE_EXTRAS, what the isolated build of pip install -e .
@@ -431,14 +432,21 @@ test-class: setup
 	  $(PY) -m pytest -q -p no:cacheprovider class/tests; \
 	fi
 
-# Speed is measured here, never in tests: ns per token, GB/s and the target ratios.
+# Speed is measured here, never in tests: ns per token, GB/s and the target ratios (workbench/bench.py; every
+# tool of workbench/: python -m workbench --help).
 bench: build
-	$(PY) -m lessonkit.bench $(BENCH_ARGS)
+	$(PY) -m workbench bench $(BENCH_ARGS)
 
 # Estimated, never measured: llvm-mca's cycles per token of each kernel's token loop, cross-compiled
 # for aarch64 (no build of the local library needed); it skips with a message where tools are missing.
 bench-a76: setup
-	$(PY) -m lessonkit.cycles $(CYCLES_ARGS)
+	$(PY) -m workbench a76 $(CYCLES_ARGS)
+
+# Lesson 09's saved figures measured again on this machine (notebooks/data/09_how_fast.json, which both editions
+# read; workbench/figures.py): the versions timed twice, lesson 08's and llama.cpp's rows, the A76 estimates, the
+# roofs. A few minutes; run it on a quiet machine, then run lesson 09 again.
+figures: build
+	$(PY) -m workbench figures
 
 # The one message catalog: msgfmt checks the .po (every entry translated, none fuzzy, the same fields
 # as its English) and compiles the .mo that Python's gettext reads; the .mo is committed, so a student

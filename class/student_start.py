@@ -4,7 +4,7 @@
    bundle (classroom.py publish) on the first start, updated on every later start with nbgitpuller's merge (a file the
    student changed keeps the student's version; a file they deleted comes back).
 2. Their lesson copies in ``~/flash-attn-q8/my-work/``, exactly as ``make lab`` and ``make update``
-   make them (``python -m lessonkit.workspace copies``): a lesson the student edited is never
+   make them (``python -m workbench workspace copies``): a lesson the student edited is never
    overwritten.
 3. For a student whose roster language is English, JupyterLab's language setting is set to English
    once (the class default is Chinese); after that it is the student's own setting.

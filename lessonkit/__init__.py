@@ -9,9 +9,9 @@ It is built in layers; each imports only the layers above it in this list, never
     lessons/    each lesson's own helpers, a module per topic (its docstring names the lesson)
     exercises/  the auto-checked exercises, a module per lesson
 
-The tools that only authors, teachers and the Makefile run (the edition builder, the benchmark's command
-line, the A76 estimates, the lesson copies) are the package ``workbench`` beside this one, which lessonkit
-never imports.
+The tools that only authors, teachers and the Makefile run (the kernel build's command line, the edition
+builder, the benchmark's command line and report, llama.cpp's harness, the A76 estimates, lesson 09's saved
+figures, the lesson copies) are the package ``workbench`` beside this one, which lessonkit never imports.
 
 The lessons and their text use short names: ``lk.attend``, ``lk.native``, ``from lessonkit import bench,
 roofline``, ``from lessonkit.table import Table``, ``lessonkit.quant.quantize_q``. Each short module name is an
@@ -32,8 +32,8 @@ _LAYERS = {
     "core": ("attention cache check_report env files header interrupt language native quant reference smoke timing "
              "toolchain trace validate variants"),
     "display": "checks plotstyle punctuation source table",
-    "lessons": ("bench by_hand cycles dataflow debug debugger edition kernel_copy layout llama_ggml lowp_error "
-                "precision rescales rounding roofline softmax split streaming synthetic toy traffic workspace"),
+    "lessons": ("bench by_hand dataflow debug debugger kernel_copy layout lowp_error precision rescales rounding "
+                "roofline softmax split streaming synthetic toy traffic workspace"),
 }
 #: short name -> the module's full name in its layer
 ALIASES = {f"{__name__}.{name}": f"{__name__}.{layer}.{name}" for layer, names in _LAYERS.items()

@@ -138,7 +138,7 @@ static inline int32x4_t i8x32_dot4_s32(const int8_t *q, const int8_t *k0, const 
 /* V's sixteen int8 to two int16x8 for the magic-number conversion. On aarch64 as saddl with a zero
  * register, not sxtl: the same values, but in LLVM's Neoverse N1 model (the A76's sibling) sxtl, a
  * shift, issues on the V1 pipe only, while saddl issues on V0 or V1, so the widening spreads over
- * both vector pipes (lessonkit.cycles reports which pipe bounds a loop). A model's estimate, to be
+ * both vector pipes (make bench-a76 reports which pipe bounds a loop). A model's estimate, to be
  * checked on a board. */
 static inline void q8_widen_s8(int8x16_t v8, int16x8_t *lo, int16x8_t *hi)
 {

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import lessonkit as lk
-from lessonkit import bench, kernels, llama_ggml
+from lessonkit import kernels
+from workbench import bench, llama_ggml
 
 needs_ggml = pytest.mark.skipif(llama_ggml.load()[0] is None, reason=str(llama_ggml.load()[1]))
 

@@ -110,7 +110,7 @@ def test_z2jh_values_keep_the_class_defaults():
     assert url.startswith("/git-pull?") and "branch=main" in url and "targetPath=flash-attn-q8" in url
     assert "urlpath=lab%2Ftree%2Fflash-attn-q8%2Fmy-work%2Fzh%2F00_start_here.ipynb" in url
     hook = " ".join(su["lifecycleHooks"]["postStart"]["exec"]["command"])
-    assert "gitpuller " in hook and "python -m lessonkit.workspace copies" in hook
+    assert "gitpuller " in hook and "python -m workbench workspace copies" in hook
     # the lesson the student lands on is one the copies make
     assert (REPO / "notebooks" / "zh" / "00_start_here.ipynb").is_file()
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from lessonkit import edition
+from workbench import edition
 
 EN = edition.en_lessons()
 IDS = [p.stem for p in EN]

@@ -144,11 +144,11 @@ def test_aarch64_line_code_tells_fused_from_plain_multiplies():
     """The line s += dot32 * qsc[b] compiles to fmadd for aarch64 (GCC contracts it), while
     s = s * ks * scale compiles to plain fmul: the helper's count tells the two apart."""
     import shutil
-    from lessonkit import cycles
-    if shutil.which(cycles.CC) is None:
-        pytest.skip(f"{cycles.CC} is not installed")
+    from lessonkit.core.toolchain import AARCH64_CC
+    if shutil.which(AARCH64_CC) is None:
+        pytest.skip(f"{AARCH64_CC} is not installed")
     fused = df.aarch64_line_code("s += (float)dot32 * qsc[b]", segment=2)
     plain = df.aarch64_line_code("s = s * ks * scale", segment=2)
     assert fused.mnemonics.get("fmadd", 0) >= 1 and "fmul" not in fused.mnemonics, fused
     assert plain.mnemonics.get("fmul", 0) >= 1 and "fmadd" not in plain.mnemonics, plain
-    assert str(fused).startswith(cycles.CC) and f"line {fused.line} " in str(fused)
+    assert str(fused).startswith(AARCH64_CC) and f"line {fused.line} " in str(fused)

@@ -1,6 +1,6 @@
 """The Chinese edition (notebooks/zh/) cannot drift from the English one: every English markdown
 cell and every English code cell's prose (strings and comments) has a translation that records which
-version of it it translates, the Chinese notebooks are exactly what lessonkit.edition builds from the
+version of it it translates, the Chinese notebooks are exactly what workbench/edition.py builds from the
 English lessons and the translations (the code cells are the English ones with their prose filled
 in), their text is Chinese, and every link in both editions leads somewhere."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lessonkit import edition
+from workbench import edition
 
 REPO = edition.REPO_DIR
 EN = edition.en_lessons()
@@ -42,7 +42,7 @@ def test_the_chinese_lesson_is_built_from_the_english_one(en):
     markdown from the translation file, with the English cell's sha in its metadata. (Outputs are
     the Chinese run's own.)"""
     zh_path = edition.zh_path(en)
-    assert zh_path.exists(), f"no {zh_path.relative_to(REPO)}: python -m lessonkit.edition build {en.stem[:3]} --execute"
+    assert zh_path.exists(), f"no {zh_path.relative_to(REPO)}: python -m workbench edition build {en.stem[:3]} --execute"
     english, chinese = load(en)["cells"], load(zh_path)["cells"]
     first, rest = chinese[0], chinese[1:]
     assert first["cell_type"] == "code" and first["id"] == edition.LANGUAGE_CELL_ID
@@ -50,7 +50,7 @@ def test_the_chinese_lesson_is_built_from_the_english_one(en):
     assert [(c["id"], c["cell_type"]) for c in rest] == [(c["id"], c["cell_type"]) for c in english]
     blocks = {b.cell_id: b for b in edition.read_blocks(edition.source_path(en)) if b.kind == "cell"}
     pairs = {b.cell_id: edition.read_pairs(b) for b in edition.read_blocks(edition.source_path(en)) if b.kind == "code"}
-    rebuild = f"python -m lessonkit.edition build {en.stem[:3]} --execute"
+    rebuild = f"python -m workbench edition build {en.stem[:3]} --execute"
     for e, z in zip(english, rest):
         if e["cell_type"] == "code":
             filled = edition.fill(edition.cell_text(e), pairs.get(e["id"], []))
@@ -68,7 +68,7 @@ def test_the_chinese_lesson_has_been_run(en):
     every code cell that the English lesson ran has an execution count."""
     for e, z in zip(load(en)["cells"], load(edition.zh_path(en))["cells"][1:]):
         if e["cell_type"] == "code" and e.get("execution_count"):
-            assert z.get("execution_count"), f"cell {z['id']} has no outputs yet: lessonkit.edition build ... --execute"
+            assert z.get("execution_count"), f"cell {z['id']} has no outputs yet: python -m workbench edition build ... --execute"
 
 
 def test_a_changed_english_cell_is_reported_stale(tmp_path, monkeypatch):

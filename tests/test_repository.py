@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# my-work/: the student's own copies (lessonkit/workspace.py), git-ignored, not the repository's text
+# my-work/: the student's own copies (lessonkit/lessons/workspace.py), git-ignored, not the repository's text
 # wheelhouse/ and build/: make wheelhouse's downloads (other projects' files) and setuptools' scratch copy, git-ignored too
 SKIP_DIRS = {".git", ".venv", ".build", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", "my-work", "wheelhouse", "build"}
 # the developers' notes, which students never see; spelled in two parts so that this file names them nowhere

@@ -75,12 +75,12 @@ def test_cache_bytes_reads_sysfs_sizes(tmp_path):
 
 
 def test_interleaved_min_keeps_the_least_disturbed_round():
-    from lessonkit import bench
+    from lessonkit import timing
     samples = {"a": iter([0.0, 5.0, 1.0, 9.0]), "b": iter([0.0, 3.0, 3.0, 3.0])}  # first value: the warm-up
     cont = {k: (lambda it=it: next(it)) for k, it in samples.items()}
-    assert bench.interleaved(cont, 3, stat="min") == {"a": 1.0, "b": 3.0}
+    assert timing.interleaved(cont, 3, stat="min") == {"a": 1.0, "b": 3.0}
     with pytest.raises(ValueError):
-        bench.interleaved({"a": lambda: 1.0}, 1, stat="mean")
+        timing.interleaved({"a": lambda: 1.0}, 1, stat="mean")
 
 
 def test_chinese_texts_of_the_registry_and_the_table():

@@ -300,7 +300,7 @@ def code_cells(stem: str, lang: str = "en", tagged: bool = False) -> list:
 
 def import_cells(stem: str, lang: str) -> list[str]:
     """The lesson's first code cell, its imports; in the Chinese edition, after the cell that
-    lessonkit.edition puts first (``lessonkit.set_language("zh")``)."""
+    workbench's edition builder puts first (``lessonkit.set_language("zh")``)."""
     cells = code_cells(stem, lang)
     return cells[:2] if "set_language(" in cells[0] and len(cells) > 1 else cells[:1]
 

@@ -1,4 +1,4 @@
-"""Working copies (lessonkit/workspace.py, make lab / update / reset): a student who runs a lesson,
+"""Working copies (lessonkit/lessons/workspace.py, make lab / update / reset): a student who runs a lesson,
 saves it and edits the kernel copy leaves git clean, so `git pull` never meets their work; making
 copies never overwrites one; a reset keeps the old copy.
 
@@ -49,12 +49,13 @@ def in_clone(clone: Path, code: str, timeout: float = 300) -> str:
     LESSONKIT_BUILD_DIR), so the test sees whether that place is ignored; no saved results."""
     env = {"PYTHONPATH": os.pathsep.join([str(clone), str(REPO / "tests")]),
            "LESSONKIT_BUILD_DIR": "", "LESSONKIT_SAVE_RESULTS": ""}
-    first = f"import lessonkit\nassert lessonkit.__file__.startswith({str(clone)!r})\n"
+    first = (f"import lessonkit, workbench\nassert lessonkit.__file__.startswith({str(clone)!r})\n"
+             f"assert workbench.__file__.startswith({str(clone)!r})\n")
     return assert_clean(run_python(first + textwrap.dedent(code), timeout=timeout, env=env, cwd=clone))
 
 
 def copies(clone: Path) -> str:
-    return in_clone(clone, "from lessonkit import workspace\nworkspace.main(['copies'])")
+    return in_clone(clone, "from workbench import workspace\nworkspace.main(['copies'])")
 
 
 def porcelain(clone: Path, *extra: str) -> str:
@@ -137,7 +138,7 @@ def test_copies_never_overwrite_and_reset_keeps_the_old_copy(clone):
                                        env={**os.environ, "PYTHONPATH": str(clone)}, check=True,
                                        capture_output=True, text=True).stdout
     else:  # what the target runs
-        reset = lambda: in_clone(clone, "from lessonkit import workspace\nworkspace.main(['reset', '01'])")
+        reset = lambda: in_clone(clone, "from workbench import workspace\nworkspace.main(['reset', '01'])")
     first = reset()
     old1 = work / "old" / "01_quantize_q.1.ipynb"
     assert "my-work/old/01_quantize_q.1.ipynb" in first
@@ -187,7 +188,7 @@ def test_the_chinese_lessons_and_the_glossary_get_copies_too(clone):
     mine = work / "zh" / "04_kernel_walkthrough.ipynb"
     mine.write_text(mine.read_text().replace("\"# 04", "\"# 04 (我的笔记)", 1))
     assert "(我的笔记)" in mine.read_text()
-    reset = in_clone(clone, "from lessonkit import workspace\nworkspace.main(['reset', 'zh/04'])")
+    reset = in_clone(clone, "from workbench import workspace\nworkspace.main(['reset', 'zh/04'])")
     assert "my-work/old/zh-04_kernel_walkthrough.1.ipynb" in reset
     assert "(我的笔记)" in (work / "old" / "zh-04_kernel_walkthrough.1.ipynb").read_text()
     assert mine.read_bytes() == (clone / "notebooks" / "zh" / mine.name).read_bytes()
@@ -196,7 +197,7 @@ def test_the_chinese_lessons_and_the_glossary_get_copies_too(clone):
 
 def test_reset_names_a_lesson_that_exists(clone):
     out = run_python("""
-        from lessonkit import workspace
+        from workbench import workspace
         for bad in ("99", "kernel", "", "../native"):
             try:
                 workspace.find_lesson(bad)
@@ -237,7 +238,7 @@ def test_a_changed_glossary_is_reset_never_deleted(clone):
     assert ("notebooks/glossary.md changed since your copy was made; `make reset LESSON=glossary` gives you "
             "the new one (yours is kept in my-work/old/)") in out
     assert "delete" not in out and "my note" in mine.read_text()
-    reset = in_clone(clone, "from lessonkit import workspace\nworkspace.main(['reset', 'glossary'])")
+    reset = in_clone(clone, "from workbench import workspace\nworkspace.main(['reset', 'glossary'])")
     assert "my-work/old/glossary.1.md: your previous copy" in reset
     assert "my note" in (work / "old" / "glossary.1.md").read_text()
     assert mine.read_bytes() == shipped.read_bytes()
@@ -297,10 +298,11 @@ def test_a_damaged_record_is_reported_kept_and_replaces_no_copy(clone, damage):
 FULL_DISK = """
     import errno, os, shutil
     from lessonkit import workspace
+    from workbench import workspace as tool
     real = shutil.copyfile
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    for what in (workspace.student_native, workspace.make_copies):
+    for what in (workspace.student_native, tool.make_copies):
         shutil.copyfile = full
         try:
             what()
@@ -393,7 +395,7 @@ def test_make_update_refuses_an_update_that_brings_files_into_my_work(clone, tmp
         if shutil.which("make"):
             return subprocess.run(["make", "-s", "update", f"PY={sys.executable}", f"STAMP={stamp}"], cwd=student,
                                   env={**os.environ, "PYTHONPATH": str(student)}, capture_output=True, text=True)
-        return run_python("import sys\nfrom lessonkit import workspace\nsys.exit(workspace.main(['update']))",
+        return run_python("import sys\nfrom workbench import workspace\nsys.exit(workspace.main(['update']))",
                           cwd=student, env={"PYTHONPATH": str(student)})
 
     (publisher / "my-work").mkdir()
@@ -425,7 +427,8 @@ def test_an_interrupted_make_copies_keeps_the_record_of_the_copies_it_made(clone
     recorded those 11, so that the next run knows they are the shipped lessons, not possibly changed."""
     out = in_clone(clone, """
 import json
-from lessonkit import workspace
+from lessonkit import workspace as ws
+from workbench import workspace
 real, made = workspace._copy_new, []
 def copy_then_stop(src, dest):
     if len(made) == 11:
@@ -437,8 +440,8 @@ try:
     workspace.make_copies()
 except KeyboardInterrupt:
     pass
-record = json.loads(workspace.MANIFEST.read_text())
-print("RECORDED", len(record), sorted(record) == sorted(workspace._key(workspace.LESSONS_DIR / d.relative_to(workspace.WORK_DIR)) for d in made))
+record = json.loads(ws.MANIFEST.read_text())
+print("RECORDED", len(record), sorted(record) == sorted(ws.key_of(ws.LESSONS_DIR / d.relative_to(ws.WORK_DIR)) for d in made))
 """)
     assert "RECORDED 11 True" in out
 
@@ -456,5 +459,5 @@ def test_a_record_that_is_no_file_is_damaged_not_read(clone, kind):
         record.symlink_to("/dev/zero")
     else:
         record.write_text("[" * 100_000)
-    out = in_clone(clone, "from lessonkit import workspace\nworkspace.main(['copies'])", timeout=60)
+    out = in_clone(clone, "from workbench import workspace\nworkspace.main(['copies'])", timeout=60)
     assert "was unreadable or damaged: it is kept as my-work/old/copied.1.json" in out

@@ -8,7 +8,14 @@ import importlib
 import sys
 
 # tool name -> (module of this package, what it does: one line of --help)
-TOOLS: dict[str, tuple[str, str]] = {}
+TOOLS: dict[str, tuple[str, str]] = {
+    "workspace": ("workspace", "the student's copies in my-work/: copies, update, reset LESSON, reset-native (make lab, "
+                               "make update, make reset)"),
+    "edition": ("edition", "the Chinese edition of the lessons: check, skeleton NN, build NN [--execute]"),
+    "bench": ("bench", "the benchmark: ns per token, GB/s and the target ratios (make bench)"),
+    "a76": ("a76", "llvm-mca ESTIMATES of cycles per token on the RK3588's cores (make bench-a76)"),
+    "figures": ("figures", "measure lesson 09's saved figures again (make figures)"),
+}
 
 
 def usage() -> str:

@@ -156,6 +156,86 @@ def stopped_early(done: int, repeats: int) -> None:
                     done=done, repeats=repeats, MAX_SECONDS=MAX_SECONDS), RuntimeWarning, stacklevel=3)
 
 
+# ----------------------------------------------------------------------------- contenders timed in alternation
+
+MAX_ROUNDS = 100  # rounds of one interleaved timing
+
+
+def median_ns(fn, repeats: int, cores: str | None = None) -> float:
+    """Median ns of ``repeats`` calls of ``fn()`` from Python after a warm-up, pinned like the
+    kernel timings (``cores``, as in ``lessonkit.env.timing_cores``)."""
+    if not callable(fn):
+        raise TypeError(_("fn must be a function of no arguments; got {fn}").format(fn=type(fn).__name__))
+    repeats = check.integer("repeats", repeats, minimum=1)
+    check.at_most("repeats", repeats, MAX_REPEATS, _("repeats of one timing"))
+    with env.pinned(cores):
+        return _sampled({"fn": per_call(fn, 1)}, repeats, np.median)["fn"]
+
+
+def interleaved(contenders: dict, rounds: int, stat: str = "median", close=()) -> dict[str, float]:
+    """The median (or ``stat="min"``: the least disturbed) of ``rounds`` samples of each contender (a
+    function of no arguments returning one sample's ns), after one warm-up call each, sampled in
+    alternation with the order rotated every round; then the objects of ``close`` are closed."""
+    try:
+        if stat not in ("median", "min"):
+            raise ValueError(_("stat must be 'median' or 'min'; got {stat!r}").format(stat=stat))
+        rounds = check.integer("rounds", rounds, minimum=1)
+        check.at_most("rounds", rounds, MAX_ROUNDS, _("rounds of one interleaved timing"))
+        for name, fn in contenders.items():
+            if not callable(fn):
+                raise TypeError(_("contender {name!r} must be a function of no arguments").format(name=name))
+        return _sampled(contenders, rounds, np.min if stat == "min" else np.median)
+    finally:
+        for c in close:
+            c.close()
+
+
+def _sampled(contenders: dict, rounds: int, reduce) -> dict[str, float]:
+    names = list(contenders)
+    for name in names:
+        contenders[name]()  # warm-up
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(float(contenders[name]()))
+    return {name: float(reduce(v)) for name, v in samples.items()}
+
+
+def per_call(fn, number: int):
+    """A sample: ns per call of ``number`` back-to-back calls of ``fn`` from Python (warm), after one
+    call timed alone (cold: the first after whatever ran before; kept in ``sample.colds``)."""
+    def sample():
+        t0 = time.perf_counter_ns()
+        fn()
+        t1 = time.perf_counter_ns()
+        for unused in range(number):
+            fn()
+        sample.colds.append(float(t1 - t0))
+        return (time.perf_counter_ns() - t1) / number
+    sample.colds = []
+    return sample
+
+
+def _kernel_sample(q, cache, kv_head, name: str, number: int, cores=None):
+    """A registry version's sample in the C loop, pinned as ``time_kernel`` (``cores``): ``number``
+    back-to-back calls (warm), after one call timed alone (cold: right after the other contenders; kept
+    in ``sample.colds``)."""
+    run, plan = call_loop(q, cache, kv_head, backend=name), env.timing_cores(cores)
+
+    def sample():
+        with env.pinned(plan):
+            sample.colds.append(run(1))
+            return run(number)
+    sample.colds = []
+    return sample
+
+
+def kernel_contenders(names, q, cache, kv_head, number: int, cores=None) -> dict:
+    """Registry versions timed by the C loop (``timing.call_loop``): ``number`` calls a sample (warm), after
+    one call alone (cold)."""
+    return {n: _kernel_sample(q, cache, kv_head, n, number, cores) for n in names}
+
+
 def last_level_bytes() -> int | None:
     """The largest cache of CPU 0 that Linux's /sys lists (its last level), or None where it lists none."""
     sizes = []

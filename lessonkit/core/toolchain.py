@@ -126,6 +126,13 @@ def is_arm64() -> bool:
 
 # aarch64's two paths: with the dot-product instruction (sdot), or the plain NEON fallback
 AARCH64_MARCH = {True: "-march=armv8.2-a+dotprod", False: "-march=armv8-a"}
+AARCH64_CC = "aarch64-linux-gnu-gcc"  # the cross compiler (Debian: gcc-aarch64-linux-gnu) of the ARM listings
+
+
+def aarch64_flags(dotprod: bool) -> list[str]:
+    """The -O3 flags of the aarch64 build (compile_flags on an ARM board), for an assembly listing (lesson 04's
+    lines of ARM code, workbench's A76 estimates)."""
+    return [*language_flags(), AARCH64_MARCH[dotprod]]
 
 
 def arch_flags(dotprod: bool | None = None) -> list[str]:
@@ -214,7 +221,7 @@ def compile_flags(debug: bool = False, dotprod: bool | None = None,
 
 def language_flags(debug: bool = False) -> list[str]:
     """The flags of every build that do not depend on the CPU: C dialect, optimization, PIC,
-    warnings (also what lessonkit.cycles compiles the aarch64 assembly with)."""
+    warnings (also what aarch64_flags adds -march to)."""
     opt = ["-O0", "-g", "-fno-omit-frame-pointer"] if debug else ["-O3"]
     return ["-std=gnu11", *opt, "-fPIC", "-Wall"]
 

@@ -45,7 +45,7 @@ floor = Exercise(
 
 # ---------------------------------------------------------------------------- ex2: four cores
 
-# the board's two cited figures (lessonkit.cycles.BOARD_GBPS one thread, the low end of
+# the board's two cited figures (roofline.BOARD_GBPS one thread, the low end of
 # roofline.BOARD_ALLCORE_GBPS all cores): 100 cycles is slower than memory for one core alone and
 # faster than the shared DRAM for four, so only the question "all four at once" has one answer
 L09_CYCLES, L09_GHZ = 100.0, 2.4

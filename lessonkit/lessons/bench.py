@@ -1,67 +1,31 @@
-"""The benchmark: ``make bench`` or ``python -m lessonkit.bench [--quick] [--json PATH]`` (lesson 05).
-
-At each sequence length, one kv head of head_dim 128 (in a cache of one kv head by default; ``--n-kv-heads
-8`` gives Qwen3-8B's interleaved rows), it times the kernel and its variants (the NEON source, SIMDe's build
-on x86), numpy over fp32 K/V and over the int8 cache, and llama.cpp's q8_0 flash attention (ggml-python,
-lessonkit.llama_ggml; its output checked before it is timed), and from 8K lesson 08's rows: GQA (one
-grouped call for 4 query heads against 4 per-head calls) and split-KV (2 chunks on 1 and 2 threads, timed
-from Python with the merge). The contenders of a length are timed in alternation, one sample each per
-round, so a busy moment hits all alike; it measures this machine's read bandwidth in the same run and
-prints the targets, met or MISS. One thread (numpy's BLAS limited) unless a row says 2; pinned to one
-core type (``--cores``, default the big cores, ``lessonkit.env.pinned``). Figures are medians."""
+"""The benchmark's inputs and the machine's read bandwidth, which lessons 03, 08 and 09 use beside their
+timings (``make bench``'s command line and report are ``workbench/bench.py``): ``make_inputs`` (a cache with one
+random kv head of head_dim 128, and its fp32 K and V), ``group_queries`` (the four query heads of a GQA group),
+``read_bandwidth_gbps`` and ``read_bandwidth_2t_gbps`` (this machine's read bandwidth, one and two threads),
+``median_ns`` (a Python call timed, from ``lessonkit.timing``)."""
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import os
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
-from ..core import env, attention as kernels, native, reference, timing
+from ..core import env, native
 from ..core import validate as check
 from ..core.cache import KVCacheQ8
-from ..core.files import write_atomic
-from . import split
 from ..core.language import _
-from ..display.table import Table
+from ..core.timing import median_ns  # noqa: F401  (lesson 08 calls it bench.median_ns)
 
-FULL_LENGTHS = (1024, 8192, 65536, 262144)
-QUICK_LENGTHS = (1024, 8192, 65536)
 HEAD_DIM, N_KV_HEADS, KV_HEAD, BLOCK_SIZE = 128, 1, 0, 64
-KERNELS = ("neon", "scalar", "two_pass_scores", "two_pass_recompute")
-BEYOND_LENGTHS = (8192, 65536, 262144)  # lesson 08's rows, where the cache is long
-GQA_G, SPLIT_CHUNKS = 4, 2              # Qwen3-8B's group size; chunks of the split rows
-BEYOND = ("group4", "per_head4", "per_head_fast4", "split_1t", "split_2t")
-GGML_ROWS = {"ggml_h1_t1": (1, 1), "ggml_h1_t2": (1, 2), "ggml_h4_t1": (GQA_G, 1), "ggml_h4_t2": (GQA_G, 2)}
-LABELS = {"group4": "GQA: 4 query heads, 1 grouped call", "per_head4": "GQA: 4 query heads, 4 per-head calls",
-          "per_head_fast4": "GQA: 4 query heads, 4 per-head calls of fast",
-          "split_1t": "split-KV, 2 chunks, 1 thread", "split_2t": "split-KV, 2 chunks, 2 threads",
-          "neon": "flash_attn_single_q_q8_neon", "scalar": "scalar C kernel", "fast": "flash_attn_single_q_q8_fast",
-          "two_pass_scores": "two-pass, stored scores", "two_pass_recompute": "two-pass, K read twice",
-          "numpy_f32": "numpy float32 reference (fp32 K/V)", "numpy_int8": "numpy over the int8 cache (dequantize)",
-          **{name: f"llama.cpp q8_0 FA, {h} head{'s' * (h > 1)}, {t} thread{'s' * (t > 1)}"
-             for name, (h, t) in GGML_ROWS.items()},
-          "lowp": "lowp (v14): V by int8 dot products", "group4_lowp": "GQA: 4 query heads, 1 grouped lowp call"}
+GQA_G, SPLIT_CHUNKS = 4, 2   # Qwen3-8B's group size; chunks of the split rows
 MAX_LENGTH = 1 << 20         # tokens of one row: 4x the longest the benchmark measures
 MAX_KV_HEADS = 64
-MAX_BENCH_REPEATS = 100
 MAX_BENCH_BYTES = 4 << 30    # fp32 K and V of the head plus the q8 cache, for one length
 MAX_READ_BYTES = 1 << 30     # the read-bandwidth buffer: far beyond any last-level cache
 CHUNK = 16384                # tokens make_inputs appends at a time
 
 
-def progress(msg: str) -> None:
-    print(f"  .. {msg}", file=sys.stderr, flush=True)
-
-
-def _check_inputs(seq_len: int, n_kv_heads: int) -> None:
+def check_inputs(seq_len: int, n_kv_heads: int) -> None:
     check.at_most("seq_len", seq_len, MAX_LENGTH, _("tokens of one benchmark row"))
     check.at_most("n_kv_heads", n_kv_heads, MAX_KV_HEADS, _("kv heads of the benchmark's cache"))
     # fp32 K and V of the head, the q8 cache of every head, one chunk of fp32 K and V of every head
@@ -77,7 +41,7 @@ def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
     zero: cheap to build) and that head's fp32 K, V for the numpy reference."""
     seq_len = check.integer("seq_len", seq_len, minimum=1)
     n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
-    _check_inputs(seq_len, n_kv_heads)
+    check_inputs(seq_len, n_kv_heads)
     rng = np.random.default_rng(seed)
     cache = KVCacheQ8(n_kv_heads, HEAD_DIM, BLOCK_SIZE)
     kv_head = min(KV_HEAD, n_kv_heads - 1)
@@ -89,32 +53,6 @@ def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
         k[:, kv_head], v[:, kv_head] = K[t0:t0 + CHUNK], V[t0:t0 + CHUNK]
         cache.append(k, v)
     return cache, kv_head, rng.standard_normal(HEAD_DIM, dtype=np.float32), K, V
-
-
-def numpy_f32(q, K, V, scale):
-    """The vectorized numpy peer: the float64 reference's math in float32 over fp32 K and V."""
-    return reference.attention(q, K, V, scale, dtype=np.float32)
-
-
-def numpy_int8(q, cache: KVCacheQ8, kv_head: int, scale):
-    """What a student writes first: gather the head's rows, dequantize to float32, then numpy_f32."""
-    cols, T = slice(kv_head * cache.head_dim, (kv_head + 1) * cache.head_dim), cache.seq_len
-    K = np.concatenate([b[:, cols] for b in cache.k_blocks])[:T].astype(np.float32)
-    V = np.concatenate([b[:, cols] for b in cache.v_blocks])[:T].astype(np.float32)
-    K *= (cache.k_scales(kv_head) / np.float32(127))[:, None]
-    V *= (cache.v_scales(kv_head) / np.float32(127))[:, None]
-    return numpy_f32(q, K, V, scale)
-
-
-def median_ns(fn, repeats: int, cores: str | None = None) -> float:
-    """Median ns of ``repeats`` calls of ``fn()`` from Python after a warm-up, pinned like the
-    kernel timings (``cores``, as in ``lessonkit.env.timing_cores``)."""
-    if not callable(fn):
-        raise TypeError(_("fn must be a function of no arguments; got {fn}").format(fn=type(fn).__name__))
-    repeats = check.integer("repeats", repeats, minimum=1)
-    check.at_most("repeats", repeats, timing.MAX_REPEATS, _("repeats of one timing"))
-    with env.pinned(cores):
-        return _sampled({"fn": _per_call(fn, 1)}, repeats, np.median)["fn"]
 
 
 def group_queries(seed: int = 1) -> np.ndarray:
@@ -177,7 +115,7 @@ def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: in
     return best
 
 
-def _lengths(name: str, values) -> list[int]:
+def lengths(name: str, values) -> list[int]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise TypeError(_("{name} must be a list of sequence lengths; got {values}").format(
                           name=name, values=type(values).__name__))
@@ -186,447 +124,3 @@ def _lengths(name: str, values) -> list[int]:
     for T in out:
         check.at_most(name, T, MAX_LENGTH, _("tokens of one benchmark row"))
     return out
-
-
-def fast_built() -> bool:
-    """Whether this build's timing loop knows the fast kernel."""
-    return "fast" in timing.VARIANTS
-
-
-def interleaved(contenders: dict, rounds: int, stat: str = "median", close=()) -> dict[str, float]:
-    """The median (or ``stat="min"``: the least disturbed) of ``rounds`` samples of each contender (a
-    function of no arguments returning one sample's ns), after one warm-up call each, sampled in
-    alternation with the order rotated every round; then the objects of ``close`` are closed."""
-    try:
-        if stat not in ("median", "min"):
-            raise ValueError(_("stat must be 'median' or 'min'; got {stat!r}").format(stat=stat))
-        rounds = check.integer("rounds", rounds, minimum=1)
-        check.at_most("rounds", rounds, MAX_BENCH_REPEATS, _("rounds of one interleaved timing"))
-        for name, fn in contenders.items():
-            if not callable(fn):
-                raise TypeError(_("contender {name!r} must be a function of no arguments").format(name=name))
-        return _sampled(contenders, rounds, np.min if stat == "min" else np.median)
-    finally:
-        for c in close:
-            c.close()
-
-
-def _sampled(contenders: dict, rounds: int, reduce) -> dict[str, float]:
-    names = list(contenders)
-    for name in names:
-        contenders[name]()  # warm-up
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(float(contenders[name]()))
-    return {name: float(reduce(v)) for name, v in samples.items()}
-
-
-def _per_call(fn, number: int):
-    """A sample: ns per call of ``number`` back-to-back calls of ``fn`` from Python (warm), after one
-    call timed alone (cold: the first after whatever ran before; kept in ``sample.colds``)."""
-    def sample():
-        t0 = time.perf_counter_ns()
-        fn()
-        t1 = time.perf_counter_ns()
-        for unused in range(number):
-            fn()
-        sample.colds.append(float(t1 - t0))
-        return (time.perf_counter_ns() - t1) / number
-    sample.colds = []
-    return sample
-
-
-def _kernel_sample(q, cache, kv_head, name: str, number: int, cores=None):
-    """A registry version's sample in the C loop, pinned as ``timing.time_kernel`` (``cores``): ``number``
-    back-to-back calls (warm), after one call timed alone (cold: right after the other contenders; kept
-    in ``sample.colds``)."""
-    run, plan = timing.call_loop(q, cache, kv_head, backend=name), env.timing_cores(cores)
-
-    def sample():
-        with env.pinned(plan):
-            sample.colds.append(run(1))
-            return run(number)
-    sample.colds = []
-    return sample
-
-
-def kernel_contenders(names, q, cache, kv_head, number: int, cores=None) -> dict:
-    """Registry versions timed by the C loop (``timing.call_loop``): ``number`` calls a sample (warm), after
-    one call alone (cold)."""
-    return {n: _kernel_sample(q, cache, kv_head, n, number, cores) for n in names}
-
-
-def beyond_contenders(q, qs, cache, kv_head, number: int, cores=None, fast: bool = True) -> dict:
-    """Lesson 08's rows as contenders: the grouped call and 4 per-head calls (of fast too), split-KV."""
-    out = {f"{v}4": (lambda v=v: kernels.time_group(qs, cache, kv_head, variant=v, repeats=1, number=number,
-                                                    cores=cores))
-           for v in ("group", "per_head") + (("per_head_fast",) if fast else ())}
-    for n in (1, 2):
-        out[f"split_{n}t"] = _per_call(lambda n=n: split.attend_split(q, cache, kv_head, SPLIT_CHUNKS, n), number)
-    return out
-
-
-def ggml_contenders(q, K, V, scale, number: int):
-    """llama.cpp's rows (GGML_ROWS) as contenders, each graph checked against llama_ggml.expected
-    first: (contenders, graphs to close, max error of the checks, None), or ({}, [], None, why)."""
-    from . import llama_ggml
-    if llama_ggml.load()[0] is None:
-        return {}, [], None, llama_ggml.load()[1]
-    threads = tuple(sorted({t for unused, t in GGML_ROWS.values() if t <= (os.cpu_count() or 1)}))
-    graphs, err = {}, 0.0
-    for heads in sorted({h for h, unused in GGML_ROWS.values()}):
-        qs = q[None] if heads == 1 else group_queries()
-        graphs[heads] = fa = llama_ggml.FlashAttnQ8(qs, K, V, scale, threads)
-        want = llama_ggml.expected(qs, K, V, scale)
-        for t in threads:
-            fa.compute(t)
-            err = max(err, llama_ggml.check_output(fa.output(), want, f"ggml, {heads} heads, {t} threads"))
-    contenders = {name: _per_call(lambda fa=graphs[h], t=t: fa.compute(t), number)
-                  for name, (h, t) in GGML_ROWS.items() if t in threads}
-    return contenders, list(graphs.values()), err, None
-
-
-def run(lengths, repeats: int, n_kv_heads: int = N_KV_HEADS, beyond_lengths=None, cores: str | None = None,
-        lowp_error: str | None = None) -> dict:
-    """Every row at every length, lesson 08's at ``beyond_lengths`` (default: those of ``lengths`` in
-    BEYOND_LENGTHS), pinned to one core type (``cores``, as in ``lessonkit.env.timing_cores``);
-    ``lowp_error`` "quick" or "full": lowp's error ratio too (``lowp_accuracy``; None: not measured)."""
-    if lowp_error not in (None, "quick", "full"):
-        raise ValueError(_("lowp_error must be None, 'quick' or 'full'; got {lowp_error!r}").format(
-                           lowp_error=lowp_error))
-    lengths = _lengths("lengths", lengths)
-    beyond_lengths = [T for T in lengths if T in BEYOND_LENGTHS] if beyond_lengths is None else _lengths(
-        "beyond_lengths", beyond_lengths)
-    repeats = check.integer("repeats", repeats, minimum=1)
-    check.at_most("repeats", repeats, MAX_BENCH_REPEATS, "repeats of one benchmark row")
-    n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
-    for T in lengths:  # refuse before the first row is timed, not halfway through the run
-        _check_inputs(T, n_kv_heads)
-    plan = env.timing_cores(cores)
-    with env.pinned(plan):
-        result = _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores)
-    if lowp_error and "lowp" in timing.VARIANTS:
-        progress("lowp's error against the article kernel's (lessonkit.lowp_error)")
-        result["lowp_error"] = lowp_accuracy(lowp_error == "quick")
-    return result
-
-
-def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
-    from . import llama_ggml
-    ffi, lib = native.load()
-    result = dict(machine=env.machine_label(cores), simd_paths=native.simd_paths(), head_dim=HEAD_DIM,
-                  n_kv_heads=n_kv_heads, block_size=BLOCK_SIZE, rows={}, skipped={},
-                  ggml=llama_ggml.version() or None, ggml_check_error={})
-    progress("read bandwidth, 1 and 2 threads (256 MiB)")
-    result["read_gbps"] = read_bandwidth_gbps(ffi, lib, cores=plan)
-    result["read_gbps_2t"] = read_bandwidth_2t_gbps(ffi, lib, cores=plan)
-    if beyond_lengths:
-        progress("parallel capacity: the kernel on 2 threads against 1, on a 4K cache")
-        cache4, kh4, q4 = make_inputs(4096)[:3]
-        result["parallel_capacity"] = split.parallel_capacity(q4, cache4, kh4, 2, number=200, cores=plan)
-    if not fast_built():
-        result["skipped"]["fast"] = "not built"
-    scale = 1 / math.sqrt(HEAD_DIM)
-    for T in lengths:
-        progress(f"seq_len {T}: building the cache")
-        cache, kv_head, q, K, V = make_inputs(T, n_kv_heads)
-        number = max(1, 65536 // T)  # calls per sample: at least 64K tokens' worth
-        contenders = kernel_contenders(KERNELS + (("fast",) if fast_built() else ()), q, cache, kv_head, number, plan)
-        contenders["numpy_f32"] = _per_call(lambda: numpy_f32(q, K, V, scale), 1)
-        contenders["numpy_int8"] = _per_call(lambda: numpy_int8(q, cache, kv_head, scale), 1)
-        progress(f"seq_len {T}: llama.cpp's q8_0 flash attention (ggml): build and check")
-        gc, closing, err, why = ggml_contenders(q, K, V, scale, number)
-        contenders.update(gc)
-        if why:
-            result["skipped"]["ggml"] = why
-        else:
-            result["ggml_check_error"][T] = err
-        if T in beyond_lengths:
-            contenders.update(beyond_contenders(q, group_queries(), cache, kv_head, number, plan, fast_built()))
-        contenders.update(lowp_contenders(q, group_queries(), cache, kv_head, number, plan, T in beyond_lengths))
-        progress(f"seq_len {T}: {len(contenders)} contenders, {repeats} interleaved rounds")
-        # BLAS only: threadpoolctl's default would cap ggml's OpenMP threads too (its 2-thread rows then
-        # ran 10-20x slower than 1 thread here)
-        with threadpool_limits(1, user_api="blas"):
-            row = interleaved(contenders, repeats, close=closing)
-        kv_bytes = T * (2 * HEAD_DIM + 2 * 4)  # this head's K and V rows and their scales
-        result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns) for name, ns in row.items()}
-        add_cold(result["rows"][T], contenders, T, kv_bytes)
-        if T == OVERHEAD_LENGTH:
-            result["attend_overhead"] = attend_overhead(q, cache, kv_head)
-    if "attend_overhead" not in result:
-        cache1, kh1, q1 = make_inputs(OVERHEAD_LENGTH, n_kv_heads)[:3]
-        result["attend_overhead"] = attend_overhead(q1, cache1, kh1)
-    return result
-
-
-# ----------------------------------------------------------------------------- warm and cold
-
-def add_cold(row: dict, contenders: dict, T: int, kv_bytes: int) -> None:
-    """Each row's cold figure beside its warm one: the median of its calls timed alone right after the
-    other contenders (which evicted what they could of its data). Rows timed only warm (lesson 08's GQA
-    loops) get none."""
-    for name, fn in contenders.items():
-        colds = getattr(fn, "colds", None)
-        if colds and name in row:
-            ns = float(np.median(colds))
-            row[name].update(cold_ns_per_token=ns / T, cold_gbps=kv_bytes / ns)
-
-
-def cold_result(result: dict) -> dict:
-    """The result with each row's cold figures in place of its warm ones (rows without one dropped): the
-    same targets, computed cold."""
-    rows = {T: {name: dict(ns_per_token=r["cold_ns_per_token"], gbps=r["cold_gbps"])
-                for name, r in row.items() if "cold_ns_per_token" in r} for T, row in result["rows"].items()}
-    return {**result, "rows": rows}
-
-
-# ----------------------------------------------------------------------------- lk.attend's own cost
-
-OVERHEAD_LENGTH = 1024
-OVERHEAD_CALLS = 2000
-OVERHEAD_TARGET_US = 20.0
-
-
-def attend_overhead(q, cache: KVCacheQ8, kv_head: int, calls: int = OVERHEAD_CALLS) -> dict:
-    """What ``lk.attend`` costs per call beyond the kernel: the median of ``calls`` lk.attend calls minus
-    the median of as many bare cffi calls of the same kernel with the same arguments, alternated (us)."""
-    from ..core import attention
-    calls = check.integer("calls", calls, minimum=1)
-    check.at_most("calls", calls, 100000, _("calls of the overhead measurement"))
-    ffi, lib = native.load()
-    out = np.empty(cache.head_dim, np.float32)
-    scale = 1 / math.sqrt(cache.head_dim)
-    args = (attention.out_buffer(ffi, out), *attention.kernel_inputs(ffi, q, cache, kv_head, lib), cache.head_dim,
-            scale)
-    kernel = lib.flash_attn_single_q_q8_neon
-    bare, full = np.empty(calls), np.empty(calls)
-    kernels.attend(q, cache, kv_head)  # the first call may check the build; not counted
-    for i in range(calls):
-        t0 = time.perf_counter_ns()
-        kernel(*args)
-        t1 = time.perf_counter_ns()
-        kernels.attend(q, cache, kv_head, scale)
-        bare[i], full[i] = t1 - t0, time.perf_counter_ns() - t1
-    attend_us, kernel_us = float(np.median(full)) / 1e3, float(np.median(bare)) / 1e3
-    return dict(seq_len=cache.seq_len, attend_us=attend_us, kernel_us=kernel_us, overhead_us=attend_us - kernel_us)
-
-
-def overhead_target(result: dict) -> tuple[str, float | None, float, str]:
-    """(what, measured us, target us, "met" (at most the target) or "MISS")."""
-    o = result.get("attend_overhead")
-    what = f"lk.attend overhead per call beyond the kernel ({OVERHEAD_LENGTH // 1024}K tokens), us"
-    if o is None:
-        return what, None, OVERHEAD_TARGET_US, "not measured"
-    return what, o["overhead_us"], OVERHEAD_TARGET_US, "met" if o["overhead_us"] <= OVERHEAD_TARGET_US else "MISS"
-
-
-def warm_cold_lines(result: dict) -> list[str]:
-    """The report's lines on warm and cold: what each means, the targets' ratios computed cold where they
-    differ from the warm ones by more than 10%, and the overhead row."""
-    lines = ["warm: back-to-back calls, the data in cache since the call before; cold: a call timed alone right "
-             "after the other contenders ran (they evicted what they could of its data). Targets compare warm "
-             "with warm."]
-    cold = {what: got for what, got, unused, unused2 in targets(cold_result(result))}
-    for what, got, want, status in targets(result):
-        c = cold.get(what)
-        if got is not None and c is not None and abs(c / got - 1) > 0.1:
-            lines.append(f"  cold  {what}: {c:.2f} (warm {got:.2f}; target {want:g})")
-    what, got, want, status = overhead_target(result)
-    o = result.get("attend_overhead")
-    detail = "" if o is None else f" (lk.attend {o['attend_us']:.1f} us, the bare cffi call {o['kernel_us']:.1f} us)"
-    tag = status if status in ("met", "MISS") else "n/a "
-    lines.append(f"  {tag:<4}  {what}: {'-' if got is None else f'{got:.1f}'} (target <= {want:g}){detail}")
-    return lines
-
-
-def ratio(rows: dict, T: int, slow: str, fast: str, times: float = 1.0):
-    """ns/token of ``slow`` (x ``times``) over that of ``fast`` at length T; None if either is missing."""
-    r = rows.get(T, {})
-    if slow not in r or fast not in r:
-        return None
-    return times * r[slow]["ns_per_token"] / r[fast]["ns_per_token"]
-
-
-def targets(result: dict) -> list[tuple[str, float | None, float, str]]:
-    """(what, measured, target, status): "met" (measured >= target), "MISS", or why there is no
-    figure ("not built", "skipped: ...", "not measured ...")."""
-    rows, skipped = result["rows"], result.get("skipped", {})
-    no_fast, no_ggml = skipped.get("fast"), skipped.get("ggml")
-    fast_share = rows[262144]["fast"]["gbps"] / result["read_gbps"] if "fast" in rows.get(262144, {}) else None
-    out = []
-    for what, T, got, want, needs in [
-            ("8K: fast vs the article kernel (neon), x faster", 8192, ratio(rows, 8192, "neon", "fast"), 2.4,
-             (no_fast,)),
-            ("8K: fast vs llama.cpp q8_0, 1 head, 1 thread, x faster", 8192,
-             ratio(rows, 8192, "ggml_h1_t1", "fast"), 3.5, (no_fast, no_ggml)),
-            ("8K: fast vs numpy float32, x faster", 8192, ratio(rows, 8192, "numpy_f32", "fast"), 4.0, (no_fast,)),
-            ("256K: fast bytes/ns as a share of 1-thread read bandwidth", 262144, fast_share, 0.8, (no_fast,)),
-            ("256K: GQA, 1 grouped call vs 4 calls of fast, x faster", 262144,
-             ratio(rows, 262144, "per_head_fast4", "group4"), 3.0, (no_fast,)),
-            ("8K: GQA, 1 grouped call vs 4 calls of fast, x faster", 8192,
-             ratio(rows, 8192, "per_head_fast4", "group4"), 1.5, (no_fast,)),
-            ("256K: split-KV 2 chunks, 2 threads vs 1 thread, x faster", 262144,
-             ratio(rows, 262144, "split_1t", "split_2t"), 1.6, ())]:
-        why = next((w for w in needs if w), None)
-        if why is None and T not in rows:
-            why = f"not measured ({T // 1024}K not in this run)"
-        out.append((what, got, want, why or ("not measured" if got is None else "met" if got >= want else "MISS")))
-    # lowp's, where this run measured it (a result without lowp rows, e.g. an older one, has none)
-    lowp = "lowp_error" in result or any("lowp" in row for row in rows.values())
-    return out + (lowp_targets(result) if lowp else [])
-
-
-# ---------------------------------------------------------------- lesson 09's lowp (version 14)
-
-LOWP_SHARE, LOWP_GROUP_VS_FAST4, LOWP_ERROR_RATIO = 0.85, 2.5, 1.2
-
-
-def lowp_contenders(q, qs, cache, kv_head, number: int, cores=None, grouped: bool = True) -> dict:
-    """lowp's rows: the single-head version, and (``grouped``) one grouped lowp call for 4 query heads."""
-    if "lowp" not in timing.VARIANTS:
-        return {}
-    out = kernel_contenders(("lowp",), q, cache, kv_head, number, cores)
-    if grouped:
-        out["group4_lowp"] = lambda: kernels.time_group(qs, cache, kv_head, variant="group_lowp", repeats=1,
-                                                        number=number, cores=cores)
-    return out
-
-
-def lowp_accuracy(quick: bool = False) -> dict:
-    """lowp's error over the article kernel's, median and worst over lowp_error.CI_CASES (``quick``:
-    its 1000-token cases), with the number of cases."""
-    from . import lowp_error
-    cases = [c for c in lowp_error.CI_CASES if c[1] == 1000] if quick else lowp_error.CI_CASES
-    median, worst = lowp_error.ratio_summary(lowp_error.error_table(cases))
-    return dict(median=median, worst=worst, cases=len(cases))
-
-
-def lowp_targets(result: dict) -> list[tuple[str, float | None, float, str]]:
-    """lowp's targets, as ``targets`` gives them; the error ratio is met when at most its target."""
-    rows, out = result["rows"], []
-    r = rows.get(262144, {})
-    share = r["lowp"]["gbps"] / result["read_gbps"] if "lowp" in r and result.get("read_gbps") else None
-    for what, got, want in [("256K: lowp bytes/ns as a share of 1-thread read bandwidth", share, LOWP_SHARE),
-                            ("256K: GQA, 1 grouped lowp call vs 4 calls of fast, x faster",
-                             ratio(rows, 262144, "per_head_fast4", "group4_lowp"), LOWP_GROUP_VS_FAST4)]:
-        why = "not measured (256K not in this run)" if 262144 not in rows else None
-        out.append((what, got, want, why or ("not measured" if got is None else "met" if got >= want else "MISS")))
-    acc = result.get("lowp_error")
-    got = acc["median"] if acc else None
-    out.append((f"lowp's error / the article kernel's, median over {acc['cases'] if acc else 0} cases "
-                f"(worst {acc['worst']:.3f}), AT MOST" if acc else "lowp's error / the article kernel's, AT MOST",
-                got, LOWP_ERROR_RATIO, "not measured" if got is None else "met" if got <= LOWP_ERROR_RATIO else "MISS"))
-    return out
-
-
-def lowp_lines(result: dict) -> list[str]:
-    """lowp against fast at each length (rows timed in alternation)."""
-    return [f"lowp at {T // 1024}K: {ratio(result['rows'], T, 'fast', 'lowp'):.2f}x as fast as fast "
-            f"({row['lowp']['ns_per_token']:.2f} vs {row['fast']['ns_per_token']:.2f} ns/token)"
-            for T, row in result["rows"].items() if "lowp" in row and "fast" in row]
-
-
-def beyond_ratios(row: dict) -> dict[str, float]:
-    """Lesson 08's two ratios at one length: per-head time / grouped time, 1 thread / 2 threads."""
-    return dict(group=row["per_head4"]["ns_per_token"] / row["group4"]["ns_per_token"],
-                split=row["split_1t"]["ns_per_token"] / row["split_2t"]["ns_per_token"])
-
-
-def rows_table(result: dict) -> Table:
-    """Every timed row: ns/token, GB/s of the head's KV, and that as a share of the read bandwidth."""
-    return Table([(T, LABELS[name], r["ns_per_token"], r.get("cold_ns_per_token"), r["gbps"],
-                   r["gbps"] / result["read_gbps"])
-                  for T, row in result["rows"].items() for name, r in row.items()],
-                 header=["seq_len", "variant", "ns/token warm", "ns/token cold", "GB/s KV warm",
-                         "of 1-thread read BW"],
-                 formats={2: ".1f", 3: ".1f", 4: ".2f", 5: ".0%"})
-
-
-def report(result: dict) -> str:
-    if result.get("ggml"):
-        errors = ", ".join(f"{T // 1024}K {e:.1e}" for T, e in result["ggml_check_error"].items())
-        ggml = (f"{result['ggml']}, ggml_flash_attn_ext, F32 q over q8_0 K/V quantized by ggml (blocks of 32; "
-                f"ours: one scale per token and head), output checked before timing (max error {errors} of max|out|)")
-    else:
-        ggml = result["skipped"].get("ggml", "skipped")
-    lines = [f"machine: {result['machine']}",
-             "simd paths: " + " ".join(f"{k}={v}" for k, v in result["simd_paths"].items()),
-             f"one kv head of head_dim {result['head_dim']} in a cache of {result['n_kv_heads']} kv heads, "
-             f"block size {result['block_size']}; one thread unless a row says 2",
-             f"read bandwidth (this run): {result['read_gbps']:.1f} GB/s on 1 thread, "
-             f"{result['read_gbps_2t']:.1f} GB/s on 2 threads", f"llama.cpp rows: {ggml}"]
-    if "fast" in result["skipped"]:
-        lines.append(f"flash_attn_single_q_q8_fast: {result['skipped']['fast']}")
-    if "parallel_capacity" in result:
-        lines.append(f"parallel capacity (this run): the kernel on 2 threads runs {result['parallel_capacity']:.2f}x "
-                     "as many calls per second as on 1 (4K cache, C loops): what this machine offered for the "
-                     "split-KV rows")
-    lines += ["", str(rows_table(result)), ""]
-    for T, row in result["rows"].items():
-        if "group4" in row:
-            g = beyond_ratios(row)
-            lines.append(f"lesson 08 at {T // 1024}K: grouped {g['group']:.2f}x faster than 4 per-head calls; "
-                         f"split-KV on 2 threads {g['split']:.2f}x faster than on 1")
-    lines += lowp_lines(result)
-    lines.append("targets (ratios of rows timed in alternation in this run):")
-    for what, got, want, status in targets(result):
-        tag = status if status in ("met", "MISS") else "n/a "
-        extra = f"; 2-thread read bandwidth {result['read_gbps_2t']:.1f} GB/s" if "split-KV" in what else ""
-        lines.append(f"  {tag:<4}  {what}: {'-' if got is None else f'{got:.2f}'} (target {want:g}){extra}"
-                     + ("" if tag != "n/a " else f" [{status}]"))
-    lines += warm_cold_lines(result)
-    lines.append("GB/s KV counts the head's K and V rows and scales once (264 bytes per token), whatever a variant "
-                 "reads; ggml's q8_0 holds 272.")
-    lines.append("GQA and 4-head llama.cpp rows: ns per token for all 4 query heads; split rows: timed from Python, "
-                 "with the merge.")
-    if result["machine"].endswith(("simde-x86_64", "simde-generic")):
-        lines.append("x86: the 'neon' row is SIMDe's build of the NEON source, not NEON; llama.cpp's rows are its "
-                     "x86 code.")
-    return "\n".join(lines)
-
-
-def _json_path_error(path: Path) -> str | None:
-    """Why --json PATH cannot be written, asked before the long run that ends by writing it: by
-    making the temporary file write_atomic will make there (os.access answers yes to root, even in
-    /proc)."""
-    folder = path.parent
-    if not str(path).strip() or path == Path("."):  # --json "" would quietly write nothing
-        return _("--json needs a file name, e.g. bench.json")
-    if path.is_dir():
-        return _("--json {path} is a folder; give a file name, e.g. {example}").format(
-                 path=path, example=path / "bench.json")
-    if not folder.is_dir():
-        return _("--json {path}: there is no folder {folder}; make it (mkdir -p {folder}) or choose another "
-                 "path").format(path=path, folder=folder)
-    try:
-        tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".tmp").close()
-    except OSError as e:
-        return _("--json {path}: cannot write a file in {folder} ({why}); choose another path").format(
-                 path=path, folder=folder, why=e.strerror)
-    return None
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lessonkit.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="1K, 8K and 64K only, fewer repeats (under a minute)")
-    p.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
-    p.add_argument("--n-kv-heads", type=int, default=N_KV_HEADS,
-                   help=f"kv heads in the cache (default {N_KV_HEADS}; Qwen3-8B has 8); one is attended")
-    p.add_argument("--cores", default=None,
-                   help="core type to run on where there are several, e.g. Cortex-A55 (default: the big cores; "
-                        "'any': no pinning)")
-    args = p.parse_args(argv)
-    if args.json is not None and (why := _json_path_error(Path(args.json))):
-        p.error(why)
-    lengths, repeats = (QUICK_LENGTHS, 3) if args.quick else (FULL_LENGTHS, 7)
-    result = run(lengths, repeats, args.n_kv_heads, cores=args.cores, lowp_error="quick" if args.quick else "full")
-    print(report(result))
-    if args.json is not None:
-        write_atomic(args.json, json.dumps({**result, "targets": targets(result)}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

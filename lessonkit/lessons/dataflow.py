@@ -346,18 +346,18 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
     import tempfile
     from collections import Counter
 
-    from . import cycles
+    from ..core import toolchain
     from ..display import source
-    if shutil.which(cycles.CC) is None:
+    if shutil.which(toolchain.AARCH64_CC) is None:
         return None
     line = source.find_line(text, segment=segment)
-    flags = cycles.aarch64_flags(dotprod)
+    flags = toolchain.aarch64_flags(dotprod)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "kernel.s"
-        subprocess.run([cycles.CC, *flags, "-g", f"-I{source.KERNEL_FILE.parent}", "-S",
+        subprocess.run([toolchain.AARCH64_CC, *flags, "-g", f"-I{source.KERNEL_FILE.parent}", "-S",
                         str(source.KERNEL_FILE), "-o", str(out)], check=True, capture_output=True, timeout=300)
         asm = out.read_text()
-    version = subprocess.run([cycles.CC, "-dumpfullversion"], capture_output=True, text=True, timeout=60).stdout.strip()
+    version = subprocess.run([toolchain.AARCH64_CC, "-dumpfullversion"], capture_output=True, text=True, timeout=60).stdout.strip()
     files = dict(re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]+)"\s*$', asm, flags=re.M))
     index = next(i for i, name in files.items() if Path(name).name == source.KERNEL_FILE.name)
     body = asm.split(f"\n{function}:\n", 1)[1].split(f"\t.size\t{function},", 1)[0]
@@ -368,5 +368,5 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
             here = loc.group(1) == index and int(loc.group(2)) == line
         elif here and re.match(r"\t[a-z]", row):
             counts[row.split()[0]] += 1
-    return LineCode(f"{cycles.CC} {version}", " ".join(f for f in flags if f.startswith(("-O", "-march"))),
+    return LineCode(f"{toolchain.AARCH64_CC} {version}", " ".join(f for f in flags if f.startswith(("-O", "-march"))),
                     line, dict(counts))

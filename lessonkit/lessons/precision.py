@@ -17,7 +17,6 @@ from ..core import validate as check
 from ..core.cache import KVCacheQ8, kv_cache
 from ..core.attention import attend
 from ..core.language import _
-from .llama_ggml import dequantize_q8_0, quantize_q8_0  # noqa: F401  (lesson 07 calls them here)
 from ..core.quant import KVQ_INV
 from ..core.reference import attention
 from .rounding import q_block_scaled, round_codes
@@ -148,3 +147,31 @@ def outlier_rows(n: int, head_dim: int, rng: np.random.Generator, channels=(11, 
         signs = np.where(np.arange(ch.size) % 2 == 0, 1.0, -1.0)
     x[:, ch] += np.float32(factor) * np.asarray(signs, np.float32)
     return x
+
+
+# ----------------------------------------------------------------------------- llama.cpp's q8_0, in numpy
+
+QK8_0 = 32                 # values per q8_0 block (ggml-common.h, block_q8_0)
+
+
+def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:
+    """llama.cpp's q8_0 in numpy, as its reference quantizer ``quantize_row_q8_0_ref`` makes it: per 32
+    values ``d = max|x| / 127``, codes ``roundf(x * (1/d))``; (codes int8, scales float16 ``[..., hd/32]``)."""
+    x = np.asarray(x, np.float32)
+    hd = x.shape[-1]
+    if hd % QK8_0:
+        raise ValueError(_("the last axis must be a multiple of {QK8_0}; got {hd}").format(QK8_0=QK8_0, hd=hd))
+    blocks = x.reshape(*x.shape[:-1], hd // QK8_0, QK8_0)
+    d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    v = (blocks * inv[..., None]).astype(np.float32).astype(np.float64)
+    codes = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -128, 127).astype(np.int8)  # C roundf, exact
+    return codes.reshape(x.shape), d.astype(np.float16)
+
+
+def dequantize_q8_0(codes, d) -> np.ndarray:
+    """float32 ``code * float(d)`` per 32 values."""
+    codes = np.asarray(codes)
+    blocks = codes.reshape(*codes.shape[:-1], -1, QK8_0).astype(np.float32)
+    return (blocks * np.asarray(d).astype(np.float32)[..., None]).reshape(codes.shape)

@@ -5,45 +5,37 @@
 then "fast", then ``BOUNDED`` (lowp, which leaves the article's fp32 weights); ``check_variants()``
 holds each to the scalar C kernel on awkward shapes (lowp within its derived bound too); ``measure()``
 times them in alternation and keeps the minimum of the rounds (load on a shared machine only adds
-time); ``results(saved)`` measures everything and saves it (LESSONKIT_SAVE_RESULTS=1) or reads it back,
-with llvm-mca's ESTIMATES for the Cortex-A76 (lessonkit.cycles) beside the timings. ``steps(res)`` judges
+time); ``results(saved)`` reads back the figures ``make figures`` measured and saved (``workbench/figures.py``),
+with llvm-mca's ESTIMATES for the Cortex-A76 beside the timings. ``steps(res)`` judges
 each idea against the version before it, here (beyond a re-run's spread) and by estimate (with the
-model's error, MCA_ERROR); ``ops_per_token``, ``intensity`` and the roofs saved by ``collect`` (the N1
-model's cycles for PEAK_BLOCK, numpy's sgemm rate) place the versions on a roofline."""
+model's error, MCA_ERROR); ``ops_per_token``, ``intensity`` and the roofs saved with them (the N1
+model's cycles for the fewest instructions of a token, numpy's sgemm rate) place the versions on a roofline."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import os
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from . import cycles
 from ..core import env, native
 from ..core import validate as check
 from ..core.cache import KVCacheQ8, attention_call, kv_cache
-from ..core.files import write_atomic
 from ..core.language import _
 from ..display.table import Table
 from .traffic import SYS_CACHE, size_bytes
 from ..core.variants import BY_NAME, VARIANTS  # noqa: F401  (lesson 09 calls it here)
 from ..core.variants import adds_text as what_it_adds  # noqa: F401  (lesson 09 calls it here)
 
-SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
 HEAD_DIM = 128
-LENGTHS = (1024, 8192, 65536, 262144)
-# lengths traced for llvm-mca, in order: 7 and 13 tiles of 16, so the tiled loops repeat often enough;
-# the second pair when the first finds no loop (seen once for "magic")
-TRACE_TOKENS = ((112, 208), (144, 272))
 # the board's all-core sequential DRAM bandwidth, a cited range (docs/references.md, "All-core memory
-# bandwidth of an RK3588 board"); its single-thread figure is lessonkit.cycles.BOARD_GBPS
+# bandwidth of an RK3588 board"); its single-thread figure is BOARD_GBPS
 BOARD_ALLCORE_GBPS = (17.0, 22.0)
-ROUNDS = 9   # interleaved rounds of the saved table (a sample is ~1 ms)
+# Cited single-thread memcpy bandwidth of an RK3588 board (docs/references.md, "Memory bandwidth"):
+# a parameter, not a measurement; on a board measure it with lessonkit.bench.read_bandwidth_gbps().
+BOARD_GBPS = 10.8
+CLOCK_GHZ = {"neoverse-n1": 2.4, "cortex-a55": 1.8}  # RK3588: A76 up to 2.4 GHz, A55 up to 1.8 GHz
 RTOL = 1e-5  # of max|scalar out|: the versions only reorder float32 sums and fuse multiply-adds
 # (seq_len, n_kv_heads, head_dim, block_size, kv_head): one token, a tile and a bit, odd blocks, hd 32..256
 SHAPES = ((1, 1, 32, 1, 0), (15, 2, 64, 16, 1), (17, 1, 128, 4, 0), (100, 3, 96, 7, 2),
@@ -55,15 +47,6 @@ SHAPES = ((1, 1, 32, 1, 0), (15, 2, 64, 16, 1), (17, 1, 128, 4, 0), (100, 3, 96,
 # Reineke, uiCA, ICS 2022, arXiv:2107.14210; x86 cores: no such study of LLVM's Neoverse N1 model was
 # found); lesson 09 puts the top of that range beside every verdict that rests on an estimate
 MCA_ERROR = (0.09, 0.36)
-# LLVM 19's Neoverse N1 model dispatches 8 micro-ops a cycle; Arm's N1 Software Optimization Guide
-# gives a narrower front end (LLVM pull request #154495, 2025, which lowered the model's width and
-# where "a value of 4 would help match the SWOG"): the lesson re-estimates with 4 to show what that does
-SWOG_DISPATCH = 4
-# the fewest vector instructions one token's useful arithmetic needs at hd 128 on the A76: 8 sdot
-# (16 int8 multiply-adds each) for K.q and 32 fmla (4 fp32 multiply-adds each) for the V sum, on enough
-# accumulators (v0-v7, v8-v27) that no chain of dependent adds holds them back: the pipes' rate alone
-PEAK_BLOCK = ([f"sdot v{i}.4s, v30.16b, v31.16b" for i in range(8)]
-              + [f"fmla v{8 + i % 20}.4s, v28.4s, v29.4s" for i in range(32)])
 
 
 def ops_per_token(head_dim: int = HEAD_DIM, heads: int = 1) -> int:
@@ -180,134 +163,43 @@ def cache_bytes(sysfs: Path | str = SYS_CACHE) -> int | None:
     return max(sizes) if sizes else None
 
 
-def measure(lengths=(8192,), names=None, rounds: int = 5, extra_at: int | None = None) -> dict:
+def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
     """ns/token of each version at each length (one kv head of head_dim 128), the minimum of ``rounds``
     interleaved rounds; the single-thread read bandwidth (highest of the probes) and the largest CPU
-    cache; at ``extra_at`` tokens lesson 08's rows, "fast" and llama.cpp's (skipped with the reason)."""
+    cache."""
     from . import bench
+    from ..core import timing
     names = path() if names is None else list(names)
     res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
                read_gbps=bench.read_bandwidth_gbps(), cache_bytes=cache_bytes(), rounds=rounds, rows={}, extra={},
-               extra_at=extra_at, skipped={})
-    for T in bench._lengths("lengths", list(lengths)):
+               skipped={})
+    for T in bench.lengths("lengths", list(lengths)):
         cache, kh, q = bench.make_inputs(T)[:3]
         number = max(1, 65536 // T)
-        cont = bench.kernel_contenders(names, q, cache, kh, number)
-        res["rows"][T] = {n: ns / T for n, ns in bench.interleaved(cont, rounds, stat="min").items()}
+        cont = timing.kernel_contenders(names, q, cache, kh, number)
+        res["rows"][T] = {n: ns / T for n, ns in timing.interleaved(cont, rounds, stat="min").items()}
         res["read_gbps"] = max(res["read_gbps"], bench.read_bandwidth_gbps())
-    if extra_at:
-        T = extra_at
-        cache, kh, q, K, V = bench.make_inputs(T)
-        number = max(1, 65536 // T)
-        cont = bench.beyond_contenders(q, bench.group_queries(), cache, kh, number)
-        cont.update(bench.kernel_contenders(["fast"], q, cache, kh, number))
-        gc, closing, unused, why = bench.ggml_contenders(q, K, V, 1 / math.sqrt(HEAD_DIM), number)
-        cont.update({k: gc[k] for k in ("ggml_h1_t1", "ggml_h4_t1") if k in gc})
-        if why:
-            res["skipped"]["ggml"] = why
-        res["extra"] = {n: ns / T for n, ns in bench.interleaved(cont, rounds, stat="min", close=closing).items()}
     return res
 
 
-def a76_estimates(names=None) -> dict:
-    """{name: llvm-mca's ESTIMATE on the Neoverse N1 model (an Estimate as a dict), or why there is
-    none}; {} without the tools."""
-    if cycles.missing_tools():
-        return {}
-    out = {}
-    for n in path() if names is None else list(names):
-        for tokens in TRACE_TOKENS:
-            try:
-                out[n] = dataclasses.asdict(cycles.estimate(n, cpu="neoverse-n1", dotprod=True, tokens=tokens)[0])
-                break
-            except (RuntimeError, ValueError) as err:
-                out[n] = f"no estimate: {err}"
-    return out
+SAVED_BY = "make figures"  # the command that measures the saved figures again (python -m workbench figures)
 
 
-def _mca_cycles(ins: list[str], dispatch: int | None = None) -> float:
-    """llvm-mca's cycles per iteration of ``ins`` on the Neoverse N1 model (``dispatch``: another width)."""
-    cmd = [cycles.MCA, "-mtriple=aarch64", "-mcpu=neoverse-n1", f"-iterations={cycles.ITERATIONS}"]
-    r = subprocess.run(cmd + ([f"-dispatch={dispatch}"] if dispatch else []), input="\n".join(ins) + "\n",
-                       capture_output=True, text=True, timeout=600, check=True)
-    return cycles.parse_mca(r.stdout)["cycles_per_iteration"]
-
-
-def a76_dispatch_estimates(names=None, dispatch: int = SWOG_DISPATCH) -> dict:
-    """{name: cycles per token on the N1 model with ``dispatch`` micro-ops a cycle instead of the model's
-    8}, the same traced loops as a76_estimates; {} without the tools."""
-    if cycles.missing_tools():
-        return {}
-    vs = cycles.variants()
-    index = {v.name: i for i, v in enumerate(vs)}
-    out = {}
-    with tempfile.TemporaryDirectory() as d:
-        exe = cycles.build(Path(d), vs, dotprod=True)
-        for n in path() if names is None else list(names):
-            for tokens in TRACE_TOKENS:
-                try:
-                    loops = cycles.token_loops(exe, index[n], vs[index[n]].function, tokens)
-                    out[n] = sum(_mca_cycles(cycles.disassemble(lp["words"], True), dispatch) / lp["tokens_per_period"]
-                                 for lp in loops)
-                    break
-                except (RuntimeError, ValueError, subprocess.CalledProcessError) as err:
-                    out[n] = f"no estimate: {err}"
-    return out
-
-
-def a76_peak_cycles() -> float | None:
-    """llvm-mca's cycles for PEAK_BLOCK on the N1 model: the fewest cycles a token's useful arithmetic
-    takes (the A76's compute roof, an estimate); None without llvm-mca."""
-    if cycles.missing_tools():
-        return None
-    return _mca_cycles(PEAK_BLOCK)
-
-
-def fp32_gflops(n: int = 1024, repeats: int = 7) -> float:
-    """GFLOP/s of numpy's float32 matrix product (BLAS sgemm) on one thread, fastest of ``repeats``: a
-    multiply-add rate this machine reaches, so a lower bound on its peak (the compute roof of lesson 09)."""
-    from threadpoolctl import threadpool_limits
-    a = np.random.default_rng(9).standard_normal((n, n), dtype=np.float32)
-    best = math.inf
-    with threadpool_limits(1):
-        for unused in range(repeats):
-            t = time.perf_counter()
-            a @ a
-            best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 / best / 1e9
-
-
-def collect() -> dict:
-    """Everything lesson 09 shows, measured now (about two minutes here): the table twice (the second
-    pass says how much a re-run moves), the estimates, the roofs."""
-    res = measure(LENGTHS, rounds=ROUNDS, extra_at=65536)
-    res["rows_again"] = measure(LENGTHS, rounds=ROUNDS)["rows"]
-    res.update(a76=a76_estimates(path() + [cycles.GROUP[1]]), a76_dispatch=a76_dispatch_estimates(),
-               a76_peak_cycles=a76_peak_cycles(), fp32_gflops=fp32_gflops(), llvm_mca=cycles.MCA)
-    return res
-
-
-def results(saved: Path | str, save: bool | None = None) -> tuple[dict, str]:
-    """(the figures, where they come from): measured now and written to ``saved`` with ``save``
-    (default: LESSONKIT_SAVE_RESULTS is "1"), else read from ``saved`` (lesson 09 passes the absolute
-    path under notebooks/data/, which both editions share)."""
+def results(saved: Path | str) -> tuple[dict, str]:
+    """(the figures saved in ``saved``, where they come from): lesson 09 passes the absolute path under
+    notebooks/data/, which both editions share; ``make figures`` measures them again on this machine."""
     saved = Path(saved)
-    if save if save is not None else os.environ.get(SAVE_ENV) == "1":
-        res = collect()
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(saved, json.dumps(res, indent=1) + "\n")  # minutes of figures: never half a file
-        return res, _("measured now and saved to {name}").format(name=saved.name)
     if not saved.is_file():
-        raise RuntimeError(_("no saved results in {name}: run the notebook with {SAVE_ENV}=1").format(
-                             name=saved.name, SAVE_ENV=SAVE_ENV))
+        raise RuntimeError(_("no saved results in {name}: {command} measures them").format(
+                             name=saved.name, command=SAVED_BY))
     res = json.loads(saved.read_text())
     for key in ("rows", "rows_again"):
         if key in res:
             res[key] = {int(k): v for k, v in res[key].items()}
     # the machine label was saved in English (env.machine_label); its words follow the language
     res["machine"] = res.get("machine", "").replace("kernel backend ", _("kernel backend "))
-    return res, _("saved in {name} (run the notebook with {SAVE_ENV}=1 to measure them on your machine)").format(
-                  name=saved.name, SAVE_ENV=SAVE_ENV)
+    return res, _("saved in {name} ({command} measures them on your machine)").format(
+                  name=saved.name, command=SAVED_BY)
 
 
 def table(res: dict) -> Table:
@@ -395,7 +287,7 @@ def steps(res: dict) -> list[dict]:
 
 
 def _bottleneck(text: str | None) -> str:
-    """lessonkit.cycles' bottleneck ("Resource Pressure N1UnitV1 (pressure 42% of cycles)") in the lesson's words."""
+    """workbench/a76.py's bottleneck ("Resource Pressure N1UnitV1 (pressure 42% of cycles)") in the lesson's words."""
     import re
     m = re.match(r"^(Resource Pressure|Data Dependencies) ?(.*?) \(pressure (\d+)% of cycles\)$", text or "")
     if not m:

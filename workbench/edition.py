@@ -31,9 +31,9 @@ block is STALE, with the new English text; a code block is STALE and names each 
 has no Chinese and each pair that no literal uses. The translator updates the block and its SHA,
 then ``build`` writes the notebook again and ``--execute`` runs it::
 
-    python -m lessonkit.edition check            # what is missing or stale (exit 1 if anything)
-    python -m lessonkit.edition skeleton 04      # a translation file to fill in, English in each block
-    python -m lessonkit.edition build 04 --execute   # notebooks/zh/04_*.ipynb from the sources, run
+    python -m workbench edition check            # what is missing or stale (exit 1 if anything)
+    python -m workbench edition skeleton 04      # a translation file to fill in, English in each block
+    python -m workbench edition build 04 --execute   # notebooks/zh/04_*.ipynb from the sources, run
 
 ``build`` keeps the outputs of code cells whose code did not change (so a markdown edit needs no
 re-run); ``--execute`` runs the notebook in Jupyter as the English lessons were run."""
@@ -51,8 +51,8 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.files import read_notebook, read_utf8, write_atomic  # named errors; no half-written file
-from .workspace import EDITIONS, LESSON_GLOB, REPO_DIR  # where the editions live (the working copies mirror them)
+from lessonkit.core.files import read_notebook, read_utf8, write_atomic  # named errors; no half-written file
+from lessonkit.lessons.workspace import EDITIONS, LESSON_GLOB, REPO_DIR  # where the editions live (the working copies mirror them)
 
 EN_DIR, ZH_DIR = EDITIONS["en"], EDITIONS["zh"]
 SOURCES_DIR = REPO_DIR / "translations" / "zh"
@@ -123,7 +123,7 @@ def problems(en_path: Path) -> list[str]:
     src = source_path(en_path)
     rel = src.relative_to(REPO_DIR)
     if not src.exists():
-        return [f"{rel}: missing (python -m lessonkit.edition skeleton {en_path.stem[:2]} makes one to fill in)"]
+        return [f"{rel}: missing (python -m workbench edition skeleton {en_path.stem[:2]} makes one to fill in)"]
     try:
         nb = read_notebook(en_path, REPO_DIR)
         blocks = read_blocks(src)
@@ -530,7 +530,7 @@ def pick(names: list[str]) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lessonkit.edition", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m workbench edition", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("check", help="list missing and stale translations").add_argument("lessons", nargs="*")
     sub.add_parser("share", help="the Chinese share of each translation's text").add_argument("lessons", nargs="*")

@@ -1,4 +1,4 @@
-"""lessonkit.cycles: the registry, llvm-mca's output, the token loop found in a trace, expf inlined,
+"""workbench/a76.py: the registry, llvm-mca's output, the token loop found in a trace, expf inlined,
 the CLI. The estimates themselves are a model's, so no test asserts a cycle count of the kernel;
 the live checks assert what cannot be otherwise (a dependent chain costs at least its latencies)."""
 import re
@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from lessonkit import cycles, native
+from lessonkit import native
+from workbench import a76
 
 DATA = Path(__file__).parent / "data"
-need_tools = pytest.mark.skipif(bool(cycles.missing_tools()),
-                                reason=f"needs {', '.join(cycles.missing_tools())} (Debian: llvm-19, "
+need_tools = pytest.mark.skipif(bool(a76.missing_tools()),
+                                reason=f"needs {', '.join(a76.missing_tools())} (Debian: llvm-19, "
                                        "gcc-aarch64-linux-gnu, qemu-user)")
-need_mca = pytest.mark.skipif(shutil.which(cycles.MCA) is None, reason="needs llvm-mca-19 (Debian llvm-19)")
+need_mca = pytest.mark.skipif(shutil.which(a76.MCA) is None, reason="needs llvm-mca-19 (Debian llvm-19)")
 
 REGISTRY = r'''/* X(version, name, function, adds) */
 #define FA_VARIANTS(X) \
@@ -54,18 +55,18 @@ def fixture_native(tmp_path, registry=True):
 
 def test_registry_parsed(tmp_path):
     d = fixture_native(tmp_path)
-    vs = cycles.variants(d, group=False)
+    vs = a76.variants(d, group=False)
     assert [(v.version, v.name, v.function) for v in vs] == [
         (0, "scalar", "flash_attn_single_q_q8_scalar"), (1, "neon", "flash_attn_single_q_q8_neon"),
         (2, "tile4", "toy_tile4")]
     assert vs[2].adds == r'four tokens per \"tile\"'
     # the grouped kernels (not in the registry: their signature has G) come after the registry's entries
-    assert [(v.name, v.function) for v in cycles.variants(d)[3:]] == [
+    assert [(v.name, v.function) for v in a76.variants(d)[3:]] == [
         ("group4", "flash_attn_group_q8_neon"), ("group4_lowp", "flash_attn_group_q8_lowp")]
 
 
 def test_the_workbook_registry_and_the_grouped_kernel(tmp_path):
-    names = [v.function for v in cycles.variants(fixture_native(tmp_path, registry=False))]
+    names = [v.function for v in a76.variants(fixture_native(tmp_path, registry=False))]
     assert "flash_attn_single_q_q8_neon" in names and "flash_attn_group_q8_neon" in names
 
 
@@ -73,14 +74,14 @@ def test_registry_without_lines_is_an_error(tmp_path):
     d = fixture_native(tmp_path, registry=False)
     (d / "fa_variants.h").write_text("#define FA_VARIANTS(X)\n")
     with pytest.raises(ValueError, match="no X"):
-        cycles.variants(d)
+        a76.variants(d)
 
 
 def test_parse_captured_mca_output():
     # captured on this machine: llvm-mca-19 -mcpu=neoverse-n1 -iterations=300 on the article
     # kernel's token loop (-march=armv8.2-a+dotprod); the numbers are read from the file's lines
     text = (DATA / "llvm_mca_n1_neon_token.txt").read_text()
-    r = cycles.parse_mca(text)
+    r = a76.parse_mca(text)
     assert r["iterations"] == 300
     assert r["total_cycles"] == int(re.search(r"Total Cycles:\s+(\d+)", text).group(1))
     assert r["cycles_per_iteration"] == pytest.approx(r["total_cycles"] / 300)
@@ -90,7 +91,7 @@ def test_parse_captured_mca_output():
 
 def test_parse_mca_rejects_other_text():
     with pytest.raises(ValueError):
-        cycles.parse_mca("not llvm-mca output")
+        a76.parse_mca("not llvm-mca output")
 
 
 @need_mca
@@ -99,8 +100,8 @@ def test_live_mca_dependent_chain_costs_its_latency():
     # 8 fadd latencies (2 on both models); independent ones run faster than that chain
     chain = ["fadd s0, s0, s1"] * 8
     free = [f"fadd s{i}, s{i}, s9" for i in range(8)]
-    for cpu in cycles.CPUS:
-        dep, ind = cycles.mca(chain, cpu, 200), cycles.mca(free, cpu, 200)
+    for cpu in a76.CPUS:
+        dep, ind = a76.mca(chain, cpu, 200), a76.mca(free, cpu, 200)
         assert dep["cycles_per_iteration"] >= 8 * 2 * 0.95, cpu
         assert ind["cycles_per_iteration"] < dep["cycles_per_iteration"], cpu
 
@@ -108,20 +109,20 @@ def test_live_mca_dependent_chain_costs_its_latency():
 @need_tools
 def test_token_loop_period_of_a_tile(tmp_path):
     d = fixture_native(tmp_path)
-    vs = cycles.variants(d)
+    vs = a76.variants(d)
     work = tmp_path / "w"
     work.mkdir()
-    exe = cycles.build(work, vs, True, d)
-    loops = cycles.token_loops(exe, 2, "toy_tile4")
+    exe = a76.build(work, vs, True, d)
+    loops = a76.token_loops(exe, 2, "toy_tile4")
     assert [lp["tokens_per_period"] for lp in loops] == [4.0]
-    ins = cycles.disassemble(loops[0]["words"], True)
+    ins = a76.disassemble(loops[0]["words"], True)
     assert any(i.startswith(("ldr", "ldp", "ld1")) for i in ins)  # the kscale loads of the tile
     assert sum(i.startswith(("fadd", "fmadd", "fmul")) for i in ins) >= 4  # its four tokens' arithmetic
     # the article kernel: one token per period, and its K-row dot (sdot) is in the block
-    neon = cycles.token_loops(exe, 1, "flash_attn_single_q_q8_neon")
+    neon = a76.token_loops(exe, 1, "flash_attn_single_q_q8_neon")
     assert [lp["tokens_per_period"] for lp in neon] == [1.0]
-    ins = cycles.disassemble(neon[0]["words"], True)
-    assert sum(i.startswith("sdot") for i in ins) == 2 * cycles.HD // 32
+    ins = a76.disassemble(neon[0]["words"], True)
+    assert sum(i.startswith("sdot") for i in ins) == 2 * a76.HD // 32
 
 
 @need_tools
@@ -129,15 +130,15 @@ def test_all_three_token_loops_of_the_stored_scores_kernel(tmp_path):
     """two_pass_scores_fast has three loops over the tokens (the scores by tiles of 16, exp(s - M) four
     scores a step, V by tiles): at the short length the exp loop is a small run among the block loops, and
     an estimate that missed it would credit the kernel with less work than it does."""
-    vs = cycles.variants()
+    vs = a76.variants()
     i = [v.name for v in vs].index("two_pass_scores_fast")
-    exe = cycles.build(tmp_path, vs, True, None)
-    loops = cycles.token_loops(exe, i, vs[i].function)
+    exe = a76.build(tmp_path, vs, True, None)
+    loops = a76.token_loops(exe, i, vs[i].function)
     assert sorted(lp["tokens_per_period"] for lp in loops) == [4.0, 16.0, 16.0], loops
 
 
 def _libm_expf_words():
-    libm = Path(cycles.SYSROOT) / "lib" / "libm.so.6"
+    libm = Path(a76.SYSROOT) / "lib" / "libm.so.6"
     dump = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(libm)], capture_output=True, text=True,
                           check=True).stdout
     syms = subprocess.run(["aarch64-linux-gnu-objdump", "-T", str(libm)], capture_output=True, text=True,
@@ -155,22 +156,22 @@ def _libm_expf_words():
 @need_tools
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-objdump") is None, reason="needs aarch64-linux-gnu-objdump")
 def test_expf_fast_path_is_inlined_in_the_block(tmp_path):
-    vs = cycles.variants()
+    vs = a76.variants()
     i = [v.name for v in vs].index("neon")
-    exe = cycles.build(tmp_path, vs, True)
-    words = cycles.token_loops(exe, i, vs[i].function)[0]["words"]
+    exe = a76.build(tmp_path, vs, True)
+    words = a76.token_loops(exe, i, vs[i].function)[0]["words"]
     expf = _libm_expf_words()
     # at least 10 consecutive instructions of the block are glibc's expf, in its own order
     text = " ".join(f"{w:08x}" for w in words)
     runs = [" ".join(f"{w:08x}" for w in expf[k:k + 10]) for k in range(len(expf) - 9)]
     assert any(r in text for r in runs)
     # and llvm-mca is not handed a call (it would charge 100 cycles for it)
-    assert not any(re.match(r"bl\s|blr\s", x) for x in cycles.disassemble(words, True))
+    assert not any(re.match(r"bl\s|blr\s", x) for x in a76.disassemble(words, True))
 
 
 @need_tools
 def test_quick_cli():
-    r = subprocess.run([sys.executable, "-m", "lessonkit.cycles", "--quick"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "workbench", "a76", "--quick"], capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr
     assert "ESTIMATES" in r.stdout and "Neoverse N1" in r.stdout
@@ -184,9 +185,9 @@ def test_every_registry_entry_and_the_group_get_an_estimate():
     # the tiled variants' loops are found (one period = one tile of FA_TILE tokens), so that no
     # entry of native/fa_variants.h is left out; a model's figures are not asserted, only that each
     # is positive and derived from whole token loops. Quick: dotprod only, the N1 model, 20 iterations.
-    vs = cycles.variants()
+    vs = a76.variants()
     assert [v.function for v in vs[-2:]] == ["flash_attn_group_q8_neon", "flash_attn_group_q8_lowp"]
-    res = cycles.estimate_all(("neoverse-n1",), (True,), iterations=cycles.QUICK_ITERATIONS)
+    res = a76.estimate_all(("neoverse-n1",), (True,), iterations=a76.QUICK_ITERATIONS)
     assert [e.variant for e in res] == [v.name for v in vs]
     by = {e.variant: e for e in res}
     for e in res:
@@ -201,12 +202,12 @@ def test_every_registry_entry_and_the_group_get_an_estimate():
 
 
 def test_lowp_report_words_its_target():
-    est = [cycles.Estimate(name, cpu, True, c, "", {}, [16], 264) for name, cpu, c in (
+    est = [a76.Estimate(name, cpu, True, c, "", {}, [16], 264) for name, cpu, c in (
         ("lowp", "neoverse-n1", 56.0), ("fast", "neoverse-n1", 84.0), ("lowp", "cortex-a55", 240.0),
         ("group4_lowp", "neoverse-n1", 190.0), ("group4", "neoverse-n1", 212.0))]
-    text = cycles.lowp_report(est)
+    text = a76.lowp_report(est)
     assert text.startswith("target  met   lowp on the N1 model") and "(1.50x fewer)" in text
     assert "A55: lowp vs fast: 240.0 cycles/token (estimates)" in text  # no A55 fast estimate: no ratio
     est[0].cycles_per_token = 70.0
-    assert cycles.lowp_report(est).startswith("target  MISS")
-    assert cycles.lowp_report([]).startswith("target  n/a ")
+    assert a76.lowp_report(est).startswith("target  MISS")
+    assert a76.lowp_report([]).startswith("target  n/a ")

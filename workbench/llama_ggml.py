@@ -14,11 +14,11 @@ import os
 
 import numpy as np
 
-from ..core import validate as check
-from ..core.language import _
+from lessonkit.core import validate as check
+from lessonkit.core.language import _
+from lessonkit.lessons.precision import QK8_0, dequantize_q8_0, quantize_q8_0
 
 INSTALL_HINT = "pip install -e '.[bench]'"
-QK8_0 = 32                 # values per q8_0 block (ggml-common.h, block_q8_0)
 MAX_TOKENS = 1 << 20       # as lessonkit.bench.MAX_LENGTH
 MAX_HEADS, MAX_HEAD_DIM, MAX_THREADS = 64, 512, 64
 _CONTEXT_SLACK = 1 << 20   # tensor and graph headers, alignment: far above what one graph needs
@@ -159,32 +159,9 @@ class FlashAttnQ8:
     __del__ = close
 
 
-def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:
-    """llama.cpp's q8_0 in numpy, as its reference quantizer ``quantize_row_q8_0_ref`` makes it: per 32
-    values ``d = max|x| / 127``, codes ``roundf(x * (1/d))``; (codes int8, scales float16 ``[..., hd/32]``)."""
-    x = np.asarray(x, np.float32)
-    hd = x.shape[-1]
-    if hd % QK8_0:
-        raise ValueError(_("the last axis must be a multiple of {QK8_0}; got {hd}").format(QK8_0=QK8_0, hd=hd))
-    blocks = x.reshape(*x.shape[:-1], hd // QK8_0, QK8_0)
-    d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
-    with np.errstate(divide="ignore"):
-        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-    v = (blocks * inv[..., None]).astype(np.float32).astype(np.float64)
-    codes = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -128, 127).astype(np.int8)  # C roundf, exact
-    return codes.reshape(x.shape), d.astype(np.float16)
-
-
-def dequantize_q8_0(codes, d) -> np.ndarray:
-    """float32 ``code * float(d)`` per 32 values."""
-    codes = np.asarray(codes)
-    blocks = codes.reshape(*codes.shape[:-1], -1, QK8_0).astype(np.float32)
-    return (blocks * np.asarray(d).astype(np.float32)[..., None]).reshape(codes.shape)
-
-
 def expected(qs, K, V, scale: float | None = None) -> np.ndarray:
     """What ggml computes: float64 attention of q8_0-rounded ``qs [G, hd]`` over q8_0-rounded K, V."""
-    from ..core import reference
+    from lessonkit.core import reference
     Kd, Vd, Qd = (dequantize_q8_0(*quantize_q8_0(np.atleast_2d(x))) for x in (K, V, qs))
     return np.stack([reference.attention(q, Kd, Vd, scale) for q in Qd])
 

@@ -2,7 +2,7 @@
 here, and qemu-user timings mean nothing): how they are made is HEADER, which ``main`` prints.
 
     estimates = estimate(cpu="neoverse-n1", dotprod=True)   # one Estimate per variant
-    python -m lessonkit.cycles [--quick]                    # the table (make bench-a76)
+    python -m workbench a76 [--quick]                    # the table (make bench-a76)
 """
 from __future__ import annotations
 
@@ -17,23 +17,22 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import native
-from ..core import variants as registry
-from ..core.language import _
-from ..display.table import Table
-from ..core.variants import Variant
+from lessonkit.core import native
+from lessonkit.core import variants as registry
+from lessonkit.core.language import _
+from lessonkit.core.toolchain import AARCH64_CC as CC
+from lessonkit.core.toolchain import aarch64_flags
+from lessonkit.core.variants import Variant
+from lessonkit.display.table import Table
+from lessonkit.lessons.roofline import BOARD_GBPS, CLOCK_GHZ  # the board's figures, which lesson 09 cites
 
-MCA, MC, CC, QEMU = "llvm-mca-19", "llvm-mc-19", "aarch64-linux-gnu-gcc", "qemu-aarch64"
+MCA, MC, QEMU = "llvm-mca-19", "llvm-mc-19", "qemu-aarch64"
 SYSROOT = "/usr/aarch64-linux-gnu"
 TOOLS = (MCA, MC, CC, QEMU)
 INSTALL = "apt install llvm-19 gcc-aarch64-linux-gnu qemu-user"
 FAST_TARGET_N1 = 80  # cycles per token the fast version aims at on the N1 model, hd 128 (make bench-a76)
 CPUS = ("neoverse-n1", "cortex-a55")
 CPU_LABEL = {"neoverse-n1": "N1 (for A76)", "cortex-a55": "A55"}
-CLOCK_GHZ = {"neoverse-n1": 2.4, "cortex-a55": 1.8}  # RK3588: A76 up to 2.4 GHz, A55 up to 1.8 GHz
-# Cited single-thread memcpy bandwidth of an RK3588 board (docs/references.md, "Memory bandwidth"):
-# a parameter, not a measurement; on a board measure it with lessonkit.bench.read_bandwidth_gbps().
-BOARD_GBPS = 10.8
 HD, KV_BS, GROUP_G = 128, 64, 4  # GROUP_G: query heads per call of the grouped kernel
 # Traced lengths, multiples of 16. A tiled kernel's first tile differs (its first token sets the max),
 # so 80 tokens leave 4 identical tiles of 16, enough for periodic_runs (3); LONG_TOKENS if none is found.
@@ -141,11 +140,6 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
     if r.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed ({r.returncode}): {(r.stderr or r.stdout)[-2000:]}")
     return r
-
-
-def aarch64_flags(dotprod: bool) -> list[str]:
-    """lessonkit.native's -O3 flags for aarch64 (its compile_flags on an ARM machine), for -S."""
-    return [*native.language_flags(), native.AARCH64_MARCH[dotprod]]
 
 
 def build(work: Path, vs: list[Variant], dotprod: bool, native_dir: Path | None = None) -> Path:
@@ -421,8 +415,8 @@ def lowp_report(res: list[Estimate]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m lessonkit.cycles [--quick]``: llvm-mca's cycles per token of every variant."""
-    p = argparse.ArgumentParser(prog="python -m lessonkit.cycles", description=main.__doc__)
+    """``python -m workbench a76 [--quick]``: llvm-mca's cycles per token of every variant."""
+    p = argparse.ArgumentParser(prog="python -m workbench a76", description=main.__doc__)
     p.add_argument("--quick", action="store_true",
                    help="CI: one variant, dotprod only, few iterations; checks the tool works, not figures")
     p.add_argument("--gbps", type=float, default=BOARD_GBPS, help="board memory bandwidth for the budget")
@@ -432,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--gbps must be positive")
     missing = missing_tools()
     if missing:
-        print(f"SKIPPED lessonkit.cycles: needs {', '.join(missing)} (Debian: {INSTALL})")
+        print(f"SKIPPED workbench a76: needs {', '.join(missing)} (Debian: {INSTALL})")
         return 0
     vs = variants()
     variant = args.variant or (("neon" if "neon" in [v.name for v in vs] else vs[0].name) if args.quick else None)
@@ -445,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         res = estimate_all(CPUS, (True,) if args.quick else (True, False), variant,
                            QUICK_ITERATIONS if args.quick else ITERATIONS)
     except (RuntimeError, ValueError) as e:
-        print(f"FAILED lessonkit.cycles: {e}", file=sys.stderr)
+        print(f"FAILED workbench a76: {e}", file=sys.stderr)
         return 1
     for dotprod in (True, False):
         if sel := [e for e in res if e.dotprod == dotprod]:
@@ -460,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         print(lowp_report(res))
     if args.quick:
         if not all(e.cycles_per_token > 0 for e in res):
-            print("FAILED lessonkit.cycles --quick: no positive estimate", file=sys.stderr)
+            print("FAILED workbench a76 --quick: no positive estimate", file=sys.stderr)
             return 1
         print("\n--quick: the tool works (few iterations: the figures are not the point)")
     return 0
