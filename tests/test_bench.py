@@ -226,7 +226,7 @@ def test_an_empty_json_path_is_refused_before_the_run(monkeypatch, capsys, empty
 
 def test_each_python_sample_times_one_cold_call_then_warm_ones():
     calls = []
-    sample = bench._per_call(lambda: calls.append(1), 3)
+    sample = bench.per_call(lambda: calls.append(1), 3)
     assert sample() >= 0 and len(calls) == 4 and len(sample.colds) == 1   # 1 alone, then 3 back to back
     sample()
     assert len(calls) == 8 and len(sample.colds) == 2

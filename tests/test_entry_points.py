@@ -36,6 +36,7 @@ from lessonkit import (bench, debug, env, exercises, kernels, layout, native, qu
                        streaming, synthetic, timing, toy, trace)
 from lessonkit import validate as check
 from lessonkit.kernels import split
+from workbench import bench as bench_tool
 ffi, lib = native.load()
 rng = np.random.default_rng(1)
 cache = lk.KVCacheQ8(2, 64, 16)
@@ -428,7 +429,7 @@ BOUNDED_CASES = {
     "harmonic huge": ("round(softmax.harmonic(10**12), 6)", "ok", "28.208"),
     "online long": ("softmax.online(np.zeros(1 << 21))", "ValueError", "cap of 1048576"),
     "synthetic huge": ("synthetic.cache_with_scores(np.zeros(1 << 24, np.float32), head_dim=256)", "ValueError", "MiB"),
-    "bench length": ("bench.run([10**9], 1)", "ValueError", "cap of 1048576"),
+    "bench length": ("bench_tool.run([10**9], 1)", "ValueError", "cap of 1048576"),
     "bench heads": ("bench.make_inputs(262144, n_kv_heads=64)", "ValueError", "MiB"),
 }
 
@@ -741,7 +742,8 @@ def test_timing_helpers_run_pinned(board, monkeypatch, case):
 def test_bench_runs_pinned_once(board, monkeypatch):
     fake = FakeAffinity(tids=(7,))
     fake.install(monkeypatch, board[0])
-    result = bench.run([256], repeats=1)
+    from workbench import bench as bench_tool
+    result = bench_tool.run([256], repeats=1)
     assert "Cortex-A76 cores (CPUs 4-7, pinned)" in result["machine"]
     assert fake.calls[0] == (7, frozenset({4, 5, 6, 7})) and fake.calls[-1] == (7, frozenset(range(8)))
     assert fake.masks[7] == set(range(8))

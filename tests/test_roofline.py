@@ -98,20 +98,22 @@ def test_chinese_texts_of_the_registry_and_the_table():
 
 def test_saved_results_found_from_the_chinese_lessons(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # like notebooks/zh/: no data/ here; the lesson's path reaches notebooks/data/
-    res, note = roofline.results(lk.native.REPO_DIR / "notebooks" / "data" / "09_how_fast.json", save=False)
+    res, note = roofline.results(lk.native.REPO_DIR / "notebooks" / "data" / "09_how_fast.json")
     assert res["rows"] and "09_how_fast.json" in note
 
 
 def test_saving_results_replaces_the_file_whole(tmp_path, monkeypatch, full_disk):
     """Lesson 09's saved figures are written beside the file and renamed over it: a failed write (here
     the rename) leaves the old figures and no temporary file."""
+    from workbench import figures
     saved = tmp_path / "09.json"
-    monkeypatch.setattr(roofline, "collect", lambda: {"new": 2})
-    assert roofline.results(saved, save=True)[0] == {"new": 2} == json.loads(saved.read_text())
+    monkeypatch.setattr(figures, "collect", lambda: {"new": 2})
+    assert figures.main(["--out", str(saved)]) == 0 and json.loads(saved.read_text()) == {"new": 2}
+    assert roofline.results(saved)[0]["new"] == 2
     saved.write_text("old")
     full_disk()
     with pytest.raises(OSError):
-        roofline.results(saved, save=True)
+        figures.main(["--out", str(saved)])
     assert saved.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["09.json"]
 
 
@@ -152,12 +154,13 @@ def test_steps_verdicts_follow_the_numbers(monkeypatch):
 
 
 def test_a76_peak_block_is_the_useful_work():
-    sdot = [i for i in roofline.PEAK_BLOCK if i.startswith("sdot")]
-    fmla = [i for i in roofline.PEAK_BLOCK if i.startswith("fmla")]
+    from workbench.figures import PEAK_BLOCK
+    sdot = [i for i in PEAK_BLOCK if i.startswith("sdot")]
+    fmla = [i for i in PEAK_BLOCK if i.startswith("fmla")]
     # 8 sdot x 16 int8 multiply-adds = 128 (K.q), 32 fmla x 4 lanes = 128 (V): 512 operations at hd 128
     assert 2 * (16 * len(sdot) + 4 * len(fmla)) == roofline.ops_per_token()
     # no accumulator is written by more than two instructions a block: the pipes bound it, not a chain
-    dests = [i.split()[1] for i in roofline.PEAK_BLOCK]
+    dests = [i.split()[1] for i in PEAK_BLOCK]
     assert max(dests.count(d) for d in dests) <= 2
 
 
