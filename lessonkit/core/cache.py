@@ -10,10 +10,14 @@ pointers handed to C stay valid; everything a reader sees sits in one immutable 
 cache as it was or fully appended; a table or scale array that is too small is replaced by a copy
 twice as large, while ``kernel_args``' cffi buffers keep the old one alive for a running call;
 appends are serialized by a lock; ``copy``, ``deepcopy`` and ``pickle`` store codes and scales, never
-an address. The cache checks its own arguments, and ``kv_cache``, ``attention_call`` and
+an address. Its codes and scales live in private anonymous mappings of their own (``mapped_zeros``),
+2 MiB-aligned and marked for transparent huge pages, or for 4 KiB pages only (``huge_pages=False``,
+the board's case).
+The cache checks its own arguments, and ``kv_cache``, ``attention_call`` and
 ``attention_args`` check those of every attention call over it."""
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 import weakref
@@ -30,6 +34,7 @@ N_KV_HEADS_MAX = 256        # kv heads per cache
 BLOCK_SIZE_MAX = 65536      # tokens per block
 BLOCK_BYTES_MAX = 1 << 26   # int8 bytes per K (or V) block: block_size * kv_dim
 C_INT_MAX = 2**31 - 1       # the kernel's int arguments and indices
+HUGE_PAGE = 2 << 20         # a transparent huge page on x86-64 and on arm64 with 4 KiB pages (one PMD)
 
 
 class _State(NamedTuple):
@@ -58,6 +63,42 @@ def _new_table(capacity: int, blocks: list) -> _BlockTable:
     table.fill(0)
     table.blocks = blocks
     return table
+
+
+def mapped_zeros(shape: tuple, dtype, huge: bool) -> np.ndarray:
+    """``np.zeros(shape, dtype)`` in a private anonymous mapping of its own, so that the cache, not
+    malloc, decides its pages. np.zeros asks malloc, which puts arrays below its mmap threshold (which
+    grows up to 32 MiB as a process frees large blocks, mallopt(3)) into the heap among other data; numpy
+    then calls madvise(MADV_HUGEPAGE) only on arrays of 4 MiB or more, from an address malloc chose
+    (indicate_hugepages in numpy/_core/src/multiarray/alloc.c). Huge pages need whole 2 MiB-aligned
+    ranges (Documentation/admin-guide/mm/transhuge.rst), so a cache in 2 MiB slabs got a share of them
+    that changed from run to run. Here every mapping of ``HUGE_PAGE`` or more starts on a 2 MiB
+    boundary and covers whole huge pages, and ``huge`` picks MADV_HUGEPAGE (honoured where THP is
+    "always" or "madvise"; each huge page is one TLB entry instead of 512, and the hardware prefetchers,
+    which stop at page boundaries, follow the stream across 2 MiB) or MADV_NOHUGEPAGE (4 KiB pages
+    only, as on a kernel without THP). madvise is advice: where the kernel has no THP it fails (EINVAL,
+    madvise(2)) and the pages stay 4 KiB, and where no free huge page is found the fault falls back to
+    4 KiB pages. Anonymous memory reads as zeros (mmap(2)); MAP_PRIVATE keeps np.zeros' semantics for a
+    forked child (copy on write, never shared). Without mmap.MAP_PRIVATE (Windows): np.zeros."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if not hasattr(mmap, "MAP_PRIVATE") or nbytes == 0:
+        return np.zeros(shape, dtype)
+    align = HUGE_PAGE if nbytes >= HUGE_PAGE else mmap.PAGESIZE
+    span = -(-nbytes // align) * align          # whole huge pages: the last one too
+    try:
+        mm = mmap.mmap(-1, span + align - mmap.PAGESIZE, flags=mmap.MAP_PRIVATE)
+    except OSError as e:  # ENOMEM: what np.zeros would raise as MemoryError
+        raise MemoryError(_("cannot map {nbytes} bytes for the cache: {why}").format(
+                          nbytes=span, why=e.strerror)) from e
+    whole = np.frombuffer(mm, np.uint8)         # its base is mm: unmapped when the last view goes
+    start = -whole.ctypes.data % align
+    advice = getattr(mmap, "MADV_HUGEPAGE" if huge else "MADV_NOHUGEPAGE", None)
+    if advice is not None:
+        try:
+            mm.madvise(advice, start, span)
+        except OSError:
+            pass                                # no THP in this kernel: 4 KiB pages, as asked or not
+    return whole[start:start + nbytes].view(dtype).reshape(shape)
 
 
 def _checked_shape(n_kv_heads, head_dim, block_size) -> tuple[int, int, int]:
@@ -93,16 +134,21 @@ class KVCacheQ8:
     refuses to go past ``(2**31 - 1) // n_kv_heads`` tokens: the kernel reads the scale of
     token t at the C int index ``t * nkv``.
 
+    ``huge_pages``: the blocks and scales asked for transparent huge pages (True: the scan reads long
+    streams the prefetchers follow, one TLB entry per 2 MiB) or kept on 4 KiB pages (False: what a
+    kernel without huge pages gives, as the board's may; lesson 09 times both).
+
     Shape and seq_len are read-only. Appends from several threads are serialized, and a kernel may
     run on the cache in one thread while another appends (it sees the tokens there were when its
     arguments were taken)."""
 
-    def __init__(self, n_kv_heads: int, head_dim: int, block_size: int):
-        self._setup(*_checked_shape(n_kv_heads, head_dim, block_size))
+    def __init__(self, n_kv_heads: int, head_dim: int, block_size: int, huge_pages: bool = True):
+        self._setup(*_checked_shape(n_kv_heads, head_dim, block_size), check.flag("huge_pages", huge_pages))
 
-    def _setup(self, nkv: int, hd: int, bs: int) -> None:
+    def _setup(self, nkv: int, hd: int, bs: int, huge: bool = True) -> None:
         """The empty cache of a checked shape (``__init__`` and ``__setstate__``)."""
         self._shape = (nkv, hd, bs)
+        self._huge = huge
         self._max_tokens = C_INT_MAX // nkv
         self._lock = threading.Lock()       # serializes appends; readers never take it
         _caches.add(self)                   # so that a forked child gets a free lock (below)
@@ -126,6 +172,11 @@ class KVCacheQ8:
     @property
     def block_size(self) -> int:
         return self._shape[2]
+
+    @property
+    def huge_pages(self) -> bool:
+        """Whether the cache's memory is asked for transparent huge pages (the kernel may still give 4 KiB ones)."""
+        return self._huge
 
     @property
     def seq_len(self) -> int:
@@ -226,13 +277,14 @@ class KVCacheQ8:
         # reused by the next one). They are views of slabs of many blocks (up to 64 MiB), K's and V's
         # apart, so that the kernel's scan reads two long streams the prefetchers follow (measured on
         # the workbook's x86 machine at 256K tokens: 12.4-13.2 ns/token over slabs, 14.6-15.9 over
-        # one allocation per block). A slab is never freed or moved.
+        # one allocation per block). A slab is never freed or moved; each is a mapping of its own
+        # (mapped_zeros), on huge pages or 4 KiB ones as the cache was asked.
         for blocks in (self._k_blocks, self._v_blocks):
             if len(blocks) < n_blocks:
                 room = max(1, (64 << 20) // (bs * kv_dim))  # blocks per slab at most
                 count = min(max(n_blocks - len(blocks), len(blocks)), max(room, n_blocks - len(blocks)),
                             -(-self._max_tokens // bs) - len(blocks))
-                slab = np.zeros((count, bs, kv_dim), np.int8)
+                slab = mapped_zeros((count, bs, kv_dim), np.int8, self._huge)
                 blocks.extend(slab[i] for i in range(count))
         k_table = _table_with(s.k_table, s.n_blocks, n_blocks, self._k_blocks)
         v_table = _table_with(s.v_table, s.n_blocks, n_blocks, self._v_blocks)
@@ -240,8 +292,8 @@ class KVCacheQ8:
         if k_scale.shape[0] < T:
             # copy-on-grow: the old arrays stay as they are for whoever still reads them
             size = min(max(T, 2 * k_scale.shape[0]), self._max_tokens)
-            k_scale = np.zeros((size, nkv), np.float32)
-            v_scale = np.zeros((size, nkv), np.float32)
+            k_scale = mapped_zeros((size, nkv), np.float32, self._huge)
+            v_scale = mapped_zeros((size, nkv), np.float32, self._huge)
             k_scale[:s.seq_len] = s.k_scale[:s.seq_len]
             v_scale[:s.seq_len] = s.v_scale[:s.seq_len]
         t = s.seq_len
@@ -259,7 +311,7 @@ class KVCacheQ8:
         """Shape, and the codes and scales of the tokens held: no address (``pickle``, ``copy``)."""
         s = self._state
         return {"version": 1, "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim,
-                "block_size": self.block_size,
+                "block_size": self.block_size, "huge_pages": int(self._huge),
                 "k_codes": self._rows(self._k_blocks, s), "v_codes": self._rows(self._v_blocks, s),
                 "k_scales": s.k_scale[:s.seq_len].copy(), "v_scales": s.v_scale[:s.seq_len].copy()}
 
@@ -281,7 +333,8 @@ class KVCacheQ8:
                                    name=name, dtype=np.dtype(dtype), width=width))
             arrays.append(np.ascontiguousarray(a))
         kc, vc, ks, vs = arrays
-        self._setup(nkv, hd, bs)
+        huge = state.get("huge_pages", 1)  # a state saved before the option: huge pages
+        self._setup(nkv, hd, bs, not (isinstance(huge, int) and huge == 0))
         if kc.shape[0] == 0:
             return
 

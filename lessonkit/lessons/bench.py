@@ -12,7 +12,7 @@ import numpy as np
 
 from ..core import env, native
 from ..core import validate as check
-from ..core.cache import KVCacheQ8
+from ..core.cache import KVCacheQ8, mapped_zeros
 from ..core.language import _
 from ..core.timing import median_ns  # noqa: F401  (lesson 08 calls it bench.median_ns)
 
@@ -36,14 +36,15 @@ def check_inputs(seq_len: int, n_kv_heads: int) -> None:
                  MAX_BENCH_BYTES, _("use a shorter seq_len or fewer kv heads"))
 
 
-def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0):
+def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0, huge_pages: bool = True):
     """``(cache, kv_head, q, K, V)``: a cache of ``n_kv_heads`` heads (only KV_HEAD random, the others
-    zero: cheap to build) and that head's fp32 K, V for the numpy reference."""
+    zero: cheap to build; on huge pages or 4 KiB ones, ``KVCacheQ8``'s ``huge_pages``) and that head's
+    fp32 K, V for the numpy reference."""
     seq_len = check.integer("seq_len", seq_len, minimum=1)
     n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
     check_inputs(seq_len, n_kv_heads)
     rng = np.random.default_rng(seed)
-    cache = KVCacheQ8(n_kv_heads, HEAD_DIM, BLOCK_SIZE)
+    cache = KVCacheQ8(n_kv_heads, HEAD_DIM, BLOCK_SIZE, huge_pages)
     kv_head = min(KV_HEAD, n_kv_heads - 1)
     K = rng.standard_normal((seq_len, HEAD_DIM), dtype=np.float32)
     V = rng.standard_normal((seq_len, HEAD_DIM), dtype=np.float32)
@@ -60,7 +61,7 @@ def group_queries(seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((GQA_G, HEAD_DIM), dtype=np.float32)
 
 
-def _read_buffer(ffi, lib, nbytes, line: int):
+def _read_buffer(ffi, lib, nbytes, line: int, huge_pages: bool = True):
     ffi, lib = native.library(ffi, lib, ("fa_read_gbps",))
     nbytes = check.integer("nbytes", nbytes, minimum=line)
     check.at_most("nbytes", nbytes, MAX_READ_BYTES, _("bytes of the read-bandwidth buffer"))
@@ -68,13 +69,17 @@ def _read_buffer(ffi, lib, nbytes, line: int):
         raise ValueError(_("nbytes must be a multiple of {line} (the probe reads whole 64-byte lines); got "
                            "{nbytes}: use {nbytes_line}").format(
                            line=line, nbytes=nbytes, nbytes_line=nbytes - nbytes % line))
-    return ffi, lib, nbytes, np.ones(nbytes, np.uint8)  # numpy aligns it for the probe's 8-byte loads
+    buf = mapped_zeros((nbytes,), np.uint8, check.flag("huge_pages", huge_pages))  # paged as a KVCacheQ8 is
+    buf.fill(1)  # touched before it is timed: the pages exist
+    return ffi, lib, nbytes, buf
 
 
-def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str | None = None) -> float:
+def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str | None = None,
+                        huge_pages: bool = True) -> float:
     """Single-thread read bandwidth in GB/s: the best of 5 sums (fa_read_gbps of ``lib``, default the
-    workbook's build) over ``nbytes`` (a multiple of 64, at most MAX_READ_BYTES), pinned like the timings."""
-    ffi, lib, nbytes, buf = _read_buffer(ffi, lib, nbytes, 64)
+    workbook's build) over ``nbytes`` (a multiple of 64, at most MAX_READ_BYTES), pinned like the timings;
+    the buffer on huge pages or 4 KiB ones (``huge_pages``, as ``KVCacheQ8`` takes it)."""
+    ffi, lib, nbytes, buf = _read_buffer(ffi, lib, nbytes, 64, huge_pages)
     with env.pinned(cores):
         return float(lib.fa_read_gbps(ffi.from_buffer("unsigned char[]", buf), nbytes, 5))
 
