@@ -98,3 +98,39 @@ double fa_read_gbps(const void *buf, size_t bytes, int reps)
     (void)sink;
     return best;
 }
+
+/* The kernel's reads without its arithmetic: for each token of one kv head, its K row and V row
+ * (hd bytes each, through the block tables, block and row tracked without a division) and its two
+ * scales, summed in eight independent lanes, as fa_read_gbps sums a flat buffer. Beside
+ * fa_read_gbps it tells what the cache's layout itself allows (its pages, two streams, block jumps):
+ * the roof a kernel over this cache can reach. GB/s of seq_len * (2 * hd + 8) bytes, best of reps;
+ * -1 for a bad hd (a multiple of 64 up to HD_MAX) or seq_len. */
+double fa_read_cache_gbps(int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *kscale, const float *vscale, int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd,
+    int reps)
+{
+    if (hd <= 0 || hd > HD_MAX || hd % 64 != 0 || seq_len < 0 || kv_bs < 1 || reps < 1) return -1.0;
+    double best = 0.0;
+    volatile uint64_t sink;
+    for (int rep = 0; rep < reps; rep++) {
+        uint64_t a[8] = {0};
+        float sc = 0.0f;
+        double t0 = now_ns();
+        for (int t = 0, b = 0, r = 0; t < seq_len; t++) {
+            size_t off = (size_t)r * kv_dim + kh_off;
+            const uint64_t *k = (const uint64_t *)(k_cache_q8[b] + off), *v = (const uint64_t *)(v_cache_q8[b] + off);
+            for (int i = 0; i < hd / 8; i += 8)
+                for (int u = 0; u < 8; u++) a[u] += k[i + u] + v[i + u];
+            sc += kscale[(size_t)t * nkv] + vscale[(size_t)t * nkv];
+            if (++r == kv_bs) {
+                r = 0;
+                b++;
+            }
+        }
+        double gbps = (double)seq_len * (2 * hd + 8) / (now_ns() - t0);
+        sink = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7] + (uint64_t)sc;
+        if (gbps > best) best = gbps;
+    }
+    (void)sink;
+    return best;
+}

@@ -147,6 +147,13 @@ double fa_time_call_cold(int variant, unsigned char *flush, size_t flush_bytes,
  * the best GB/s of the repeats. The benchmark's yardstick for the kernel's GB/s. */
 double fa_read_gbps(const void *buf, size_t bytes, int reps);
 
+/* The same sum over the bytes the kernel reads, in its order: the K and V rows of one kv head through
+ * the block tables, and their scales (the kernel's arguments; hd a multiple of 64). GB/s of
+ * seq_len * (2 * hd + 8) bytes, best of reps; -1 for bad arguments. The cache's own roof. */
+double fa_read_cache_gbps(int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,
+    const float *kscale, const float *vscale, int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd,
+    int reps);
+
 /* Which compiled path this library took: "neon+dotprod", "neon" or "simde-<arch>". */
 const char *fa_backend(void);
 

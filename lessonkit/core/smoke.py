@@ -303,6 +303,10 @@ def check_kernels(ffi, lib, failures, rng, cases=CASES) -> None:
         flush = np.zeros(1 << 16, np.uint8)
         run("fa_time_call_cold", qb, *ptrs, *tail, call=lambda out, *a: lib.fa_time_call_cold(
             0, ffi.from_buffer("unsigned char[]", flush), flush.nbytes, out, *a))
+        what = step("fa_read_cache_gbps", case)  # the layout probe: this cache's rows, whole 64-byte lines
+        got = lib.fa_read_cache_gbps(*ptrs, T, *layout, 1)
+        if not (got > 0 if hd % 64 == 0 else got == -1):
+            failures.append([*what, ["not_positive"]])
 
 
 def check_helpers(ffi, lib, failures, rng) -> None:
