@@ -87,10 +87,8 @@ void flash_attn_q8_v6_tile_rescale(float *restrict attn_out, const float *restri
             w[j] = expf(st[j] - M);
             S += w[j];
         }
-        for (int j = 0; j < n; j++) {
-            w[j] *= fa_step(vscale, t0 + j, nkv);
-            vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
-        }
+        for (int j = 0; j < n; j++) w[j] *= fa_step(vscale, t0 + j, nkv);
+        fa_tile_rows(vr, v_cache_q8, t0, n, kv_bs, kv_dim, kh_off); /* one division per tile */
         for (int j = 0; j < n; j++) fa_add_row(VKQ, vr[j], w[j], hd);
     }
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
@@ -115,10 +113,8 @@ void flash_attn_q8_v7_vexp(float *restrict attn_out, const float *restrict q, in
         fa_score_tile(st, qi, qsc, nblk, k_cache_q8, kscale, t0, n, kv_dim, kv_bs, nkv, kh_off, scale);
         fa_rescale_tile(st, n, &M, &S, VKQ, hd);            /* segment 3, once for the tile */
         S += fa_exp_tile(w, st, n, M);
-        for (int j = 0; j < n; j++) {
-            w[j] *= fa_step(vscale, t0 + j, nkv);
-            vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
-        }
+        for (int j = 0; j < n; j++) w[j] *= fa_step(vscale, t0 + j, nkv);
+        fa_tile_rows(vr, v_cache_q8, t0, n, kv_bs, kv_dim, kh_off); /* one division per tile */
         for (int j = 0; j < n; j++) fa_add_row(VKQ, vr[j], w[j], hd);
     }
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
@@ -143,10 +139,8 @@ void flash_attn_q8_v8_vkq_regs(float *restrict attn_out, const float *restrict q
         fa_score_tile(st, qi, qsc, nblk, k_cache_q8, kscale, t0, n, kv_dim, kv_bs, nkv, kh_off, scale);
         fa_rescale_tile(st, n, &M, &S, VKQ, hd);            /* segment 3, once for the tile */
         S += fa_exp_tile(w, st, n, M);
-        for (int j = 0; j < n; j++) {
-            w[j] *= fa_step(vscale, t0 + j, nkv);
-            vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
-        }
+        for (int j = 0; j < n; j++) w[j] *= fa_step(vscale, t0 + j, nkv);
+        fa_tile_rows(vr, v_cache_q8, t0, n, kv_bs, kv_dim, kh_off); /* one division per tile */
         fa_vkq_tile(VKQ, vr, w, n, hd);
     }
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
@@ -171,17 +165,17 @@ void flash_attn_q8_v9_magic(float *restrict attn_out, const float *restrict q, i
         fa_score_tile(st, qi, qsc, nblk, k_cache_q8, kscale, t0, n, kv_dim, kv_bs, nkv, kh_off, scale);
         fa_rescale_tile(st, n, &M, &S, VKQ, hd);            /* segment 3, once for the tile */
         S += fa_exp_tile(w, st, n, M);
-        for (int j = 0; j < n; j++) {
-            w[j] *= fa_step(vscale, t0 + j, nkv);
-            vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
-        }
+        for (int j = 0; j < n; j++) w[j] *= fa_step(vscale, t0 + j, nkv);
+        fa_tile_rows(vr, v_cache_q8, t0, n, kv_bs, kv_dim, kh_off); /* one division per tile */
         fa_vkq_tile_magic(VKQ, vr, w, n, hd);
     }
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
 }
 
 /* v10 prefetch: the K and V rows FA_PREFETCH tokens ahead asked for in advance (prefetch_token),
- * so that loads from memory are in flight while the current tile is computed. */
+ * so that loads from memory are in flight while the current tile is computed. The token to ask
+ * for next (pf) moves on one row at a time, into the next block at a block's end (fa_pos_next):
+ * no division by kv_bs per token. */
 void flash_attn_q8_v10_prefetch(float *restrict attn_out, const float *restrict q, int8_t *const *k_cache_q8,
     int8_t *const *v_cache_q8, const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)
@@ -194,17 +188,17 @@ void flash_attn_q8_v10_prefetch(float *restrict attn_out, const float *restrict 
     float M = -1e9f, S = 0.0f, VKQ[HD_MAX] = {0};
     float st[FA_TILE4], w[FA_TILE4];                        /* the tile's scores, then its weights */
     const int8_t *vr[FA_TILE];                              /* the tile's V rows */
+    fa_pos pf = fa_pos_of(FA_PREFETCH, kv_bs);              /* the token to prefetch next */
     for (int t0 = 0; t0 < seq_len; t0 += FA_TILE) {
         const int n = seq_len - t0 < FA_TILE ? seq_len - t0 : FA_TILE;
-        for (int j = 0; FA_PREFETCH > 0 && j < n && t0 + j + FA_PREFETCH < seq_len; j++)
-            prefetch_token(k_cache_q8, v_cache_q8, t0 + j + FA_PREFETCH, kv_bs, kv_dim, kh_off, hd);
+        const int ahead = seq_len - t0 - FA_PREFETCH < n ? seq_len - t0 - FA_PREFETCH : n; /* rows that exist */
+        for (int j = 0; FA_PREFETCH > 0 && j < ahead; j++, fa_pos_next(&pf, kv_bs))
+            prefetch_token(k_cache_q8, v_cache_q8, pf, kv_dim, kh_off, hd);
         fa_score_tile(st, qi, qsc, nblk, k_cache_q8, kscale, t0, n, kv_dim, kv_bs, nkv, kh_off, scale);
         fa_rescale_tile(st, n, &M, &S, VKQ, hd);            /* segment 3, once for the tile */
         S += fa_exp_tile(w, st, n, M);
-        for (int j = 0; j < n; j++) {
-            w[j] *= fa_step(vscale, t0 + j, nkv);
-            vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
-        }
+        for (int j = 0; j < n; j++) w[j] *= fa_step(vscale, t0 + j, nkv);
+        fa_tile_rows(vr, v_cache_q8, t0, n, kv_bs, kv_dim, kh_off); /* one division per tile */
         fa_vkq_tile_magic(VKQ, vr, w, n, hd);
     }
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
@@ -230,17 +224,17 @@ void flash_attn_q8_v14_lowp(float *restrict attn_out, const float *restrict q, i
     float M = -1e9f, S = 0.0f, VKQ[HD_MAX] = {0};
     float st[FA_TILE4], w[FA_TILE4];                        /* the tile's scores, then its weights */
     const int8_t *vr[FA_TILE];                              /* the tile's V rows */
+    fa_pos pf = fa_pos_of(FA_PREFETCH, kv_bs);              /* the token to prefetch next */
     for (int t0 = 0; t0 < seq_len; t0 += FA_TILE) {
         const int n = seq_len - t0 < FA_TILE ? seq_len - t0 : FA_TILE;
-        for (int j = 0; FA_PREFETCH > 0 && j < n && t0 + j + FA_PREFETCH < seq_len; j++)
-            prefetch_token(k_cache_q8, v_cache_q8, t0 + j + FA_PREFETCH, kv_bs, kv_dim, kh_off, hd);
+        const int ahead = seq_len - t0 - FA_PREFETCH < n ? seq_len - t0 - FA_PREFETCH : n; /* rows that exist */
+        for (int j = 0; FA_PREFETCH > 0 && j < ahead; j++, fa_pos_next(&pf, kv_bs))
+            prefetch_token(k_cache_q8, v_cache_q8, pf, kv_dim, kh_off, hd);
         fa_score_tile(st, qi, qsc, nblk, k_cache_q8, kscale, t0, n, kv_dim, kv_bs, nkv, kh_off, scale);
         fa_rescale_tile(st, n, &M, &S, VKQ, hd);            /* segment 3, once for the tile */
         S += fa_exp_tile(w, st, n, M);                      /* S from the fp32 weights */
-        for (int j = 0; j < n; j++) {
-            w[j] *= fa_step(vscale, t0 + j, nkv);
-            vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
-        }
+        for (int j = 0; j < n; j++) w[j] *= fa_step(vscale, t0 + j, nkv);
+        fa_tile_rows(vr, v_cache_q8, t0, n, kv_bs, kv_dim, kh_off); /* one division per tile */
         fa_vkq_tile_lowp(VKQ, vr, w, n, hd);                /* the weights as int8 codes, V by sdot */
     }
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
@@ -279,10 +273,8 @@ void fa_fast_state(const int8_t *qi, const float *qsc, int nblk, int8_t *const *
         fa_score_tile(st, qi, qsc, nblk, k_cache_q8, kscale, t0, n, kv_dim, kv_bs, nkv, kh_off, scale);
         fa_rescale_tile(st, n, M, S, VKQ, hd);
         *S += fa_exp_tile(w, st, n, *M);
-        for (int j = 0; j < n; j++) {
-            w[j] *= fa_step(vscale, t0 + j, nkv);
-            vr[j] = fa_row(v_cache_q8, t0 + j, kv_bs, kv_dim, kh_off);
-        }
+        for (int j = 0; j < n; j++) w[j] *= fa_step(vscale, t0 + j, nkv);
+        fa_tile_rows(vr, v_cache_q8, t0, n, kv_bs, kv_dim, kh_off); /* one division per tile */
 #if defined(__aarch64__)
         fa_vkq_tile_magic(VKQ, vr, w, n, hd);
 #else
