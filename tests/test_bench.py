@@ -257,3 +257,47 @@ def test_targets_computed_cold_are_printed_where_they_differ():
     assert lines[-1].startswith("  MISS  lk.attend overhead") and "25.0 (target <= 20)" in lines[-1]
     r["attend_overhead"]["overhead_us"] = 20.0
     assert bench.overhead_target(r)[3] == "met"
+
+
+def test_verdicts_from_the_rounds():
+    """With every round's figure kept, the middle half of the rounds decides; a middle half across the
+    target is no verdict (the run's spread is too wide), and the report says so."""
+    assert bench.verdict(0.9, 0.85, [0.86, 0.88, 0.9, 0.91, 0.95]) == "met"
+    assert bench.verdict(0.8, 0.85, [0.7, 0.8, 0.8, 0.82, 0.9]) == "MISS"
+    assert bench.verdict(0.86, 0.85, [0.7, 0.8, 0.86, 0.9, 0.95]).startswith("unclear: the middle half of its 5")
+    assert bench.verdict(0.9, 0.85, None) == "met" and bench.verdict(0.8, 0.85, []) == "MISS"
+    r = _fake(fast=10.0, lowp=10.0, per_head_fast4=40.0, group4=13.0, group4_lowp=12.0)
+    r["rows"][262144]["lowp"]["rounds"] = [9.0, 10.0, 10.0, 10.0, 40.0]   # 264 / ns / 10 GB/s: 2.9 .. 0.66
+    r["rows"][262144]["fast"]["rounds"] = [10.0, 40.0, 40.0, 40.0, 40.0]
+    r["rows"][262144]["per_head_fast4"]["rounds"] = [40.0, 40.0, 40.0]
+    r["rows"][262144]["group4"]["rounds"] = [13.0, 20.0, 13.0]
+    st = {what: s for what, _, _, s in bench.targets(r)}
+    assert st["256K: lowp bytes/ns as a share of 1-thread read bandwidth"] == "met"
+    assert st["256K: fast bytes/ns as a share of 1-thread read bandwidth"] == "MISS"
+    assert st["256K: GQA, 1 grouped call vs 4 calls of fast, x faster"].startswith("unclear")
+    assert any(line.startswith("  wide  256K: GQA, 1 grouped call vs 4 calls of fast") and "[unclear: " in line
+               for line in bench.target_lines(r))
+
+
+def test_memory_section_names_both_probes_and_pagings():
+    r = _fake(fast=12.0, lowp=10.0, fast_4k=18.0, lowp_4k=16.0)
+    r.update(read_gbps_4k=8.0, machine="AMD EPYC, x86_64, kernel backend simde-x86_64",
+             memory={262144: dict(layout_gbps=9.0, layout_gbps_4k=6.0, huge_share=1.0, huge_share_4k=0.0)})
+    r["rows"] = {262144: r["rows"][262144]}
+    r["rows"][262144]["lowp"]["rounds"] = [9.5, 10.0, 11.0]
+    text = "\n".join(bench.memory_lines(r))
+    assert "plain (fa_read_gbps" in text and "layout (fa_read_cache_gbps" in text
+    assert "100 % (huge_pages=True), 0 % (huge_pages=False)" in text
+    assert "9.50 /  10.00 /  11.00 (max/min 1.16)" in text           # lowp's rounds: min / median / max
+    assert "cost 1.50x and 1.60x (fast and lowp)" in text and "loses 1.50x" in text
+    assert "SIMDe's build of the NEON source" in text
+    assert "of the plain probe, 10.0 GB/s; 2.93 of the layout probe, 9.0 GB/s" in bench.share_detail(r, 262144, "lowp")
+
+
+def test_huge_page_share_and_the_layout_probe():
+    ffi, lib = lk.native.load()
+    cache, kv_head = bench.make_inputs(20000)[:2]
+    assert bench.layout_gbps(ffi, lib, cache, kv_head, reps=1) > 0
+    share = bench.huge_page_share(cache.k_blocks + cache.v_blocks)
+    assert share is None or 0.0 <= share <= 1.0
+    assert bench.huge_page_share(bench.make_inputs(20000, huge_pages=False)[0].k_blocks) in (None, 0.0)

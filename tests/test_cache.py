@@ -77,3 +77,52 @@ def test_dequantized_matches_codes_times_scale():
     Kd, Vd = cache.dequantized(1)
     np.testing.assert_allclose(Kd, cache.k_codes(1) * (cache.k_scales(1)[:, None] / 127), rtol=1e-6)
     assert np.abs(Vd - V[:, 1]).max() <= np.abs(V[:, 1]).max() / 254 * 1.0001
+
+
+def _thp_mode() -> str | None:
+    """The [bracketed] mode of /sys/kernel/mm/transparent_hugepage/enabled, None without THP."""
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1:text.index("]")]
+
+
+def _huge_kb(a: np.ndarray) -> int:
+    """AnonHugePages (kB) of the mappings that hold a's first byte (/proc/self/smaps)."""
+    addr, inside, kb = a.ctypes.data, False, 0
+    for line in open("/proc/self/smaps"):
+        head = line.split()[0]
+        if "-" in head and ":" not in head:
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= addr < hi
+        elif inside and head == "AnonHugePages:":
+            kb += int(line.split()[1])
+    return kb
+
+
+@pytest.mark.parametrize("huge", [True, False])
+def test_pages_as_asked_and_the_same_results(huge):
+    """Blocks of 2 MiB or more start on a 2 MiB boundary (a huge page can back them whole); on Linux with
+    THP "always" or "madvise" a filled slab is on huge pages when asked and never when not; either way
+    the cache holds and computes the same, and copies and pickles keep the choice."""
+    import copy
+    import pickle
+    cache, q, K, V = make_case(9, 300, 1, 128, 16)
+    big = lk.KVCacheQ8(1, 128, 16384, huge_pages=huge)          # blocks of 2 MiB
+    big.append(np.tile(K, (60, 1, 1)), np.tile(V, (60, 1, 1)))  # 18000 tokens: two blocks
+    assert big.huge_pages is huge and all(b.ctypes.data % (2 << 20) == 0 for b in big.k_blocks)
+    small = lk.KVCacheQ8(1, 128, 16, huge_pages=huge)
+    small.append(K, V)
+    np.testing.assert_array_equal(lk.attend(q, small, 0), lk.attend(q, cache, 0))
+    for c in (copy.copy(small), pickle.loads(pickle.dumps(small))):
+        assert c.huge_pages is huge
+        np.testing.assert_array_equal(lk.attend(q, c, 0), lk.attend(q, cache, 0))
+    with pytest.raises(TypeError, match="huge_pages"):
+        lk.KVCacheQ8(1, 32, 4, huge_pages="yes")
+    if _thp_mode() not in ("always", "madvise"):
+        return  # not Linux, or no THP: 4 KiB pages either way
+    if not huge:
+        assert _huge_kb(big.k_blocks[0]) == 0
+    elif _huge_kb(big.k_blocks[0]) == 0:  # advice, not a promise: no free 2 MiB page gives 4 KiB ones
+        pytest.skip("no huge page was free when the block was written")
