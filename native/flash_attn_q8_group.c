@@ -61,8 +61,13 @@ void flash_attn_group_q8_neon(float *restrict attn_out, const float *restrict q,
     float st[GQA_MAX][FA_TILE4], w[GQA_MAX][FA_TILE4]; /* the tile's scores, then weights, per head */
     const int8_t *kr[FA_TILE4], *vr[FA_TILE];
     float ks[FA_TILE4], vs[FA_TILE];
+    fa_pos pf = fa_pos_of(FA_PREFETCH, kv_bs); /* the token to prefetch next (v10) */
     for (int t0 = 0; t0 < seq_len; t0 += FA_TILE) {
         const int n = seq_len - t0 < FA_TILE ? seq_len - t0 : FA_TILE;
+        /* as version prefetch (v10): the K and V rows FA_PREFETCH tokens ahead asked for now */
+        const int ahead = seq_len - t0 - FA_PREFETCH < n ? seq_len - t0 - FA_PREFETCH : n;
+        for (int j = 0; FA_PREFETCH > 0 && j < ahead; j++, fa_pos_next(&pf, kv_bs))
+            prefetch_token(k_cache_q8, v_cache_q8, pf, kv_dim, kh_off, hd);
         /* the query-independent part of the tile, once: row addresses (one division per tile,
          * fa_tile_rows) and scales */
         fa_tile_rows(kr, k_cache_q8, t0, n, kv_bs, kv_dim, kh_off);

@@ -256,6 +256,14 @@ static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *v
 {
 #if !defined(__aarch64__) && defined(__AVX512F__)
     q8_avx512_vkq_group(vkq, vr, c, w, wstride, n, G); /* q8_simd_x86.h */
+#elif !defined(__aarch64__) && defined(__AVX2__) && defined(__FMA__)
+    switch (G) { /* q8_simd_x86.h; a constant G per case, as below */
+    case 1: q8_avx2_vkq_group(vkq, vr, c, w, wstride, n, 1); break;
+    case 2: q8_avx2_vkq_group(vkq, vr, c, w, wstride, n, 2); break;
+    case 3: q8_avx2_vkq_group(vkq, vr, c, w, wstride, n, 3); break;
+    case 4: q8_avx2_vkq_group(vkq, vr, c, w, wstride, n, 4); break;
+    default: q8_avx2_vkq_group(vkq, vr, c, w, wstride, n, G); break;
+    }
 #else
     /* NEON: a compile-time G (below) keeps the G x 4 accumulators in registers: with G a runtime
      * value the compiler kept a[][] on the stack, a load and a store per multiply-add. */

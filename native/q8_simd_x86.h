@@ -46,6 +46,35 @@ static inline void q8_avx2_vkq_add(float *vkq, const int8_t *v, float w)
     _mm256_storeu_ps(vkq + 8, _mm256_fmadd_ps(f1, w8, _mm256_loadu_ps(vkq + 8)));
 }
 
+/* vkq_cols_rows_group (q8_simd.h) with AVX2: 16 columns per head in two ymm accumulators, V's 16 int8
+ * widened to int32 and converted once per row for all G heads (vpmovsxbd, vcvtdq2ps). With G = 4: 8
+ * accumulators, 2 converted V vectors and a broadcast weight, 11 of x86's 16 vector registers; the NEON
+ * form through SIMDe keeps 16 xmm accumulators, all 16, and spilled them to the stack. Per head the
+ * same fused multiply-adds in the same order as vkq_cols_rows (the fast version's), so the same sums. */
+static inline __attribute__((always_inline)) void q8_avx2_vkq_group(float *const *vkq, const int8_t *const *vr,
+    int c, const float *w, int wstride, int n, const int G)
+{
+    __m256 a[GQA_MAX][2];
+    for (int g = 0; g < G; g++) {
+        a[g][0] = _mm256_loadu_ps(vkq[g] + c);
+        a[g][1] = _mm256_loadu_ps(vkq[g] + c + 8);
+    }
+    for (int j = 0; j < n; j++) {
+        const int8_t *v = vr[j] + c;
+        __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)v)));
+        __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(v + 8))));
+        for (int g = 0; g < G; g++) {
+            __m256 wj = _mm256_broadcast_ss(w + g * wstride + j);
+            a[g][0] = _mm256_fmadd_ps(f0, wj, a[g][0]);
+            a[g][1] = _mm256_fmadd_ps(f1, wj, a[g][1]);
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        _mm256_storeu_ps(vkq[g] + c, a[g][0]);
+        _mm256_storeu_ps(vkq[g] + c + 8, a[g][1]);
+    }
+}
+
 /* i8x32_dot4_s32 with AVX2: Q widened to int16 once per block, each K half widened and
  * multiply-added (vpmaddwd), then three horizontal adds leave each row's sum in its own lane of
  * each 128-bit half. */
