@@ -279,6 +279,8 @@ static inline void vkq_cols_rows_group(float *const *vkq, const int8_t *const *v
 
 #if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 #define Q8_LOWP_PATH "vnni"
+#elif !defined(__aarch64__) && defined(__AVX2__)
+#define Q8_LOWP_PATH "avx2" /* q8_simd_x86.h: vpmaddubsw and vpmaddwd for each sdot by element */
 #else
 #if defined(__ARM_FEATURE_DOTPROD)
 #define Q8_LOWP_PATH "sdot"
@@ -339,6 +341,8 @@ static inline void q8_lowp_codes16(fa_lowp_codes *lc, const float *u, float r)
 {
 #if !defined(__aarch64__) && defined(__AVX512F__)
     q8_avx512_lowp_codes16(lc, u, r); /* q8_simd_x86.h: all sixteen in one register */
+#elif !defined(__aarch64__) && defined(__AVX2__) && defined(__FMA__)
+    q8_avx2_lowp_codes16(lc, u, r);   /* q8_simd_x86.h: in two registers */
 #else
     for (int k = 0; k < FA_LOWP_GROUP; k += 8) {
         int32x4_t c0 = vcvtq_s32_f32(vfmaq_f32(vdupq_n_f32(0.5f), vld1q_f32(u + k), vdupq_n_f32(r)));
@@ -361,6 +365,8 @@ static inline __attribute__((always_inline)) void vkq_lowp_rows_impl(float *cons
 {
 #if !defined(__aarch64__) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
     q8_vnni_lowp_rows(vkq, vr, lc, ng, G, hd); /* q8_simd_x86.h */
+#elif !defined(__aarch64__) && defined(__AVX2__)
+    q8_avx2_lowp_rows(vkq, vr, lc, ng, G, hd); /* q8_simd_x86.h */
 #else
     for (int g = 0; g < G; g += 2)
         for (int c = 0; c < hd; c += 16) {

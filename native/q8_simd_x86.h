@@ -187,7 +187,26 @@ static inline void q8_avx512_lowp_codes16(fa_lowp_codes *lc, const float *u, flo
 }
 #endif
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+#if defined(__AVX2__) && defined(__FMA__)
+/* q8_lowp_codes16 (q8_simd.h) with AVX2, as q8_avx512_lowp_codes16 below in two halves of eight: SIMDe's
+ * NEON conversions check every lane for the cases NEON saturates. The same integers: a fused multiply-add,
+ * truncation, the same minimum, shift and mask; the packs saturate where vmovn truncates, the same for
+ * codes of 0 .. 127. vpackssdw and vpacksswb pack within 128-bit halves: one vpermq puts them in order. */
+static inline void q8_avx2_lowp_codes16(fa_lowp_codes *lc, const float *u, float r)
+{
+    const __m256 rv = _mm256_set1_ps(r), half = _mm256_set1_ps(0.5f);
+    const __m256i cmax = _mm256_set1_epi32(FA_LOWP_CMAX), low7 = _mm256_set1_epi32(127);
+    __m256i c0 = _mm256_min_epi32(_mm256_cvttps_epi32(_mm256_fmadd_ps(_mm256_loadu_ps(u), rv, half)), cmax);
+    __m256i c1 = _mm256_min_epi32(_mm256_cvttps_epi32(_mm256_fmadd_ps(_mm256_loadu_ps(u + 8), rv, half)), cmax);
+    __m256i hi = _mm256_permute4x64_epi64(_mm256_packs_epi32(_mm256_srai_epi32(c0, 7), _mm256_srai_epi32(c1, 7)), 0xD8);
+    __m256i lo = _mm256_permute4x64_epi64(_mm256_packs_epi32(_mm256_and_si256(c0, low7), _mm256_and_si256(c1, low7)),
+                                          0xD8);
+    _mm_storeu_si128((__m128i *)lc->hi, _mm_packs_epi16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
+    _mm_storeu_si128((__m128i *)lc->lo, _mm_packs_epi16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
+}
+#endif
+
+#if defined(__AVX2__)
 /* vkq_lowp_rows (q8_simd.h) with VNNI: vpdpbusd multiplies UNSIGNED bytes by signed ones, four
  * neighbours into an int32 lane; the codes' halves (0 .. 127) are the unsigned operand, V's codes the
  * signed one, as they are. The unpacks interleave four rows within each 128-bit lane: accumulator i
@@ -244,6 +263,29 @@ static inline __attribute__((always_inline)) void NAME(float *const *vkq, const 
     } while (0)
 #define Q8_LD512(p) _mm512_loadu_si512((const void *)(p))
 #define Q8_LD256(p) _mm256_loadu_si256((const __m256i *)(p))
+/* AVX2 has no vpdpbusd: the same sums in three instructions. vpmaddubsw multiplies the unsigned code
+ * halves (0 .. 127) by V's signed codes and adds neighbouring pairs into int16: at most
+ * 2 * 127 * 128 = 32512 in size, below 32767, so never saturated; vpmaddwd by ones adds the pairs into
+ * int32 lanes, each the sum of four products exactly as vpdpbusd's. */
+static inline __m256i q8_avx2_dpbusd(__m256i acc, __m256i u8, __m256i s8)
+{
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
+}
+Q8_LOWP_VNNI(q8_avx2_lowp32, __m256i, 32, Q8_LD256, _mm256_unpacklo_epi8, _mm256_unpackhi_epi8, _mm256_unpacklo_epi16,
+             _mm256_unpackhi_epi16, _mm256_set1_epi32, q8_avx2_dpbusd, _mm256_slli_epi32, _mm256_add_epi32,
+             _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_setzero_si256,
+             __m256, Q8_UNPERMUTE256)
+/* vkq_lowp_rows with AVX2: one head at a time (its 8 accumulators, the 4 interleaved rows and the codes
+ * fill x86's 16 registers; two heads' 16 accumulators would spill), 32 columns per step. */
+static inline __attribute__((always_inline)) void q8_avx2_lowp_rows(float *const *vkq, const int8_t *const *vr,
+    const fa_lowp_codes *lc, int ng, const int G, int hd)
+{
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < hd; c += 32) q8_avx2_lowp32(vkq + g, vr, c, lc + g, ng, 1);
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 Q8_LOWP_VNNI(q8_vnni_lowp64, __m512i, 64, Q8_LD512, _mm512_unpacklo_epi8, _mm512_unpackhi_epi8, _mm512_unpacklo_epi16,
              _mm512_unpackhi_epi16, _mm512_set1_epi32, _mm512_dpbusd_epi32, _mm512_slli_epi32, _mm512_add_epi32,
              _mm512_cvtepi32_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_setzero_si512,
