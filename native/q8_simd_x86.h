@@ -207,7 +207,8 @@ static inline void q8_avx2_lowp_codes16(fa_lowp_codes *lc, const float *u, float
 #endif
 
 #if defined(__AVX2__)
-/* vkq_lowp_rows (q8_simd.h) with VNNI: vpdpbusd multiplies UNSIGNED bytes by signed ones, four
+/* vkq_lowp_rows (q8_simd.h) with VNNI (and with AVX2, below, where three instructions stand in for
+ * vpdpbusd, DP of the macro): vpdpbusd multiplies UNSIGNED bytes by signed ones, four
  * neighbours into an int32 lane; the codes' halves (0 .. 127) are the unsigned operand, V's codes the
  * signed one, as they are. The unpacks interleave four rows within each 128-bit lane: accumulator i
  * holds columns 4i .. 4i+3 of each lane's 16, put back in order once per group (a 4 x 4 transpose of
