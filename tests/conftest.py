@@ -51,11 +51,11 @@ def _without_progress_lines():
 
     from nbval import plugin
 
-    from lessonkit import language, native
+    from lessonkit import check, language
     texts = []
     for lang in ("en", "zh"):
         before = language.set_language(lang)
-        texts += [str(m) for m in (native.CHECKING_NEW, native.CHECKING_LONGER)]
+        texts += [str(m) for m in (check.CHECKING_NEW, check.CHECKING_LONGER)]
         language.set_language(before)
     line = re.compile("^(?:" + "|".join(re.sub(r"\\\{[^}]*\\\}", ".*?", re.escape(t)) for t in texts) + ")\n",
                       re.MULTILINE)

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lessonkit import native  # noqa: E402
 from lessonkit.by_hand import (DEBUGGERS, SESSION_PROGRAM, checked_debugger, debugger_path, install_hint,  # noqa: E402
                                saved_transcript, session_commands, transcript_path)
-from lessonkit.debugger import checked_timeout, child_env, run_bounded  # noqa: E402
+from lessonkit.debugger import checked_timeout, child_env  # noqa: E402
+from lessonkit.processes import run_bounded  # noqa: E402
 
 
 def session_start(debugger: str) -> str:
@@ -81,7 +82,7 @@ def run_session(debugger: str = "gdb", timeout: float = 120.0) -> str:
                     "-x", str(cmd_file), "--args", *child]
         else:
             argv = [exe, "-x", "-b", "-s", str(cmd_file), "--", *child]
-        text = run_bounded(argv, timeout, merge=True, cwd=native.REPO_DIR, env=child_env()).stdout
+        text = run_bounded(argv, timeout, stderr=subprocess.STDOUT, cwd=native.REPO_DIR, env=child_env()).stdout
     if debugger == "gdb":
         text = _gdb_prompts(text, commands)
     return f"$ {session_start(debugger)}\n" + clean_transcript(text, debugger, sys.executable)

@@ -16,7 +16,7 @@ from ..core import native
 from ..display import source
 from . import toy
 from ..core import validate as check
-from ..core.env import lldb_path
+from .setup import lldb_path
 from ..core.attention import KERNELS
 from ..core.language import _
 

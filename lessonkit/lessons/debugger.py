@@ -4,10 +4,8 @@ times and an ``M`` that never decreases. ``observe_generation(16).summary()``; w
 same records come from the traced build."""
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +19,7 @@ from ..display import source
 from ..core import validate as check
 from .by_hand import KERNEL, TOKEN_TEXT, checked_debugger, debugger_path, install_hint
 from ..core.language import _
+from ..core.processes import run_bounded
 from .toy import ToyConfig, checked_config, generate
 
 MAX_OBSERVED_TOKENS = 256   # the records grow with the square of the generation's length
@@ -210,30 +209,6 @@ def child_env() -> dict:
     return env
 
 
-KILLED_READ_S = 5.0  # how long run_bounded reads what a killed process group left in its pipes
-
-
-def run_bounded(argv: list[str], timeout: float, merge: bool = False, **kw) -> subprocess.CompletedProcess:
-    """Run argv in its own process group; on timeout kill the group (the debugger and its program) and
-    raise subprocess.TimeoutExpired. ``merge``: stderr into stdout, in order."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-                            text=True, start_new_session=True, **kw)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        try:  # a helper that left the group (setsid) may still hold the pipes open: read them for a while only
-            proc.communicate(timeout=KILLED_READ_S)
-        except subprocess.TimeoutExpired:
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-            proc.wait()
-        raise
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err or "")
-
-
 def _run_batch(exe: str, debugger: str, n_tokens: int, config: ToyConfig, timeout: float) -> tuple[str, str, str]:
     native.build(debug=True)   # built here, so that the child finds it ready
     conf = "" if config == ToyConfig() else f"config=toy.{config!r}, "
@@ -247,8 +222,10 @@ def _run_batch(exe: str, debugger: str, n_tokens: int, config: ToyConfig, timeou
                     "-iex", "set auto-load python-scripts off", "-x", str(cmd_file), "--args", *child]
         else:   # -x: no ~/.lldbinit; -b: quit when the commands are done (the program has exited)
             argv = [exe, "-x", "-b", "-s", str(cmd_file), "--", *child]
-        proc = run_bounded(argv, timeout, cwd=native.REPO_DIR, env=child_env())
-    return proc.stdout, proc.stderr, commands
+        done = run_bounded(argv, timeout, cwd=native.REPO_DIR, env=child_env())
+    if done.returncode is None:
+        raise subprocess.TimeoutExpired(argv, timeout, done.stdout, done.stderr)
+    return done.stdout, done.stderr, commands
 
 
 def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_gdb: bool | None = None,

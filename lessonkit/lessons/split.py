@@ -30,6 +30,7 @@ import concurrent.futures
 import itertools
 import math
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,7 @@ import numpy as np
 from ..core import env, native, timing
 from ..core import validate as check
 from ..core.cache import KVCacheQ8, attention_args
+from ..core.processes import after_fork_in_child, fork_safe_lock
 from ..core.language import _
 from ..core.attention import kernel_inputs, out_buffer
 
@@ -205,7 +207,7 @@ def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
 
 
 POOL_WORKERS = max(0, (os.cpu_count() or 1) - 1)  # + the calling thread = os.cpu_count() threads
-_pool_lock = threading.Lock()
+_pool_lock = fork_safe_lock(sys.modules[__name__], "_pool_lock")
 _pool_now: list[ThreadPoolExecutor] = []  # the one pool, once started
 
 
@@ -228,17 +230,9 @@ def _pool() -> ThreadPoolExecutor:
         return _pool_now[0]
 
 
-def _forget_pool_in_child() -> None:
-    """A forked child (os.fork, multiprocessing's fork start method) inherits the pool object but none of
-    its threads: work submitted there would wait forever. The child starts a pool of its own instead,
-    with a lock no thread of the parent can be holding."""
-    global _pool_lock
-    _pool_lock = threading.Lock()
-    _pool_now.clear()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_forget_pool_in_child)
+# A forked child (os.fork, multiprocessing's fork start method) inherits the pool object but none of its
+# threads: work submitted there would wait forever. The child starts a pool of its own instead.
+after_fork_in_child(_pool_now.clear)
 
 
 @atexit.register

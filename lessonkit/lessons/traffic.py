@@ -9,19 +9,18 @@ by name (``--toggle-collect``; see ``measure_method``). valgrind simulates a fir
 and one last level: last-level misses times the line size is the traffic to DRAM."""
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core import native
+from ..core import env, native
 from ..core.language import N_, _
+from ..core.processes import run_bounded
 
 VARIANTS = ("single", "scalar", "two_pass_scores", "two_pass_recompute")
 # lesson 08: G query heads of one kv head, one grouped call ("group4") or G single-pass calls ("per_head4")
@@ -30,7 +29,6 @@ SOFTMAXES = ("softmax_naive", "softmax_safe", "softmax_online")
 DRIVER_SOURCE = native.NATIVE_DIR / "tools" / "fa_driver.c"
 # valgrind runs a simulated call about 100 times slower than the CPU: a lesson's longest takes a minute
 SIMULATION_TIMEOUT_S = 900.0
-SYS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 @dataclass(frozen=True)
@@ -61,21 +59,15 @@ PRESETS = {
 }
 
 
-def size_bytes(text: str) -> int:
-    """A sysfs cache size ("48K", "3M" or "512") in bytes."""
-    text = text.strip().upper()
-    return int(text.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-
-
 def host_preset() -> Preset:
     """This machine's L1d and last-level cache, read from /sys (Linux)."""
     levels = {}
-    for d in sorted(SYS_CACHE.glob("index*")):
+    for d in sorted(env.SYS_CACHE.glob("index*")):
         try:
             if (d / "type").read_text().strip() == "Instruction":
                 continue
             levels[int((d / "level").read_text())] = CacheLevel(
-                size_bytes((d / "size").read_text()), int((d / "ways_of_associativity").read_text()),
+                env.size_bytes((d / "size").read_text()), int((d / "ways_of_associativity").read_text()),
                 int((d / "coherency_line_size").read_text()))
         except (OSError, ValueError):
             continue
@@ -236,7 +228,9 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
         with native.stopped(_("valgrind's simulation of {variant} over {seq_len} tokens (its processes were "
                               "ended; nothing was measured)").format(variant=variant, seq_len=seq_len),
                             _("The library loaded in this process is unchanged.")):
-            code, stderr = _run_group(cmd, {**os.environ, "LD_BIND_NOW": "1"}, Path(tmp))
+            done = run_bounded(cmd, SIMULATION_TIMEOUT_S, stdout=subprocess.DEVNULL,
+                               env={**os.environ, "LD_BIND_NOW": "1"})
+        code, stderr = done.returncode, done.stderr
         if code is None:
             raise RuntimeError(_("valgrind's simulation of {variant} over {seq_len} tokens did not finish in "
                                  "{limit:.0f} s; try a shorter cache").format(
@@ -250,22 +244,3 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
     c = dict(zip(events, totals + [0] * (len(events) - len(totals))))  # trailing zeros are omitted
     return Simulated(variant, seq_len, preset_name, c["Ir"], c["Dr"], c["Dw"],
                      c["D1mr"] + c["D1mw"], c["DLmr"] + c["DLmw"], p.ll.line, n_kv_heads)
-
-
-def _run_group(cmd: list[str], env: dict, tmp: Path) -> tuple[int | None, str]:
-    """Run ``cmd`` in a process group of its own: (exit code, or None after SIMULATION_TIMEOUT_S; the end
-    of its stderr). The whole group is killed when it ends, also on an interrupt (the stop button), so
-    no valgrind keeps simulating after the cell stopped."""
-    with open(tmp / "stderr", "w+b") as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=SIMULATION_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        err.seek(max(0, err.seek(0, os.SEEK_END) - 4000))
-        return code, err.read().decode(errors="replace")
