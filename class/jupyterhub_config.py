@@ -44,6 +44,9 @@ c.ConfigurableHTTPProxy.pid_file = str(STATE / "proxy.pid")
 c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = str(STATE / "jupyterhub.pid")
+# hub.py's login and change-password pages (in the student's language); JupyterHub's own templates
+# stay where they are, after these
+c.JupyterHub.template_paths = [str(HERE / "templates")]
 c.JupyterHub.cleanup_servers = True  # the hub's stop stops every student's server
 c.JupyterHub.shutdown_on_logout = False
 # HTTPS, when the teacher has a certificate (make class CLASS_SSL_CERT=... CLASS_SSL_KEY=...):
