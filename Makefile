@@ -417,8 +417,10 @@ class-teardown:
 	@if [ -z "$(PREFIX)" ]; then echo "say whose accounts: make class-teardown PREFIX=jupyter-"; exit 1; fi
 	$(CLASSROOM) teardown --prefix $(PREFIX)
 
-# The hub end to end (class/tests/test_hub.py: logins, the Chinese interface, lesson 00 in three
-# servers, isolation, a crash, a memory hog and a fork bomb, an update, a clean stop). It needs root
+# The hub end to end (class/tests/test_hub.py: the admin list before anyone logs in, logins and the
+# password pages in the student's language, the Chinese interface, lesson 00 in three servers,
+# isolation, a crash, a memory hog and a fork bomb, an update, a clean stop that restores the cron and
+# at deny files; it leaves the machine as it found it). It needs root
 # and skips itself without. With a wheelhouse (make wheelhouse, which make test-offline runs first)
 # it runs in a network namespace with no network, so the class's install is shown to need none.
 test-class: setup
