@@ -20,8 +20,8 @@ HEAD (so that a test can publish an update without touching the checkout), with 
   /etc/at.deny are again what they were: one absent, one present with its content (where the machine
   has neither, the test makes a cron.deny for the run and removes it after).
 
-The machine is left as it was found: the class folder CLASS_DIR goes too if this run made it
-(CLASS_TEST_KEEP=1 keeps it, and a later run then skips most of the install).
+The machine is left as it was found: the class folder CLASS_DIR (about 600 MB) goes too if this run
+made it (CLASS_TEST_KEEP=1 keeps it, and a later run then skips most of the install).
 
 Needs: root (useradd, one cgroup per student), Linux, npm or a wheelhouse (CLASS_WHEELHOUSE), and
 pip's index or that wheelhouse; a few minutes when pip's cache is warm.
@@ -99,6 +99,16 @@ def _file(path: Path):
     return path.read_bytes(), st.st_mode & 0o7777, st.st_uid, st.st_gid
 
 
+def _outermost_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist (what making ``path`` makes), if any."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            return missing
+        missing = folder
+    return missing
+
+
 @pytest.fixture(scope="module")
 def machine():
     """What the machine had before the class (the deny files, the class folders), put back after."""
@@ -110,7 +120,8 @@ def machine():
         DENY_FILES[0].write_text("# made by make test-class for its run\nnobody\n")
         os.chmod(DENY_FILES[0], 0o640)
         made.append(DENY_FILES[0])
-    found = {"deny": {p: _file(p) for p in DENY_FILES}, "state": DENY_STATE.exists(), "class_dir": CLASS_DIR.exists()}
+    found = {"deny": {p: _file(p) for p in DENY_FILES}, "state": DENY_STATE.exists(),
+             "made": _outermost_missing(CLASS_DIR)}  # /srv too, on a machine that had none
     try:
         yield found
     finally:
@@ -119,8 +130,8 @@ def machine():
                        capture_output=True)
         for path in made:
             path.unlink(missing_ok=True)
-        if not found["class_dir"] and not os.environ.get("CLASS_TEST_KEEP"):
-            shutil.rmtree(CLASS_DIR, ignore_errors=True)
+        if found["made"] is not None and not os.environ.get("CLASS_TEST_KEEP"):
+            shutil.rmtree(found["made"], ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
