@@ -398,7 +398,9 @@ class:
 	$(CLASSROOM) serve --class-dir $(CLASS_DIR) --roster $(CLASS_ROSTER) --ip $(CLASS_IP) --port $(CLASS_PORT)
 
 # The whole kit on 127.0.0.1:CLASS_PORT with class/demo-roster.csv (three students and a teacher, Unix
-# users fademo-*); Ctrl-C or SIGTERM stops it and removes the demo accounts
+# users fademo-*), installed in its own class folder CLASS_DEMO_DIR; Ctrl-C or SIGTERM stops it and
+# removes the demo accounts and its hub's database. The folder (about 600 MB) stays for the next demo:
+# make class-publish CLASS_DIR=$(CLASS_DEMO_DIR) publishes to it, rm -rf removes it
 class-demo:
 	$(CLASSROOM) demo --class-dir $(CLASS_DEMO_DIR) --prefix fademo- --ip 127.0.0.1 --port $(CLASS_PORT) $(CLASS_FROM)
 

@@ -368,7 +368,7 @@ def systemd_unit(args) -> str:
     flags = (f"--class-dir {args.class_dir} --roster {args.roster} --ip {args.ip} --port {args.port} "
              f"--prefix {args.prefix} --mem-gb {args.mem_gb:g} --cpus {args.cpus:g} --tasks {args.tasks} "
              f"--cull-timeout {args.cull_timeout} --home-root {args.home_root}")
-    tls = "".join(f"Environment={k}={os.environ[k]}\n" for k in ("CLASS_SSL_CERT", "CLASS_SSL_KEY", "CLASS_SPAWNER")
+    tls = "".join(f"Environment={k}={os.environ[k]}\n" for k in ("CLASS_SSL_CERT", "CLASS_SSL_KEY", "CLASS_SPAWNER", "CLASS_DEFAULT_LANG")
                   if os.environ.get(k))
     return f"""[Unit]
 Description=JupyterHub for the flash-attn-q8 workbook class
