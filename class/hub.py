@@ -30,7 +30,6 @@ from nativeauthenticator.handlers import ChangePasswordHandler as NativeChangePa
 from nativeauthenticator.handlers import LoginHandler as NativeLoginHandler
 from nativeauthenticator.orm import UserInfo
 from tornado import web
-from tornado.escape import url_escape
 from tornado.httputil import url_concat
 from traitlets import Dict, Unicode
 
@@ -49,11 +48,9 @@ class FirstLoginHandler(NativeLoginHandler):
         language = pagetext.browser_language(self.request.headers.get("Accept-Language"), pagetext.class_default())
         return self.render_template(
             "class-login.html", t=pagetext.TEXT[language], login_error=login_error, username=username,
-            next=url_escape(self.get_argument("next", default="")),
             authenticator_login_url=url_concat(self.authenticator.login_url(self.hub.base_url),
                                                {"next": self.get_argument("next", "")}),
-            authenticator=self.authenticator, enable_signup=self.authenticator.enable_signup,
-            two_factor_auth=self.authenticator.allow_2fa)
+            enable_signup=self.authenticator.enable_signup, two_factor_auth=self.authenticator.allow_2fa)
 
     async def post(self):
         """NativeAuthenticator's login, its two messages in the page's language."""
