@@ -399,7 +399,9 @@ class:
 	$(CLASSROOM) serve --class-dir $(CLASS_DIR) --roster $(CLASS_ROSTER) --ip $(CLASS_IP) --port $(CLASS_PORT)
 
 # The whole kit on 127.0.0.1:CLASS_PORT with class/demo-roster.csv (three students and a teacher, Unix
-# users fademo-*); Ctrl-C or SIGTERM stops it and removes the demo accounts
+# users fademo-*), installed in its own class folder CLASS_DEMO_DIR; Ctrl-C or SIGTERM stops it and
+# removes the demo accounts and its hub's database. The folder (about 600 MB) stays for the next demo:
+# make class-publish CLASS_DIR=$(CLASS_DEMO_DIR) publishes to it, rm -rf removes it
 class-demo:
 	$(CLASSROOM) demo --class-dir $(CLASS_DEMO_DIR) --prefix fademo- --ip 127.0.0.1 --port $(CLASS_PORT) $(CLASS_FROM)
 
@@ -418,8 +420,10 @@ class-teardown:
 	@if [ -z "$(PREFIX)" ]; then echo "say whose accounts: make class-teardown PREFIX=jupyter-"; exit 1; fi
 	$(CLASSROOM) teardown --prefix $(PREFIX)
 
-# The hub end to end (class/tests/test_hub.py: logins, the Chinese interface, lesson 00 in three
-# servers, isolation, a crash, a memory hog and a fork bomb, an update, a clean stop). It needs root
+# The hub end to end (class/tests/test_hub.py: the admin list before anyone logs in, logins and the
+# password pages in the student's language, the Chinese interface, lesson 00 in three servers,
+# isolation, a crash, a memory hog and a fork bomb, an update, a clean stop that restores the cron and
+# at deny files; it leaves the machine as it found it). It needs root
 # and skips itself without. With a wheelhouse (make wheelhouse, which make test-offline runs first)
 # it runs in a network namespace with no network, so the class's install is shown to need none.
 test-class: setup
