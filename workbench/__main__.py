@@ -8,7 +8,10 @@ import importlib
 import sys
 
 # tool name -> (module of this package, what it does: one line of --help)
-TOOLS: dict[str, tuple[str, str]] = {}
+TOOLS: dict[str, tuple[str, str]] = {
+    "site": ("site", "the lessons as two static websites, English and Chinese, into _site/ (make site)"),
+    "handouts": ("handouts", "one A4 PDF per lesson and edition, printed from the site (make handouts)"),
+}
 
 
 def usage() -> str:
