@@ -71,6 +71,8 @@ def mathjax_dir() -> Path:
 
 def missing_requirements() -> list[str]:
     """The distributions of the site extra that this Python lacks."""
+    if sys.version_info < (3, 11):
+        return [f"Python 3.11 or newer for Sphinx 9 (this is {sys.version.split()[0]})"]
     missing = [dist for module, dist in REQUIRED.items() if importlib.util.find_spec(module) is None]
     if "django-static-mathjax" not in missing and not (mathjax_dir() / "tex-chtml.js").is_file():
         missing.append("django-static-mathjax")
