@@ -11,14 +11,13 @@ missing, as on a student's laptop; .ci/run installs them all.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urldefrag, urlsplit
+from urllib.parse import unquote, urldefrag
 
 import pytest
 
@@ -35,7 +34,8 @@ CJK_FONT = re.compile(r"CJK|WenQuanYi|WQY|SourceHan|Source ?Han|PingFang|Hiragin
                       re.I)
 # Inside MathJax's bundle, URLs on a CDN that the pages never request: speech-rule-engine's defaults for
 # its rule files and for Internet Explorer's XPath, which MathJax replaces with its own copy in the
-# browser (MathJax's components/src/a11y/sre/sre_config.js points SRE at [mathjax]/sre/mathmaps);
+# browser (its a11y/sre component points SRE at [mathjax]/sre/mathmaps: components/src/a11y/sre/
+# sre_config.js in the django-static-mathjax package);
 # test_pages_in_chromium sees every request a page makes
 KNOWN_UNUSED = ("https://cdn.jsdelivr.net/npm/speech-rule-engine@", "https://cdn.jsdelivr.net/npm/sre-mathmaps-ie@",
                 "https://cdn.jsdelivr.net/npm/wicked-good-xpath@")
@@ -152,17 +152,6 @@ def html_files(site_dir: Path) -> list[Path]:
     return sorted(p for e in site.EDITIONS for p in (site_dir / e).rglob("*.html"))
 
 
-def lesson_title(edition: str, name: str) -> str:
-    """The lesson's title as its notebook's first heading says it, without markdown's marks."""
-    nb = json.loads((REPO / site.LESSON_DIRS[edition] / f"{name}.ipynb").read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "markdown":
-            m = re.search(r"^# (.+)$", "".join(cell["source"]), re.M)
-            if m:
-                return re.sub(r"[`*_]", "", m.group(1)).strip()
-    raise AssertionError(f"no title in {edition} {name}")
-
-
 def squeeze(text: str) -> str:
     return re.sub(r"[\s`*_]+", "", text)
 
@@ -273,7 +262,7 @@ def test_pages_in_chromium(site_dir, edition, tmp_path):
             page.goto((site_dir / edition / f"{name}.html").as_uri(), wait_until="load")
             page.evaluate(handouts.SETTLE)
             heading = page.locator("article h1").first
-            assert squeeze(heading.inner_text()).rstrip("#") == squeeze(lesson_title(edition, name))
+            assert squeeze(heading.inner_text()).rstrip("#") == squeeze(site.lesson_title(edition, name))
             if edition == "zh":
                 assert re.search(r"[\u4e00-\u9fff]", heading.inner_text())
             shot = tmp_path / "heading.png"
@@ -286,6 +275,11 @@ def test_pages_in_chromium(site_dir, edition, tmp_path):
             assert len(images) >= 2 and all(ok and width > 0 for _, ok, width in images), images
             assert page.locator("mjx-container").count() > 0, "no math typeset by MathJax"
             assert page.locator("article table").count() > 0
+            # the site's search, from disk as well: a word of the lesson's title finds the lesson
+            word = "在线" if edition == "zh" else "softmax"
+            page.goto((site_dir / edition / "search.html").as_uri() + f"?q={word}", wait_until="load")
+            page.wait_for_function("document.querySelectorAll('#search-results li').length > 0", timeout=20000)
+            assert f"{name}.html" in page.locator("#search-results").inner_html()
         finally:
             browser.close()
     assert not refused, refused
@@ -306,7 +300,7 @@ def test_every_handout_holds_its_lesson_title(printed):
             assert pdf.is_file(), pdf
             text = subprocess.run(["pdftotext", "-l", "2", str(pdf), "-"], capture_output=True, text=True,
                                   check=True).stdout
-            assert squeeze(lesson_title(edition, name)) in squeeze(text), (pdf, text[:300])
+            assert squeeze(site.lesson_title(edition, name)) in squeeze(text), (pdf, text[:300])
 
 
 def test_chinese_handouts_embed_a_chinese_font(printed):

@@ -10,6 +10,7 @@ Pages are opened from disk, and every request for anything but a local file is r
 from __future__ import annotations
 
 import argparse
+import html
 import importlib.util
 import os
 import shutil
@@ -93,7 +94,7 @@ def print_all(site_dir: Path, out: Path, editions=site.EDITIONS, lessons=None, e
 
     site_dir, out = Path(site_dir).resolve(), Path(out).resolve()
     names = lessons or site.lessons()
-    pages = [(e, n, site_dir / e / f"{n}.html") for e in editions for n in names]
+    pages = [(e, n, site_dir / e / f"{n}.html") for e in editions for n in names]  # (edition, lesson, page)
     absent = [str(p) for _, _, p in pages if not p.is_file()]
     if absent:
         raise RuntimeError(f"no page {absent[0]}{' and others' if len(absent) > 1 else ''}: make site builds the site first")
@@ -105,10 +106,10 @@ def print_all(site_dir: Path, out: Path, editions=site.EDITIONS, lessons=None, e
             context = browser.new_context()
             refuse_remote(context, refused)
             page = context.new_page()
-            for edition, name, html in pages:
+            for edition, name, page_file in pages:
                 pdf = out / edition / f"{name}.pdf"
                 pdf.parent.mkdir(parents=True, exist_ok=True)
-                page.goto(html.as_uri(), wait_until="load")
+                page.goto(page_file.as_uri(), wait_until="load")
                 page.evaluate(SETTLE)
                 page.pdf(path=str(pdf), format="A4", print_background=True, margin=MARGIN,
                          display_header_footer=True, header_template="<span></span>", footer_template=FOOTER)
@@ -118,7 +119,32 @@ def print_all(site_dir: Path, out: Path, editions=site.EDITIONS, lessons=None, e
             browser.close()
     if refused:
         raise RuntimeError("the pages asked for what is not on this machine: " + ", ".join(sorted(set(refused))))
+    write_index(out)
+    if out.parent == site_dir:
+        site.write_chooser(site_dir)
     return written
+
+
+INDEX = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Handouts · 讲义</title>
+<style>body {{ font-family: system-ui, sans-serif; max-width: 48rem; margin: 2rem auto; padding: 0 1rem; }}
+.editions {{ display: flex; gap: 3rem; }}</style></head>
+<body><h1>Handouts · <span lang="zh-CN">讲义</span></h1><div class="editions">
+{editions}</div></body></html>
+"""
+
+
+def write_index(out: Path) -> None:
+    """out/index.html: every handout in out/, by edition, with its lesson's title."""
+    editions = []
+    for edition, heading in (("en", "English"), ("zh", "中文")):
+        pdfs = sorted((out / edition).glob("*.pdf"))
+        if pdfs:
+            lang = "zh-CN" if edition == "zh" else "en"
+            items = "".join(f'<li><a href="{edition}/{p.name}">{html.escape(site.lesson_title(edition, p.stem))}</a></li>'
+                            for p in pdfs)
+            editions.append(f'<section lang="{lang}"><h2>{heading}</h2><ul>{items}</ul></section>\n')
+    (out / "index.html").write_text(INDEX.format(editions="".join(editions)), encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:

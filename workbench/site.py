@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import posixpath
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +43,17 @@ INSTALL_HINT = "make site installs them into .venv (pip install -e '.[site]')"
 def lessons(edition: str = "en") -> list[str]:
     """The lessons' page names (00_start_here, ...), from the notebooks of that edition."""
     return sorted(p.stem for p in (REPO / LESSON_DIRS[edition]).glob("[0-9][0-9]*.ipynb"))
+
+
+def lesson_title(edition: str, name: str) -> str:
+    """The lesson's title, its notebook's first heading, without markdown's marks."""
+    nb = json.loads((REPO / LESSON_DIRS[edition] / f"{name}.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            m = re.search(r"^# (.+)$", "".join(cell["source"]), re.M)
+            if m:
+                return re.sub(r"[`*_]", "", m.group(1)).strip()
+    return name
 
 
 def repo_path(edition: str, docname: str) -> str:
@@ -110,6 +123,7 @@ def sphinx_command(edition: str, work: Path) -> list[str]:
             str(work / "src"), str(work / "html")]
 
 
+# _site/index.html: the two editions, and the handouts once make handouts has printed them
 CHOOSER = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>flash_attn_single_q_q8_neon · workbook · 练习册</title>
@@ -121,10 +135,16 @@ a {{ font-size: 1.25rem; }}</style></head>
 <li><a href="en/index.html" hreflang="en">English</a></li>
 <li lang="zh-CN"><a href="zh/index.html" hreflang="zh-CN">中文</a></li>
 </ul>
-<p>Printable handouts, one PDF per lesson (<code>make handouts</code>) · 每课一份可打印的 PDF 讲义：
-<a href="handouts/">handouts/</a></p>
-</body></html>
+{handouts}</body></html>
 """
+HANDOUTS_LINK = """<p><a href="handouts/index.html">Handouts</a>: one A4 PDF per lesson · <span lang="zh-CN">讲义：每课一份 A4 PDF</span></p>
+"""
+
+
+def write_chooser(out: Path) -> None:
+    """out/index.html, which links to the handouts where make handouts has printed them."""
+    handouts = HANDOUTS_LINK if (out / "handouts" / "index.html").is_file() else ""
+    (out / "index.html").write_text(CHOOSER.format(handouts=handouts), encoding="utf-8")
 
 
 def build(out: Path = DEFAULT_OUT, editions=EDITIONS, echo=print) -> dict[str, float]:
@@ -156,7 +176,7 @@ def build(out: Path = DEFAULT_OUT, editions=EDITIONS, echo=print) -> dict[str, f
         shutil.rmtree(out / edition, ignore_errors=True)
         (out / ".build" / edition / "html").rename(out / edition)
     shutil.rmtree(out / ".build", ignore_errors=True)
-    (out / "index.html").write_text(CHOOSER.format(), encoding="utf-8")
+    write_chooser(out)
     return seconds
 
 

@@ -12,6 +12,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # workbook_site, the extension beside this file
 
+# Not imported in this process: rfc3987-syntax (which JupyterLab's packages bring into .venv) compiles
+# its grammars when it is imported, about 3 s, and jsonschema imports it, for nbformat, only to check
+# IRI formats that no notebook schema asks for; jsonschema goes without it when it cannot be imported.
+sys.modules.setdefault("rfc3987_syntax", None)
+
 edition = "zh" if tags.has("zh") else "en"  # noqa: F821 (tags: given by Sphinx to conf.py)
 
 project = ("flash_attn_single_q_q8_neon：第 9-2 篇的配套练习册" if edition == "zh"
@@ -41,6 +46,9 @@ myst_heading_slug_func = "workbook_site.jupyter_slug"
 # (jieba, where installed; without it Sphinx splits Chinese text less well and says nothing)
 language = "en"
 if edition == "zh":
+    # Sphinx's default "user dictionary" is jieba's own, which jieba reads anyway: read twice, it costs
+    # seconds and changes no word break
+    html_search_options = {"dict": ""}
     try:
         import jieba
         jieba.setLogLevel(logging.WARNING)  # not its "Building prefix dict" lines on every build

@@ -12,6 +12,7 @@ beyond Sphinx, MyST-NB and the book theme.
 - Every page gets its twin in the other language and its source for download (the ``edition-links``
   template in the article's header).
 - MathJax is served from the site itself (``_static/mathjax``): Sphinx's default loads it from a CDN.
+- The Chinese site's search works (ChineseSearch).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pathlib import Path
 import nbformat
 from docutils import nodes
 from sphinx import addnodes
+from sphinx.search.zh import SearchChinese
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 
@@ -168,7 +170,18 @@ def copy_mathjax(app, exception) -> None:
         shutil.copytree(source / part, dest / part)
 
 
+class ChineseSearch(SearchChinese):
+    """Sphinx's Chinese search (jieba's words; Latin words by the English stemmer), with the name of
+    its JavaScript stemmer right. Sphinx 9.0 names that stemmer after the language, ChineseStemmer,
+    which its english-stemmer.js does not define, so every search of a Chinese site stops at
+    "ChineseStemmer is not defined" (later Sphinx derives the name from the file). The language's
+    name serves nothing else than that and a log line."""
+
+    language_name = "English"
+
+
 def setup(app):
+    app.add_search_language(ChineseSearch)
     app.add_config_value("workbook_edition", "en", "env", types=frozenset({str}))
     app.add_post_transform(EditionLinks)
     app.connect("html-page-context", page_context)
