@@ -148,7 +148,7 @@ def write_index(out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench handouts", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m workbench handouts", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--site", type=Path, default=site.DEFAULT_OUT, help="the built site (default: _site)")
     parser.add_argument("--out", type=Path, help="where the PDFs go (default: SITE/handouts)")
     parser.add_argument("--edition", choices=site.EDITIONS, action="append", help="this edition only (repeatable)")

@@ -181,7 +181,7 @@ def build(out: Path = DEFAULT_OUT, editions=EDITIONS, echo=print) -> dict[str, f
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench site", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m workbench site", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the sites go (default: _site)")
     parser.add_argument("--edition", choices=EDITIONS, action="append",
                         help="build this edition only (repeatable; default: both)")

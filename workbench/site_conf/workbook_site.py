@@ -9,6 +9,8 @@ beyond Sphinx, MyST-NB and the book theme.
   ``zh/00_start_here.ipynb#Anchor``, ``../01_quantize_q.ipynb``), and each edition is a site of its
   own with every page at its top. Each link is read back to the repository path it names, then pointed
   at the page of this edition that holds that file, or at the other edition's site beside this one.
+  A link to another file of the workbook (native/...) keeps its text, without a link; a link to a
+  file that does not exist is a warning, and so fails the build.
 - Every page gets its twin in the other language and its source for download (the ``edition-links``
   template in the article's header).
 - MathJax is served from the site itself (``_static/mathjax``): Sphinx's default loads it from a CDN.
@@ -112,15 +114,21 @@ class EditionLinks(SphinxPostTransform):
                 anchor = node.get("reftargetid")
             elif node.get("refdomain") is None:
                 path, _, anchor = node["reftarget"].partition("#")
-                if not path.endswith((".ipynb", ".md")):
+                if not path:
                     continue  # not a link to a file: left to MyST
             else:
                 continue
             target = posixpath.normpath(posixpath.join(here, path))
             page = site.page_of(target, edition)
             if page is None:
-                logger.warning("link to %s (%s in the repository): not a page of the site", path, target,
-                               location=node, type="workbook", subtype="link")
+                if (site.REPO / target).exists():
+                    # a file of the workbook that the site does not hold (the kernel's source, say):
+                    # its name stays, as text; the reader has it in the workbook's folder
+                    logger.info("link to %s: not on the site, shown as text", target, location=node)
+                else:
+                    logger.warning("link to %s (%s in the repository): no such file", path, target,
+                                   location=node, type="workbook", subtype="link")
+                node.replace_self(nodes.inline("", "", *node.children, classes=["workbook-file"]))
                 continue
             target_edition, docname = page
             if target_edition == edition:
