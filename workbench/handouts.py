@@ -50,8 +50,8 @@ SETTLE = """async () => {
 
 def find_chromium() -> str | None:
     """The path of the system's Chromium (CHROMIUM=path first), or None."""
-    if os.environ.get("CHROMIUM"):
-        return shutil.which(os.environ["CHROMIUM"]) or os.environ["CHROMIUM"]
+    if os.environ.get("CHROMIUM"):  # a name on PATH or a path; None when it is neither
+        return shutil.which(os.environ["CHROMIUM"])
     for name in CHROMIUM_NAMES:
         found = shutil.which(name)
         if found:
@@ -64,7 +64,9 @@ def missing_requirements() -> list[str]:
     missing = []
     if importlib.util.find_spec("playwright") is None:
         missing.append(f"the playwright package ({site.INSTALL_HINT})")
-    if find_chromium() is None:
+    if os.environ.get("CHROMIUM") and find_chromium() is None:
+        missing.append(f"Chromium: CHROMIUM={os.environ['CHROMIUM']} is not a program here")
+    elif find_chromium() is None:
         missing.append("Chromium (Debian: apt install chromium-headless-shell or chromium; macOS: Google Chrome; "
                        "or CHROMIUM=/path/to/it)")
     return missing
