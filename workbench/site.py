@@ -56,8 +56,11 @@ def lesson_title(edition: str, name: str) -> str:
     return name
 
 
-def repo_path(edition: str, docname: str) -> str:
-    """The repository file a page of that edition is made from (the index: as if beside its lessons)."""
+def repo_path(edition: str, docname: str) -> str | None:
+    """The repository file a page of that edition is made from; None for its first page, which
+    site_conf/index.<edition>.md makes (its links name the site's pages)."""
+    if docname == "index":
+        return None
     if docname in SHARED_PAGES:
         return SHARED_PAGES[docname]
     return f"{LESSON_DIRS[edition]}/{docname}.ipynb"
@@ -94,7 +97,7 @@ def missing_requirements() -> list[str]:
 
 def stage(edition: str, src: Path) -> None:
     """The edition's pages in ``src``, every one at the top: copies of its lessons, the glossary, the
-    references, and its first page (site_conf/index.<edition>.md, with the list of lessons)."""
+    references, and its first page (site_conf/index.<edition>.md, with the lessons listed)."""
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
     names = lessons(edition)
@@ -103,7 +106,9 @@ def stage(edition: str, src: Path) -> None:
     for name, path in SHARED_PAGES.items():
         shutil.copy2(REPO / path, src / f"{name}{Path(path).suffix}")
     index = (CONF_DIR / f"index.{edition}.md").read_text(encoding="utf-8")
-    (src / "index.md").write_text(index.replace("{lessons}", "\n".join(names)), encoding="utf-8")
+    links = "\n".join(f"- [](./{name}.ipynb)" for name in names)  # an empty text: MyST puts the title
+    (src / "index.md").write_text(index.replace("{lesson_links}", links).replace("{lessons}", "\n".join(names)),
+                                  encoding="utf-8")
 
 
 def check_editions() -> list[str]:

@@ -103,7 +103,10 @@ class EditionLinks(SphinxPostTransform):
 
     def run(self, **kwargs) -> None:
         edition = self.config.workbook_edition
-        here = posixpath.dirname(site.repo_path(edition, self.env.docname))
+        source = site.repo_path(edition, self.env.docname)
+        if source is None:
+            return  # the first page: its links name the site's pages, which MyST finds as they are
+        here = posixpath.dirname(source)
         for node in list(self.document.findall(addnodes.pending_xref)):
             if node.get("reftype") != "myst":
                 continue
