@@ -108,6 +108,7 @@ def print_all(site_dir: Path, out: Path, editions=site.EDITIONS, lessons=None, e
             context = browser.new_context()
             refuse_remote(context, refused)
             page = context.new_page()
+            page.emulate_media(media="print")  # laid out for paper once, not for the screen first
             for edition, name, page_file in pages:
                 pdf = out / edition / f"{name}.pdf"
                 pdf.parent.mkdir(parents=True, exist_ok=True)

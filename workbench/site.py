@@ -52,7 +52,7 @@ def lesson_title(edition: str, name: str) -> str:
         if cell["cell_type"] == "markdown":
             m = re.search(r"^# (.+)$", "".join(cell["source"]), re.M)
             if m:
-                return re.sub(r"[`*_]", "", m.group(1)).strip()
+                return re.sub(r"[`*]", "", m.group(1)).strip()
     return name
 
 
