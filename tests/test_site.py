@@ -11,6 +11,7 @@ missing, as on a student's laptop; .ci/run installs them all.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shutil
 import subprocess
@@ -185,6 +186,26 @@ def test_every_lesson_is_in_both_editions_with_its_twin(site_dir):
     for edition in site.EDITIONS:  # the first page says how to run the workbook
         text = re.sub(r"<[^>]+>", "", (site_dir / edition / "index.html").read_text(encoding="utf-8"))
         assert all(command in text for command in ("make lab", "make test", "make lab-zh")), edition
+
+
+def test_only_a_cell_that_only_sets_the_language_is_hidden():
+    sys.path.insert(0, str(site.CONF_DIR))
+    try:
+        from workbook_site import only_sets_language
+    finally:
+        sys.path.remove(str(site.CONF_DIR))
+    first = {}
+    for edition in site.EDITIONS:
+        for name in site.lessons(edition):
+            nb = json.loads((REPO / site.LESSON_DIRS[edition] / f"{name}.ipynb").read_text(encoding="utf-8"))
+            first[edition, name] = "".join(next(c for c in nb["cells"] if c["cell_type"] == "code")["source"])
+    assert all(only_sets_language(src) for (edition, _), src in first.items() if edition == "zh")
+    assert not any(only_sets_language(src) for (edition, _), src in first.items() if edition == "en")
+    assert only_sets_language("from lessonkit import set_language\nset_language('zh')")
+    assert only_sets_language("import lessonkit as lk\nlk.set_language('en');")
+    for other in ("import lessonkit\nlessonkit.set_language('zh')\nprint(1)", "import lessonkit", "set_language('zh')",
+                  "import lessonkit, numpy\nlessonkit.set_language('zh')", "lessonkit.set_language(", ""):
+        assert not only_sets_language(other), other
 
 
 def test_the_chinese_language_cell_is_not_shown(site_dir):
