@@ -101,7 +101,7 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: catalog setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 debug-aarch64 test-py test-bench figures test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
+.PHONY: catalog setup site-setup site handouts build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 debug-aarch64 test-py test-bench figures test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
@@ -113,6 +113,8 @@ help:
 	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); LESSON=zh/04 the Chinese one;"
 	@echo "  LESSON=glossary the glossary; make reset-native: the kernel copy"
 	@echo "make catalog   check lessonkit's Chinese messages (.po) and compile them (.mo); needs msgfmt (gettext)"
+	@echo "make site   the lessons as two websites, English and Chinese, into _site/en and _site/zh (open"
+	@echo "  _site/index.html; no network needed); make handouts: one A4 PDF per lesson, _site/handouts/en|zh/"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
 	@echo "make debug-aarch64   lesson 06's breakpoints in the aarch64 build (sdot) under qemu and gdb-multiarch"
 	@echo "  (make test-py PYTEST_ARGS=notebooks/00_start_here.ipynb: one lesson)"
@@ -134,6 +136,26 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# make site and make handouts (README: "The lessons as a website and handouts"): the site extra of
+# pyproject.toml (Sphinx, MyST-NB, the book theme, MathJax, Playwright, jieba: about 80 MB to download,
+# 280 MB in .venv, most of it the Node.js inside Playwright) goes into .venv the first time one of
+# them runs, under a stamp of its own, so that make lab installs no more than before. make test installs it too, for tests/test_site.py; make test-py alone runs those tests
+# where it is installed and skips them, saying so, where not. make test-offline needs none of it.
+SITE_STAMP := $(VENV)/.site-installed-stamp
+$(SITE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet $(PIP_FROM) -e '.[site]'
+	touch $(SITE_STAMP)
+
+site-setup: $(SITE_STAMP)
+
+# Both editions' sites from the committed notebooks (nothing runs), every warning an error
+site: site-setup
+	$(PY) -m workbench site
+
+# Printed from the site by the system's Chromium (Debian: chromium-headless-shell or chromium)
+handouts: site
+	$(PY) -m workbench handouts
 
 build: setup
 	$(PY) -m lessonkit build
@@ -176,7 +198,7 @@ reset-native:
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it"; exit 1; fi
 	$(PY) -m workbench workspace reset-native
 
-test: build test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline test-class
+test: build site-setup test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline test-class
 
 # The C test program: NEON kernel (SIMDe off ARM) against the scalar one, natively ...
 test-c: setup
