@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,8 +30,43 @@ MAX_ANSWER_DEPTH = 16       # nesting of lists and dicts in one answer
 MAX_WHOLE = 2**63           # |whole number| of any answer: line numbers, counts, bytes
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
+# NOT_RUN: the grader's verdict on an exercise whose answer cell never ran (python -m workbench grade)
+NOT_RUN = "not run"
 STATUS_LABELS = {CORRECT: N_("Correct"), INCORRECT: N_("Incorrect"),
-                 NOT_ATTEMPTED: N_("Not attempted")}
+                 NOT_ATTEMPTED: N_("Not attempted"), NOT_RUN: N_("Not run")}
+
+# Graded mode: set by the teacher or the class hub (LESSONKIT_GRADED=1 in the environment of the
+# students' servers), solution() and answer() say that solutions are off instead of showing them.
+# Read at each call, so that a hub's setting reaches a kernel without a restart of anything else.
+GRADED_ENV = "LESSONKIT_GRADED"
+SOLUTIONS_OFF = N_("Your teacher has turned solutions off for graded work; check(answer) still says what is off.")
+
+
+# What python -m workbench grade tells the student beside check's verdicts, in the same catalog, so
+# that a Chinese notebook's feedback is Chinese (workbench/grade.py)
+GRADER_SAYS = {
+    "unreadable": N_("the notebook could not be read ({error})"),
+    "no cell": N_("no cell of the notebook runs {call}, which hands in this exercise's answer"),
+    "no variable": N_("the notebook has no {names} when the cell that runs {call} has run"),
+    "died": N_("the kernel stopped in cell {cell} ({how}), before this exercise's answer was handed in"),
+    "cell timeout": N_("cell {cell} ran longer than {seconds:g} s and was stopped there, before this exercise's "
+                       "answer was handed in"),
+    "notebook timeout": N_("the notebook ran longer than {seconds:g} s in all and was stopped in cell {cell}, before "
+                           "this exercise's answer was handed in"),
+    "not checked": N_("the grader could not check this answer ({error}); ask your teacher"),
+    "cell error": N_("cell {cell} raised {error}"),
+    "page title": N_("Graded exercises of {student}"),
+    "lesson": N_("Lesson {lesson} ({notebook}): {points:g} of {possible:g} points"),
+    "total": N_("In all: {points:g} of {possible:g} points"),
+    "exercise": N_("exercise"),
+    "points": N_("points"),
+    "verdict": N_("verdict"),
+}
+
+
+def graded() -> bool:
+    """Is graded mode on (LESSONKIT_GRADED set to anything but "", "0", "false", "no" or "off")?"""
+    return os.environ.get(GRADED_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -312,13 +348,19 @@ class Exercise:
         print(_("Hint: ") + text(self._hint))
 
     def answer(self, **context):
-        """The right answer, computed now from the code and data."""
+        """The right answer, computed now from the code and data (None in graded mode, which says so)."""
+        if graded():
+            print(SOLUTIONS_OFF)
+            return None
         facts = self.facts(**context)
         if self._solution:
             return self._solution(facts)
         return {k: facts[k] for k in self.template}
 
     def solution(self, **context) -> None:
+        if graded():
+            print(SOLUTIONS_OFF)
+            return
         print(_("Solution: ") + f"answer = {self.answer(**context)!r}")
         if self._explain:
             print(text(self._explain))
