@@ -26,3 +26,193 @@ def test_graded_mode_hides_solution_and_answer(monkeypatch, capsys, lang):
     for off in ("", "0", "off"):
         monkeypatch.setenv(core.GRADED_ENV, off)
         assert set(ex.answer()) == {"distinct_with_outlier", "distinct_without"}
+
+
+# ----------------------------------------------------------------------------- one graded run, shared
+
+import ast  # noqa: E402
+import copy  # noqa: E402
+import csv  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_otter = pytest.mark.skipif(importlib.util.find_spec("otter") is None or importlib.util.find_spec("nbclient") is None,
+                                 reason="needs otter-grader (pip install -e '.[grade]'; make grade installs it)")
+CELL_TIMEOUT = 20   # the hanging cell's; every cell of these short notebooks takes a few seconds at most
+
+
+def cheap(lesson: str, edition: str, answers: dict | None = None, before: dict | None = None) -> dict:
+    """The shipped lesson cut to what its exercises need: its language cell, the cell that imports the
+    exercises, the answer cells as shipped (``...``). ``answers``: {exercise index: {variable: value}}
+    set in that answer cell just before its check line; ``before``: {exercise index: a cell's source}
+    put before that answer cell."""
+    from workbench import grade, grade_notebook as gn
+    nb = json.loads(grade.shipped(lesson, edition).read_text("utf-8"))
+    calls = gn.check_calls(nb, lesson)
+    roots = {site.text.split(".")[0] for unused, site in calls.values()}
+
+    def binds(cell) -> set:
+        tree = gn._code(cell) if cell["cell_type"] == "code" else None
+        return {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names} if tree else set()
+
+    keep = {c for c, cell in enumerate(nb["cells"]) if cell["cell_type"] == "code" and "set_language" in "".join(cell["source"])}
+    keep |= {next(c for c, cell in enumerate(nb["cells"]) if root in binds(cell)) for root in roots}
+    answer_cell = {c: i for i, (c, unused) in calls.items()}
+    cells = []
+    for c, cell in enumerate(nb["cells"]):
+        if c not in keep and c not in answer_cell:
+            continue
+        cell = copy.deepcopy(cell)
+        i = answer_cell.get(c)
+        if i is not None and answers and i in answers:
+            lines = "".join(cell["source"]).splitlines()
+            at = next(k for k, line in enumerate(lines) if ".check(" in line)
+            lines[at:at] = [f"{name} = {value}" for name, value in answers[i].items()]
+            cell["source"] = "\n".join(lines)
+        if i is not None and before and i in before:
+            cells.append({"cell_type": "code", "id": f"grade-test-{i}", "metadata": {}, "outputs": [], "execution_count": None,
+                          "source": before[i]})
+        cells.append(cell)
+    return {**nb, "cells": cells}
+
+
+def right_answers(lesson: str, solutions: dict, transcript: bool = True) -> dict:
+    """{exercise index: {variable: Python source}}: each exercise's own solution in its answer variable;
+    tier A's session is the student's debugger log in my-work/."""
+    from workbench import grade_notebook as gn
+    calls = gn.lesson_calls(next((ROOT / "notebooks").glob(f"{lesson}_*.ipynb")), lesson)
+    right = {}
+    for i, ex in enumerate(E.REGISTRY[lesson]):
+        if ex.marker == "ex06_tier_a":
+            right[i] = {"transcript": 'debug.tier_a_log("gdb")', "answers": repr(solutions[ex.marker]["answers"])}
+        else:
+            right[i] = {calls[i].names[0]: repr(solutions[ex.marker])}
+    return right
+
+
+def put(students: Path, who: str, rel: str, nb) -> None:
+    path = students / who / "my-work" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(nb if isinstance(nb, str) else json.dumps(nb), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """One graded run of six students: right, blank, known mistakes (and a patched check), a crash and
+    a hang, a notebook that is not JSON. {(student, lesson, exercise): (points, verdict)}, the out folder."""
+    from test_debug import typed_tier_a_session   # tier A's session as a student types it, under the real gdb
+    from workbench import grade, grade_capture
+    base = tmp_path_factory.mktemp("grade")
+    cache, students, out = base / "cache", base / "students", base / "out"
+    with ThreadPoolExecutor(1) as pool:   # the right answers (and the builds they need) while gdb runs
+        solving = pool.submit(grade.warm_cache, ["01", "06"], cache)
+        unused, log = typed_tier_a_session("gdb", base)
+        solutions = {m: grade_capture.decode(v) for m, v in solving.result().items()}
+    assert set(solutions) == {ex.marker for n in ("01", "06") for ex in E.REGISTRY[n]}, solutions
+    right01, right06 = right_answers("01", solutions), right_answers("06", solutions)
+    for who, rel in (("alice", "01_quantize_q.ipynb"), ("alice", "zh/06_debug_exercises.ipynb"),
+                     ("bob", "zh/01_quantize_q.ipynb"), ("bob", "06_debug_exercises.ipynb")):
+        lesson, edition = rel.split("/")[-1][:2], "zh" if rel.startswith("zh/") else "en"
+        put(students, who, rel, cheap(lesson, edition, right01 if lesson == "01" else right06))
+        (students / who / "my-work" / "06_tier_a_gdb.txt").write_text(log)
+    put(students, "carol", "zh/01_quantize_q.ipynb", cheap("01", "zh"))
+    put(students, "carol", "06_debug_exercises.ipynb", cheap("06", "en"))
+    wrong_codes = {**solutions["ex01_predict_codes"], "codes": [127, -63, 1, 1]}
+    patch = ("from lessonkit.exercises import core\n"
+             "core.Exercise.check = lambda self, *a, **k: core.Verdict('correct', 'patched')")
+    put(students, "dan", "01_quantize_q.ipynb", cheap("01", "en", {0: {"answer1": repr(wrong_codes)}}, {0: patch}))
+    put(students, "dan", "zh/06_debug_exercises.ipynb", cheap("06", "zh", {2: {"answer_3": '{"choice": "b"}'}}))
+    put(students, "erin", "01_quantize_q.ipynb", cheap("01", "en", right01, {1: "import os\nos.abort()"}))
+    put(students, "erin", "zh/01_quantize_q.ipynb", cheap("01", "zh", right01, {0: "while True:\n    pass"}))
+    put(students, "frank", "01_quantize_q.ipynb", '{"cells": [ this is not JSON')
+    assert grade.main([str(students), "--out", str(out), "--cache", str(cache), "--jobs", "2",
+                       "--cell-timeout", str(CELL_TIMEOUT), "--timeout", "300"]) == 0
+    with open(out / "grades.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["student", "lesson", "exercise", "points", "verdict"]
+    return {(r["student"], r["lesson"], r["exercise"]): (float(r["points"]), r["verdict"]) for r in rows}, out
+
+
+def label(status: str, lang: str) -> str:
+    before = lk.set_language(lang)
+    try:
+        return str(core.STATUS_LABELS[status]) + str(lk.language._(": "))
+    finally:
+        lk.set_language(before)
+
+
+def lesson_rows(graded, student: str, lesson: str) -> dict:
+    found = {ex: v for (s, ln, ex), v in graded[0].items() if (s, ln) == (student, lesson)}
+    number = lesson.split("/")[-1]
+    assert set(found) == {ex.marker for ex in E.REGISTRY[number]}, found
+    return found
+
+
+@needs_otter
+@pytest.mark.parametrize("student, lesson", [("alice", "01"), ("alice", "zh/06"), ("bob", "zh/01"), ("bob", "06")])
+def test_the_right_answers_score_full_marks(graded, student, lesson):
+    lang = "zh" if lesson.startswith("zh/") else "en"
+    for ex, (points, verdict) in lesson_rows(graded, student, lesson).items():
+        assert points == 1 and verdict.startswith(label(E.CORRECT, lang)), (ex, verdict)
+
+
+@needs_otter
+@pytest.mark.parametrize("student, lesson", [("carol", "zh/01"), ("carol", "06")])
+def test_a_blank_notebook_scores_zero(graded, student, lesson):
+    lang = "zh" if lesson.startswith("zh/") else "en"
+    for ex, (points, verdict) in lesson_rows(graded, student, lesson).items():
+        assert points == 0 and verdict.startswith(label(E.NOT_ATTEMPTED, lang)), (ex, verdict)
+
+
+@needs_otter
+def test_a_known_mistake_gets_its_message_in_the_students_language(graded):
+    from lessonkit.exercises import lesson06
+    en = lesson_rows(graded, "dan", "01")
+    # the notebook replaced Exercise.check in its kernel: the grade is the teacher's check all the same
+    points, verdict = en["ex01_predict_codes"]
+    assert points == 0 and verdict.startswith(label(E.INCORRECT, "en")) and "code 1 is not -63" in verdict, verdict
+    zh = lesson_rows(graded, "dan", "zh/06")
+    points, verdict = zh["ex06_tier_b_why"]
+    before = lk.set_language("zh")
+    try:
+        why = str(lesson06.WHY_CHOICES["b"].why)
+    finally:
+        lk.set_language(before)
+    assert points == 0 and verdict.startswith(label(E.INCORRECT, "zh")) and why in verdict, verdict
+    assert zh["ex06_tier_a"][1].startswith(label(E.NOT_ATTEMPTED, "zh"))
+
+
+@needs_otter
+def test_a_crash_or_a_hang_gets_zero_with_the_reason_and_the_others_are_graded(graded):
+    crashed = lesson_rows(graded, "erin", "01")
+    assert crashed["ex01_predict_codes"][0] == 1      # handed in before the crash
+    for ex in ("ex01_outlier", "ex01_per128"):
+        points, verdict = crashed[ex]
+        assert points == 0 and verdict.startswith(label(core.NOT_RUN, "en")) and "SIGABRT" in verdict, verdict
+    for ex, (points, verdict) in lesson_rows(graded, "erin", "zh/01").items():
+        assert points == 0 and verdict.startswith(label(core.NOT_RUN, "zh")), verdict
+        assert f"运行超过了 {CELL_TIMEOUT} 秒" in verdict, verdict
+    for ex, (points, verdict) in lesson_rows(graded, "frank", "01").items():
+        assert points == 0 and "could not be read" in verdict, verdict
+    assert {s for s, unused, unused2 in graded[0]} == {"alice", "bob", "carol", "dan", "erin", "frank"}
+
+
+@needs_otter
+def test_one_self_contained_feedback_page_per_student_in_their_language(graded):
+    out = graded[1]
+    pages = {p.stem: p.read_text("utf-8") for p in (out / "feedback").glob("*.html")}
+    assert set(pages) == {"alice", "bob", "carol", "dan", "erin", "frank"}
+    for page in pages.values():
+        assert not any(s in page for s in ("http:", "https:", "<script", "<link", "src=", "url(")), page
+    assert '<html lang="zh-CN">' in pages["alice"] and "的练习评分" in pages["alice"]   # 4 of 7 exercises Chinese
+    assert '<html lang="en">' in pages["frank"] and "could not be read" in pages["frank"]
+    assert "SIGABRT" in pages["erin"] and "运行超过了" in pages["erin"]
+    for (student, unused, exercise), (unused2, verdict) in graded[0].items():
+        assert exercise in pages[student]
+    tests = sorted(p.relative_to(out / ".tests").as_posix() for p in (out / ".tests").rglob("*.py"))
+    assert tests == sorted(f"{e}/{n}/{ex.marker}.py" for e in ("en", "zh") for n in ("01", "06")
+                           for ex in E.REGISTRY[n])   # one otter test per exercise, from the registry

@@ -8,7 +8,9 @@ import importlib
 import sys
 
 # tool name -> (module of this package, what it does: one line of --help)
-TOOLS: dict[str, tuple[str, str]] = {}
+TOOLS: dict[str, tuple[str, str]] = {
+    "grade": ("grade", "grade the students' notebooks with otter-grader: grades.csv and a feedback page each"),
+}
 
 
 def usage() -> str:
