@@ -41,7 +41,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 needs_otter = pytest.mark.skipif(importlib.util.find_spec("otter") is None or importlib.util.find_spec("nbclient") is None,
                                  reason="needs otter-grader (pip install -e '.[grade]'; make grade installs it)")
-CELL_TIMEOUT = 20   # the hanging cell's; every cell of these short notebooks takes a few seconds at most
+CELL_TIMEOUT = 15   # the hanging cell's; every cell of these short notebooks takes a few seconds at most
 
 
 def cheap(lesson: str, edition: str, answers: dict | None = None, before: dict | None = None) -> dict:
@@ -102,10 +102,10 @@ def put(students: Path, who: str, rel: str, nb) -> None:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """One graded run of six students: right, blank, known mistakes (and a patched check), a crash and
+    """One graded run of five students: right, blank, known mistakes (and a patched check), a crash and
     a hang, a notebook that is not JSON. {(student, lesson, exercise): (points, verdict)}, the out folder."""
     from test_debug import typed_tier_a_session   # tier A's session as a student types it, under the real gdb
-    from workbench import grade, grade_capture
+    from workbench import grade, grade_capture, grade_notebook as gn
     base = tmp_path_factory.mktemp("grade")
     cache, students, out = base / "cache", base / "students", base / "out"
     with ThreadPoolExecutor(1) as pool:   # the right answers (and the builds they need) while gdb runs
@@ -114,23 +114,31 @@ def graded(tmp_path_factory):
         solutions = {m: grade_capture.decode(v) for m, v in solving.result().items()}
     assert set(solutions) == {ex.marker for n in ("01", "06") for ex in E.REGISTRY[n]}, solutions
     right01, right06 = right_answers("01", solutions), right_answers("06", solutions)
-    for who, rel in (("alice", "01_quantize_q.ipynb"), ("alice", "zh/06_debug_exercises.ipynb"),
-                     ("bob", "zh/01_quantize_q.ipynb"), ("bob", "06_debug_exercises.ipynb")):
-        lesson, edition = rel.split("/")[-1][:2], "zh" if rel.startswith("zh/") else "en"
-        put(students, who, rel, cheap(lesson, edition, right01 if lesson == "01" else right06))
+    put(students, "alice", "01_quantize_q.ipynb", cheap("01", "en", right01))
+    put(students, "alice", "zh/06_debug_exercises.ipynb", cheap("06", "zh", right06))
+    # bob's Chinese lesson 01 crashes its kernel after two answers
+    put(students, "bob", "zh/01_quantize_q.ipynb", cheap("01", "zh", right01, {2: "import os\nos.abort()"}))
+    put(students, "bob", "06_debug_exercises.ipynb", cheap("06", "en", right06))
+    for who in ("alice", "bob"):
         (students / who / "my-work" / "06_tier_a_gdb.txt").write_text(log)
     put(students, "carol", "zh/01_quantize_q.ipynb", cheap("01", "zh"))
     put(students, "carol", "06_debug_exercises.ipynb", cheap("06", "en"))
+    # dan replaces check in his kernel and tries to leave a file in lessonkit, answers exercise 1 with a
+    # known mistake, then hangs. In his Chinese lesson 06 he would answer right if he could see alice's folder
     wrong_codes = {**solutions["ex01_predict_codes"], "codes": [127, -63, 1, 1]}
     patch = ("from lessonkit.exercises import core\n"
-             "core.Exercise.check = lambda self, *a, **k: core.Verdict('correct', 'patched')")
-    put(students, "dan", "01_quantize_q.ipynb", cheap("01", "en", {0: {"answer1": repr(wrong_codes)}}, {0: patch}))
-    put(students, "dan", "zh/06_debug_exercises.ipynb", cheap("06", "zh", {2: {"answer_3": '{"choice": "b"}'}}))
-    put(students, "erin", "01_quantize_q.ipynb", cheap("01", "en", right01, {1: "import os\nos.abort()"}))
-    put(students, "erin", "zh/01_quantize_q.ipynb", cheap("01", "zh", right01, {0: "while True:\n    pass"}))
+             "core.Exercise.check = lambda self, *a, **k: core.Verdict('correct', 'patched')\n"
+             "import pathlib\ntry:\n    pathlib.Path(core.__file__).with_name('planted.py').write_text('')\n"
+             "except OSError as e:\n    print(e)")
+    put(students, "dan", "01_quantize_q.ipynb", cheap("01", "en", {0: {"answer1": repr(wrong_codes)}},
+                                                      {0: patch, 1: "while True:\n    pass"}))
+    alice = str(students / "alice")
+    peek = f'"a" if __import__("os").path.exists({alice!r}) else "b"' if gn.available_sandbox() else '"b"'
+    put(students, "dan", "zh/06_debug_exercises.ipynb", cheap("06", "zh", {2: {"answer_3": f'{{"choice": {peek}}}'}}))
     put(students, "frank", "01_quantize_q.ipynb", '{"cells": [ this is not JSON')
     assert grade.main([str(students), "--out", str(out), "--cache", str(cache), "--jobs", "2",
                        "--cell-timeout", str(CELL_TIMEOUT), "--timeout", "300"]) == 0
+    assert not (ROOT / "lessonkit" / "exercises" / "planted.py").exists()   # the teacher's lessonkit is read-only
     with open(out / "grades.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ["student", "lesson", "exercise", "points", "verdict"]
@@ -157,7 +165,8 @@ def lesson_rows(graded, student: str, lesson: str) -> dict:
 def test_the_right_answers_score_full_marks(graded, student, lesson):
     lang = "zh" if lesson.startswith("zh/") else "en"
     for ex, (points, verdict) in lesson_rows(graded, student, lesson).items():
-        assert points == 1 and verdict.startswith(label(E.CORRECT, lang)), (ex, verdict)
+        if (student, ex) != ("bob", "ex01_per128"):   # bob's kernel crashed before that answer
+            assert points == 1 and verdict.startswith(label(E.CORRECT, lang)), (ex, verdict)
 
 
 @needs_otter
@@ -175,7 +184,7 @@ def test_a_known_mistake_gets_its_message_in_the_students_language(graded):
     # the notebook replaced Exercise.check in its kernel: the grade is the teacher's check all the same
     points, verdict = en["ex01_predict_codes"]
     assert points == 0 and verdict.startswith(label(E.INCORRECT, "en")) and "code 1 is not -63" in verdict, verdict
-    zh = lesson_rows(graded, "dan", "zh/06")
+    zh = lesson_rows(graded, "dan", "zh/06")   # (in bubblewrap, it cannot see alice's folder: else it answers a)
     points, verdict = zh["ex06_tier_b_why"]
     before = lk.set_language("zh")
     try:
@@ -188,29 +197,29 @@ def test_a_known_mistake_gets_its_message_in_the_students_language(graded):
 
 @needs_otter
 def test_a_crash_or_a_hang_gets_zero_with_the_reason_and_the_others_are_graded(graded):
-    crashed = lesson_rows(graded, "erin", "01")
-    assert crashed["ex01_predict_codes"][0] == 1      # handed in before the crash
+    points, verdict = lesson_rows(graded, "bob", "zh/01")["ex01_per128"]   # the answers before count
+    assert points == 0 and verdict.startswith(label(core.NOT_RUN, "zh")) and "SIGABRT" in verdict, verdict
+    assert "内核在第" in verdict, verdict
+    hung = lesson_rows(graded, "dan", "01")
     for ex in ("ex01_outlier", "ex01_per128"):
-        points, verdict = crashed[ex]
-        assert points == 0 and verdict.startswith(label(core.NOT_RUN, "en")) and "SIGABRT" in verdict, verdict
-    for ex, (points, verdict) in lesson_rows(graded, "erin", "zh/01").items():
-        assert points == 0 and verdict.startswith(label(core.NOT_RUN, "zh")), verdict
-        assert f"运行超过了 {CELL_TIMEOUT} 秒" in verdict, verdict
+        points, verdict = hung[ex]
+        assert points == 0 and verdict.startswith(label(core.NOT_RUN, "en")), verdict
+        assert f"ran longer than {CELL_TIMEOUT} s" in verdict, verdict
     for ex, (points, verdict) in lesson_rows(graded, "frank", "01").items():
         assert points == 0 and "could not be read" in verdict, verdict
-    assert {s for s, unused, unused2 in graded[0]} == {"alice", "bob", "carol", "dan", "erin", "frank"}
+    assert {s for s, unused, unused2 in graded[0]} == {"alice", "bob", "carol", "dan", "frank"}
 
 
 @needs_otter
 def test_one_self_contained_feedback_page_per_student_in_their_language(graded):
     out = graded[1]
     pages = {p.stem: p.read_text("utf-8") for p in (out / "feedback").glob("*.html")}
-    assert set(pages) == {"alice", "bob", "carol", "dan", "erin", "frank"}
+    assert set(pages) == {"alice", "bob", "carol", "dan", "frank"}
     for page in pages.values():
         assert not any(s in page for s in ("http:", "https:", "<script", "<link", "src=", "url(")), page
     assert '<html lang="zh-CN">' in pages["alice"] and "的练习评分" in pages["alice"]   # 4 of 7 exercises Chinese
     assert '<html lang="en">' in pages["frank"] and "could not be read" in pages["frank"]
-    assert "SIGABRT" in pages["erin"] and "运行超过了" in pages["erin"]
+    assert '<html lang="en">' in pages["bob"] and "SIGABRT" in pages["bob"] and "第 01 课" in pages["bob"]
     for (student, unused, exercise), (unused2, verdict) in graded[0].items():
         assert exercise in pages[student]
     tests = sorted(p.relative_to(out / ".tests").as_posix() for p in (out / ".tests").rglob("*.py"))

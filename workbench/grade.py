@@ -20,8 +20,10 @@ import argparse
 import csv
 import html
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -113,10 +115,11 @@ def shipped(lesson: str, edition: str) -> Path:
 # ----------------------------------------------------------------------------- one notebook
 
 def read_bounded(path: Path, most: int) -> bytes:
-    import os
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))   # no link, no FIFO wait
+    """At most ``most`` bytes of a regular file, opened without following a link (a student's link to
+    a file of someone else's) and without waiting on a FIFO; OSError if it is larger."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as f:
-        if not __import__("stat").S_ISREG(os.fstat(fd).st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError("not a regular file")
         data = f.read(most + 1)
     if len(data) > most:
@@ -176,7 +179,7 @@ def grade_one(h: HandIn, run: "Run") -> list[Row]:
                                                               f"{inside['job']}/progress.jsonl",
                                                               str(run.cell_timeout), str(run.timeout))),
                 gn.phase_env(inside, edition, "execute"), run.timeout + 60, job / "execute.log")
-            end, errors = _progress(job / "run" / "progress.jsonl", code, run.timeout)
+            end, errors = _progress(job / "run" / "progress.jsonl", code, run.timeout, log)
             plan = {"language": edition, "markers": [ex.marker for ex in exercises],
                     "tests": {ex.marker: f"{edition}/{h.lesson}/{ex.marker}.py" for ex in exercises}}
             (job / "check" / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
@@ -237,8 +240,9 @@ def _copy_work(h: HandIn, dest: Path) -> None:
             pass
 
 
-def _progress(path: Path, code: int | None, timeout: float) -> tuple[tuple, dict]:
-    """How the run ended, as a GRADER_SAYS reason for what did not run, and {cell: error} of its cells."""
+def _progress(path: Path, code: int | None, timeout: float, log: str) -> tuple[tuple, dict]:
+    """How the run ended, as a GRADER_SAYS reason for what did not run, and {cell: error} of its cells.
+    ``code``: the execute phase's (None: killed on time); ``log``: the end of what it printed."""
     records = []
     try:
         for line in read_bounded(path, 1 << 20).decode("utf-8", "replace").splitlines():
@@ -251,9 +255,11 @@ def _progress(path: Path, code: int | None, timeout: float) -> tuple[tuple, dict
     records = [r for r in records if isinstance(r, dict)]
     errors = {r["cell"]: (r["cell"], str(r.get("error"))) for r in records if "error" in r and "cell" in r}
     end = next((r for r in reversed(records) if "end" in r), None)
-    if end is None or code is None:
+    if code is None:
         last = max((r.get("cell") or 0 for r in records if isinstance(r.get("cell"), int)), default=0)
         return ("notebook timeout", {"seconds": timeout, "cell": f"{last + 1}?"}), errors
+    if end is None:   # the phase itself failed (no kernel, say): the grader's problem, said as it said it
+        return ("not checked", {"error": _last_line(log) or f"exit code {code}"}), errors
     if end["end"] == "died":
         c = end.get("code")
         how = SIGNALS.get(-c, f"signal {-c}") if isinstance(c, int) and c < 0 else f"exit code {c}"
@@ -310,7 +316,6 @@ def prepare(lessons: list[str], out: Path, cache: Path, sandbox: str, students: 
 def warm_cache(lessons: list[str], cache: Path, timeout: float = 1800) -> dict:
     """Every exercise's right answer, computed once with the teacher's checkout (builds into ``cache``);
     {marker: encoded answer}, or {} with a warning if that failed (each check then builds its own)."""
-    import os
     env = {k: v for k, v in os.environ.items() if k != "LESSONKIT_GRADED"}
     env.update(LESSONKIT_BUILD_DIR=str(cache), LESSONKIT_PREBUILT_DIR=str(ROOT / ".build"), MPLBACKEND="Agg")
     try:
