@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-needs_otter = pytest.mark.skipif(importlib.util.find_spec("otter") is None or importlib.util.find_spec("nbclient") is None,
+needs_otter = pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("otter", "nbclient")),
                                  reason="needs otter-grader (pip install -e '.[grade]'; make grade installs it)")
 CELL_TIMEOUT = 15   # the hanging cell's; every cell of these short notebooks takes a few seconds at most
 
@@ -56,10 +56,11 @@ def cheap(lesson: str, edition: str, answers: dict | None = None, before: dict |
 
     def binds(cell) -> set:
         tree = gn._code(cell) if cell["cell_type"] == "code" else None
-        return {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in n.names} if tree else set()
+        imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))] if tree else []
+        return {(a.asname or a.name).split(".")[0] for n in imports for a in n.names}
 
-    keep = {c for c, cell in enumerate(nb["cells"]) if cell["cell_type"] == "code" and "set_language" in "".join(cell["source"])}
+    keep = {c for c, cell in enumerate(nb["cells"])
+            if cell["cell_type"] == "code" and "set_language" in "".join(cell["source"])}
     keep |= {next(c for c, cell in enumerate(nb["cells"]) if root in binds(cell)) for root in roots}
     answer_cell = {c: i for i, (c, unused) in calls.items()}
     cells = []
@@ -74,8 +75,8 @@ def cheap(lesson: str, edition: str, answers: dict | None = None, before: dict |
             lines[at:at] = [f"{name} = {value}" for name, value in answers[i].items()]
             cell["source"] = "\n".join(lines)
         if i is not None and before and i in before:
-            cells.append({"cell_type": "code", "id": f"grade-test-{i}", "metadata": {}, "outputs": [], "execution_count": None,
-                          "source": before[i]})
+            cells.append({"cell_type": "code", "id": f"grade-test-{i}", "metadata": {}, "outputs": [],
+                          "execution_count": None, "source": before[i]})
         cells.append(cell)
     return {**nb, "cells": cells}
 

@@ -390,8 +390,9 @@ def feedback_page(student: str, rows: list[Row]) -> str:
                       for r in mine]
             parts.append("</table>")
             set_language("zh" if zh else "en")
-    return (f'<!DOCTYPE html>\n<html lang="{"zh-CN" if zh else "en"}"><head><meta charset="utf-8">'
-            f"<title>{e(student)}</title><style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+    head = (f'<!DOCTYPE html>\n<html lang="{"zh-CN" if zh else "en"}"><head><meta charset="utf-8">'
+            f"<title>{e(student)}</title><style>{STYLE}</style></head><body>\n")
+    return head + "\n".join(parts) + "\n</body></html>\n"
 
 
 def write_feedback(rows: list[Row], folder: Path) -> list[Path]:
@@ -415,7 +416,8 @@ def parser() -> argparse.ArgumentParser:
         epilog="STUDENTS is a folder with one folder per student: their notebooks (NN_name.ipynb, zh/NN_name.ipynb), "
                "or their my-work/ a level or two down, as in a class hub's homes (make grade STUDENTS=/home).")
     p.add_argument("students", type=Path, help="the folder of the students' folders")
-    p.add_argument("--out", type=Path, default=Path("grades"), help="where grades.csv and feedback/ go (default: grades)")
+    p.add_argument("--out", type=Path, default=Path("grades"),
+                   help="where grades.csv and feedback/ go (default: grades)")
     p.add_argument("--jobs", type=int, default=2, help="notebooks graded at once (default: 2)")
     p.add_argument("--timeout", type=float, default=1200, help="seconds one notebook may run in all (default: 1200)")
     p.add_argument("--cell-timeout", type=float, default=600, help="seconds one cell may run (default: 600)")

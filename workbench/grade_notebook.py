@@ -400,9 +400,26 @@ def warm(lessons: list[str]) -> dict:
     return answers
 
 
+# What one process of a student's notebook may take (the kernel, the compiler, whatever it starts):
+# memory (address space), the size of one file it writes, and no core file when it crashes
+LIMITS = {"RLIMIT_AS": 6 << 30, "RLIMIT_FSIZE": 1 << 30, "RLIMIT_CORE": 0}
+
+
+def limit_resources() -> None:
+    import resource
+    for name, most in LIMITS.items():
+        soft, hard = resource.getrlimit(getattr(resource, name))
+        most = most if hard == resource.RLIM_INFINITY else min(most, hard)
+        try:
+            resource.setrlimit(getattr(resource, name), (most, most))
+        except (ValueError, OSError):   # a system that refuses one (macOS and RLIMIT_AS): the others hold
+            pass
+
+
 def main(argv: list[str]) -> int:
     phase, rest = argv[0], argv[1:]
     if phase == "execute":
+        limit_resources()   # before the kernel starts: it and what it runs inherit them
         notebook, progress, cell_timeout, total_timeout = rest
         execute(Path(notebook), Path(progress), float(cell_timeout), float(total_timeout))
     elif phase == "check":
