@@ -17,8 +17,6 @@ the reason; the other notebooks are graded all the same.
 from __future__ import annotations
 
 import argparse
-import csv
-import html
 import json
 import os
 import re
@@ -27,19 +25,17 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import grade_notebook as gn
+from .grade_report import speaking, write_csv, write_feedback
 
 ROOT = gn.ROOT
 LESSON_NAME = re.compile(r"^(\d\d[a-z]?)_[^/]*\.ipynb$")
 MAX_NOTEBOOK_BYTES = 64 << 20     # a lesson with all its plots is a few MB
 MAX_EXTRA_FILES, MAX_EXTRA_BYTES = 64, 1 << 20   # my-work's own files a notebook may read (a debugger's log)
-_LANGUAGE = threading.Lock()   # lessonkit's language is the process's: one thread speaks at a time
 SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL", 15: "SIGTERM"}
 
 
@@ -63,18 +59,6 @@ class Row:
     title: str
     notebook: str
     language: str
-
-
-@contextmanager
-def speaking(lang: str):
-    """lessonkit speaks ``lang`` in this block, and no other thread changes that meanwhile."""
-    from lessonkit import set_language
-    with _LANGUAGE:
-        before = set_language(lang)
-        try:
-            yield
-        finally:
-            set_language(before)
 
 
 # ----------------------------------------------------------------------------- finding the hand-ins
@@ -218,7 +202,7 @@ def grade_one(h: HandIn, run: "Run") -> list[Row]:
                 kind, fields, *cell_error = why.get(ex.marker, end if nb is not None else ("unreadable", {}))
                 reason = GRADER_SAYS[kind].format(**fields)
                 if cell_error:
-                    reason += "; " + GRADER_SAYS["cell error"].format(cell=cell_error[0][0], error=cell_error[0][1])
+                    reason += "; " + GRADER_SAYS["cell error"].format(**cell_error[0])
                 points, possible, status, verdict = 0.0, 1.0, NOT_RUN, str(Verdict(NOT_RUN, reason))
             rows.append(Row(h.student, ("zh/" if edition == "zh" else "") + h.lesson, ex.marker, points, possible,
                             status, verdict, str(ex.title), h.path.name, edition))
@@ -253,19 +237,21 @@ def _progress(path: Path, code: int | None, timeout: float, log: str) -> tuple[t
     except OSError:
         pass
     records = [r for r in records if isinstance(r, dict)]
-    errors = {r["cell"]: (r["cell"], str(r.get("error"))) for r in records if "error" in r and "cell" in r}
+    errors = {r["cell"]: {"cell": r["cell"], "line": str(r.get("line")), "error": str(r.get("error"))}
+              for r in records if "error" in r and "cell" in r}
     end = next((r for r in reversed(records) if "end" in r), None)
-    if code is None:
+    if code is None:   # killed on time, beyond the run's own deadline (a kernel that would not start or stop)
         last = max((r.get("cell") or 0 for r in records if isinstance(r.get("cell"), int)), default=0)
-        return ("notebook timeout", {"seconds": timeout, "cell": f"{last + 1}?"}), errors
+        return ("notebook timeout", {"seconds": timeout, "cell": f"{last + 1}?", "line": "?"}), errors
     if end is None:   # the phase itself failed (no kernel, say): the grader's problem, said as it said it
         return ("not checked", {"error": _last_line(log) or f"exit code {code}"}), errors
     if end["end"] == "died":
         c = end.get("code")
         how = SIGNALS.get(-c, f"signal {-c}") if isinstance(c, int) and c < 0 else f"exit code {c}"
-        return ("died", {"cell": end.get("cell"), "how": how}), errors
+        return ("died", {"cell": end.get("cell"), "line": end.get("line"), "how": how}), errors
     if end["end"] in ("cell timeout", "notebook timeout"):
-        return (end["end"], {"cell": end.get("cell"), "seconds": float(end.get("seconds") or timeout)}), errors
+        return (end["end"], {"cell": end.get("cell"), "line": end.get("line"),
+                             "seconds": float(end.get("seconds") or timeout)}), errors
     return ("not checked", {"error": "no answer was recorded after its cell"}), errors
 
 
@@ -347,62 +333,6 @@ def _grade_or_say(h: HandIn, run: Run) -> list[Row]:
             why = GRADER_SAYS["not checked"].format(error=f"{type(e).__name__}: {str(e)[:200]}")
             return [Row(h.student, ("zh/" if h.edition == "zh" else "") + h.lesson, ex.marker, 0.0, 1.0, NOT_RUN,
                         str(Verdict(NOT_RUN, why)), str(ex.title), h.path.name, h.edition) for ex in REGISTRY[h.lesson]]
-
-
-# ----------------------------------------------------------------------------- what the teacher gets
-
-def write_csv(rows: list[Row], path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["student", "lesson", "exercise", "points", "verdict"])
-        for r in rows:
-            w.writerow([r.student, r.lesson, r.exercise, f"{r.points:g}", r.verdict])
-
-
-STYLE = """body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;width:100%;margin-bottom:2em}th,td{border:1px solid #ccc;padding:.4em;
-text-align:left;vertical-align:top}th{background:#f3f3f3}td.n{text-align:right;white-space:nowrap}
-tr.correct td.n{background:#e6f4ea}tr.incorrect td.n,tr.not.run td.n{background:#fce8e6}
-td.v{white-space:pre-wrap}"""
-
-
-def feedback_page(student: str, rows: list[Row]) -> str:
-    """One student's page, self-contained (inline style, no script, no link out), in the language of
-    most of their notebooks; each lesson in its own notebook's language."""
-    from lessonkit import set_language
-    from lessonkit.exercises.core import GRADER_SAYS
-    zh = sum(r.language == "zh" for r in rows) > len(rows) / 2
-    e = html.escape
-    with speaking("zh" if zh else "en"):
-        total = GRADER_SAYS["total"].format(points=sum(r.points for r in rows), possible=sum(r.possible for r in rows))
-        parts = [f"<h1>{e(GRADER_SAYS['page title'].format(student=student))}</h1>", f"<p>{e(total)}</p>"]
-        for key in dict.fromkeys((r.lesson, r.notebook) for r in rows):
-            mine = [r for r in rows if (r.lesson, r.notebook) == key]
-            set_language(mine[0].language)
-            heading = GRADER_SAYS["lesson"].format(lesson=key[0].split("/")[-1], notebook=key[1],
-                                                   points=sum(r.points for r in mine),
-                                                   possible=sum(r.possible for r in mine))
-            parts.append(f"<h2>{e(heading)}</h2>")
-            parts.append(f"<table><tr><th>{e(str(GRADER_SAYS['exercise']))}</th><th>{e(str(GRADER_SAYS['points']))}"
-                         f"</th><th>{e(str(GRADER_SAYS['verdict']))}</th></tr>")
-            parts += [f'<tr class="{e(r.status)}"><td>{e(r.title)}<br><code>{e(r.exercise)}</code></td>'
-                      f'<td class="n">{r.points:g} / {r.possible:g}</td><td class="v">{e(r.verdict)}</td></tr>'
-                      for r in mine]
-            parts.append("</table>")
-            set_language("zh" if zh else "en")
-    head = (f'<!DOCTYPE html>\n<html lang="{"zh-CN" if zh else "en"}"><head><meta charset="utf-8">'
-            f"<title>{e(student)}</title><style>{STYLE}</style></head><body>\n")
-    return head + "\n".join(parts) + "\n</body></html>\n"
-
-
-def write_feedback(rows: list[Row], folder: Path) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    pages = []
-    for student in dict.fromkeys(r.student for r in rows):
-        page = folder / f"{student}.html"
-        page.write_text(feedback_page(student, [r for r in rows if r.student == student]), encoding="utf-8")
-        pages.append(page)
-    return pages
 
 
 # ----------------------------------------------------------------------------- the command

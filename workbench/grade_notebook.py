@@ -325,27 +325,30 @@ def execute(notebook: Path, progress: Path, cell_timeout: float, total_timeout: 
             for i, cell in enumerate(nb.cells):
                 if cell.cell_type != "code":
                     continue
+                # the cell as the student finds it: its number, and its first line
                 number = cell.metadata.get("lessonkit-grade-cell")
+                first = next((ln.strip() for ln in cell.source.splitlines() if ln.strip()), "")[:60]
                 left = total_timeout - (time.monotonic() - start)
                 if left < 1:
-                    end = {"end": "notebook timeout", "cell": number, "seconds": total_timeout}
+                    end = {"end": "notebook timeout", "cell": number, "line": first, "seconds": total_timeout}
                     break
                 client.timeout = int(max(1, min(cell_timeout, left)))
                 try:
                     client.execute_cell(cell, i)
                 except CellTimeoutError:
                     end = {"end": "cell timeout" if client.timeout == int(cell_timeout) else "notebook timeout",
-                           "cell": number, "seconds": cell_timeout if client.timeout == int(cell_timeout)
+                           "cell": number, "line": first, "seconds": cell_timeout if client.timeout == int(cell_timeout)
                            else total_timeout}
                     break
                 except DeadKernelError:
                     process = getattr(client.km.provisioner, "process", None)
                     code = process.poll() if process is not None else None
-                    end = {"end": "died", "cell": number, "code": code}
+                    end = {"end": "died", "cell": number, "line": first, "code": code}
                     break
                 errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-                if errors and number is not None:
-                    say({"cell": number, "error": f"{errors[0].get('ename')}: {errors[0].get('evalue')}"[:300]})
+                if errors and CAPTURE_TAG not in cell.metadata:
+                    say({"cell": number, "line": first,
+                         "error": f"{errors[0].get('ename')}: {errors[0].get('evalue')}"[:300]})
         say(end)
 
 

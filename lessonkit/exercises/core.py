@@ -48,13 +48,13 @@ GRADER_SAYS = {
     "unreadable": N_("the notebook could not be read ({error})"),
     "no cell": N_("no cell of the notebook runs {call}, which hands in this exercise's answer"),
     "no variable": N_("the notebook has no {names} when the cell that runs {call} has run"),
-    "died": N_("the kernel stopped in cell {cell} ({how}), before this exercise's answer was handed in"),
-    "cell timeout": N_("cell {cell} ran longer than {seconds:g} s and was stopped there, before this exercise's "
-                       "answer was handed in"),
-    "notebook timeout": N_("the notebook ran longer than {seconds:g} s in all and was stopped in cell {cell}, before "
-                           "this exercise's answer was handed in"),
+    "died": N_("the kernel stopped in cell {cell} ({line}: {how}), before this exercise's answer was handed in"),
+    "cell timeout": N_("cell {cell} ({line}) ran longer than {seconds:g} s and was stopped there, before this "
+                       "exercise's answer was handed in"),
+    "notebook timeout": N_("the notebook ran longer than {seconds:g} s in all and was stopped in cell {cell} ({line}), "
+                           "before this exercise's answer was handed in"),
     "not checked": N_("the grader could not check this answer ({error}); ask your teacher"),
-    "cell error": N_("cell {cell} raised {error}"),
+    "cell error": N_("cell {cell} ({line}) raised {error}"),
     "page title": N_("Graded exercises of {student}"),
     "lesson": N_("Lesson {lesson} ({notebook}): {points:g} of {possible:g} points"),
     "total": N_("In all: {points:g} of {possible:g} points"),
