@@ -44,11 +44,12 @@ needs_otter = pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("
 CELL_TIMEOUT = 15   # the hanging cell's; every cell of these short notebooks takes a few seconds at most
 
 
-def cheap(lesson: str, edition: str, answers: dict | None = None, before: dict | None = None) -> dict:
+def cheap(lesson: str, edition: str, answers: dict | None = None, before: dict | None = None,
+          drop: tuple = ()) -> dict:
     """The shipped lesson cut to what its exercises need: its language cell, the cell that imports the
     exercises, the answer cells as shipped (``...``). ``answers``: {exercise index: {variable: value}}
     set in that answer cell just before its check line; ``before``: {exercise index: a cell's source}
-    put before that answer cell."""
+    put before that answer cell; ``drop``: the exercises whose answer cell is deleted."""
     from workbench import grade, grade_notebook as gn
     nb = json.loads(grade.shipped(lesson, edition).read_text("utf-8"))
     calls = gn.check_calls(nb, lesson)
@@ -65,7 +66,7 @@ def cheap(lesson: str, edition: str, answers: dict | None = None, before: dict |
     answer_cell = {c: i for i, (c, unused) in calls.items()}
     cells = []
     for c, cell in enumerate(nb["cells"]):
-        if c not in keep and c not in answer_cell:
+        if c not in keep and c not in answer_cell or answer_cell.get(c) in drop:
             continue
         cell = copy.deepcopy(cell)
         i = answer_cell.get(c)
@@ -135,7 +136,8 @@ def graded(tmp_path_factory):
                                                       {0: patch, 1: "while True:\n    pass"}))
     alice = str(students / "alice")
     peek = f'"a" if __import__("os").path.exists({alice!r}) else "b"' if gn.available_sandbox() else '"b"'
-    put(students, "dan", "zh/06_debug_exercises.ipynb", cheap("06", "zh", {2: {"answer_3": f'{{"choice": {peek}}}'}}))
+    put(students, "dan", "zh/06_debug_exercises.ipynb", cheap("06", "zh", {2: {"answer_3": f'{{"choice": {peek}}}'}},
+                                                              drop=(3,)))   # and deletes exercise 4's cell
     put(students, "frank", "01_quantize_q.ipynb", '{"cells": [ this is not JSON')
     assert grade.main([str(students), "--out", str(out), "--cache", str(cache), "--jobs", "2",
                        "--cell-timeout", str(CELL_TIMEOUT), "--timeout", "300"]) == 0
@@ -194,6 +196,9 @@ def test_a_known_mistake_gets_its_message_in_the_students_language(graded):
         lk.set_language(before)
     assert points == 0 and verdict.startswith(label(E.INCORRECT, "zh")) and why in verdict, verdict
     assert zh["ex06_tier_a"][1].startswith(label(E.NOT_ATTEMPTED, "zh"))
+    points, verdict = zh["ex06_break_rescale"]   # its answer cell deleted
+    assert points == 0 and verdict.startswith(label(core.NOT_RUN, "zh")), verdict
+    assert "没有运行 ex.lesson06.ex4.check(answer_4) 的单元" in verdict, verdict
 
 
 @needs_otter

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -36,7 +37,6 @@ ROOT = gn.ROOT
 LESSON_NAME = re.compile(r"^(\d\d[a-z]?)_[^/]*\.ipynb$")
 MAX_NOTEBOOK_BYTES = 64 << 20     # a lesson with all its plots is a few MB
 MAX_EXTRA_FILES, MAX_EXTRA_BYTES = 64, 1 << 20   # my-work's own files a notebook may read (a debugger's log)
-SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL", 15: "SIGTERM"}
 
 
 @dataclass(frozen=True)
@@ -247,12 +247,19 @@ def _progress(path: Path, code: int | None, timeout: float, log: str) -> tuple[t
         return ("not checked", {"error": _last_line(log) or f"exit code {code}"}), errors
     if end["end"] == "died":
         c = end.get("code")
-        how = SIGNALS.get(-c, f"signal {-c}") if isinstance(c, int) and c < 0 else f"exit code {c}"
+        how = _signal_name(-c) if isinstance(c, int) and c < 0 else f"exit code {c}"
         return ("died", {"cell": end.get("cell"), "line": end.get("line"), "how": how}), errors
     if end["end"] in ("cell timeout", "notebook timeout"):
         return (end["end"], {"cell": end.get("cell"), "line": end.get("line"),
                              "seconds": float(end.get("seconds") or timeout)}), errors
     return ("not checked", {"error": "no answer was recorded after its cell"}), errors
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _results(path: Path) -> dict:
