@@ -231,3 +231,27 @@ def test_one_self_contained_feedback_page_per_student_in_their_language(graded):
     tests = sorted(p.relative_to(out / ".tests").as_posix() for p in (out / ".tests").rglob("*.py"))
     assert tests == sorted(f"{e}/{n}/{ex.marker}.py" for e in ("en", "zh") for n in ("01", "06")
                            for ex in E.REGISTRY[n])   # one otter test per exercise, from the registry
+
+
+def test_hand_ins_are_found_in_a_class_hubs_homes_and_never_through_a_link(tmp_path):
+    from workbench import grade
+    homes = tmp_path / "home"
+    work = homes / "jupyter-ann" / "flash-attn-q8" / "my-work"
+    for rel in ("01_quantize_q.ipynb", "zh/06_debug_exercises.ipynb", "old/01_quantize_q.ipynb", "notes.ipynb"):
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text("{}")
+    (homes / "jupyter-bea").mkdir()
+    (homes / "jupyter-bea" / "01_quantize_q.ipynb").symlink_to(work / "01_quantize_q.ipynb")   # ann's notebook
+    (homes / "jupyter-cy").symlink_to(homes / "jupyter-ann")
+    found = [(h.student, h.lesson, h.edition, h.path.relative_to(homes).as_posix()) for h in grade.find_hand_ins(homes)]
+    assert found == [("jupyter-ann", "01", "en", "jupyter-ann/flash-attn-q8/my-work/01_quantize_q.ipynb"),
+                     ("jupyter-ann", "06", "zh", "jupyter-ann/flash-attn-q8/my-work/zh/06_debug_exercises.ipynb")]
+
+
+@pytest.mark.parametrize("data", [b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}}',   # no cells
+                                  b'{"cells": 3, "nbformat": 4, "nbformat_minor": 5, "metadata": {}}', b"\xff\xfe",
+                                  b"[]", b'{"cells": [ not JSON'])
+def test_a_notebook_edited_into_nonsense_is_refused_with_the_reason(data):
+    from workbench import grade
+    with pytest.raises(ValueError, match=r"^\w+Error: "):
+        grade.read_notebook(data)
