@@ -101,7 +101,8 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: catalog setup site-setup site handouts build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 debug-aarch64 test-py test-bench figures test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
+# (grade: the teachers' grading, below)
+.PHONY: grade catalog setup site-setup site handouts build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 debug-aarch64 test-py test-bench figures test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
@@ -115,6 +116,8 @@ help:
 	@echo "make catalog   check lessonkit's Chinese messages (.po) and compile them (.mo); needs msgfmt (gettext)"
 	@echo "make site   the lessons as two websites, English and Chinese, into _site/en and _site/zh (open"
 	@echo "  _site/index.html; no network needed); make handouts: one A4 PDF per lesson, _site/handouts/en|zh/"
+	@echo "make grade STUDENTS=folder OUT=grades   grade the students' notebooks (one folder each, or /home for a"
+	@echo "  class hub's homes) with otter-grader: OUT/grades.csv and OUT/feedback/STUDENT.html (README: Grading)"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
 	@echo "make debug-aarch64   lesson 06's breakpoints in the aarch64 build (sdot) under qemu and gdb-multiarch"
 	@echo "  (make test-py PYTEST_ARGS=notebooks/00_start_here.ipynb: one lesson)"
@@ -156,6 +159,14 @@ site: site-setup
 # Printed from the site by the system's Chromium (Debian: chromium-headless-shell or chromium)
 handouts: site
 	$(PY) -m workbench handouts
+
+# The grade extra (otter-grader, which brings pandas and playwright), on demand: make grade and the
+# tests install it into .venv beside setup's, make lab never. Not from a wheelhouse (an offline
+# classroom has what make lab needs; tests/test_grade.py skips without it).
+GRADE_STAMP := $(VENV)/.grade-stamp
+$(GRADE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet $(PIP_FROM) -e '.[grade]'
+	touch $(GRADE_STAMP)
 
 build: setup
 	$(PY) -m lessonkit build
@@ -322,7 +333,7 @@ debug-aarch64:
 	  "sdot instructions in i8x16_dot_s32: $$sdot"; \
 	[ $$status -eq 0 ] && [ -n "$$seq" ] && [ "$$sdot" -gt 0 ] || { echo "FAILED debug-aarch64 (gdb exit $$status)"; exit 1; }
 
-test-py: setup
+test-py: setup $(if $(WHEELHOUSE),,$(GRADE_STAMP))
 	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 # Both benchmarks in their quick modes: that they run and print every row and target (met, MISS or
@@ -457,6 +468,20 @@ test-class: setup
 	else \
 	  $(PY) -m pytest -q -p no:cacheprovider class/tests; \
 	fi
+
+# Grading (workbench/grade.py; README's "Grading"): every lesson notebook in STUDENTS (one folder per
+# student, or a class hub's homes: STUDENTS=/home) runs in a sandbox of its own (bubblewrap, where it
+# is installed) and its exercises are checked by otter-grader tests made from the exercise registry.
+# STUDENTS and OUT reach python as typed (through the environment, as make reset's LESSON does);
+# GRADE_ARGS adds options (GRADE_ARGS='--jobs 4'; python -m workbench grade --help lists them).
+OUT ?= grades
+unexport STUDENTS OUT
+grade: export GRADE_STUDENTS = $(value STUDENTS)
+grade: export GRADE_OUT = $(value OUT)
+grade: build $(GRADE_STAMP)
+	@if [ -z "$$GRADE_STUDENTS" ]; then echo "say whose notebooks: make grade STUDENTS=folder (one folder per" \
+	  "student, or /home for a class hub's homes) OUT=grades"; exit 1; fi
+	$(PY) -m workbench grade --out="$$GRADE_OUT" $(GRADE_ARGS) -- "$$GRADE_STUDENTS"
 
 # Speed is measured here, never in tests: ns per token, GB/s and the target ratios (workbench/bench.py; every
 # tool of workbench/: python -m workbench --help).

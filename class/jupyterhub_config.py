@@ -107,6 +107,7 @@ class_env = {
     # the kernel built and checked once for the whole class, from the published native/
     "LESSONKIT_PREBUILT_DIR": str(CLASS_DIR / "workbook" / ".build"),
     "MPLCONFIGDIR": "~/.cache/matplotlib",
+    "LESSONKIT_GRADED": os.environ.get("LESSONKIT_GRADED", ""),  # LESSONKIT_GRADED=1 make class: solutions off
 }
 # The kernels talk to their server over Unix sockets in the student's runtime folder (mode 0700),
 # not over TCP on 127.0.0.1, where any local user could subscribe to a kernel's output channel

@@ -17,6 +17,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "figures": ("figures", "measure lesson 09's saved figures again (make figures)"),
     "site": ("site", "the lessons as two static websites, English and Chinese, into _site/ (make site)"),
     "handouts": ("handouts", "one A4 PDF per lesson and edition, printed from the site (make handouts)"),
+    "grade": ("grade", "grade the students' notebooks with otter-grader: grades.csv and a feedback page each"),
 }
 
 
