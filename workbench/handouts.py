@@ -97,7 +97,7 @@ def print_all(site_dir: Path, out: Path, editions=site.EDITIONS, lessons=None, e
     site_dir, out = Path(site_dir).resolve(), Path(out).resolve()
     names = lessons or site.lessons()
     pages = [(e, n, site_dir / e / f"{n}.html") for e in editions for n in names]  # (edition, lesson, page)
-    absent = [str(p) for _, _, p in pages if not p.is_file()]
+    absent = [str(p) for unused, unused2, p in pages if not p.is_file()]
     if absent:
         raise RuntimeError(f"no page {absent[0]}{' and others' if len(absent) > 1 else ''}: make site builds the site first")
     refused: list[str] = []

@@ -169,7 +169,7 @@ def build(out: Path = DEFAULT_OUT, editions=EDITIONS, echo=print) -> dict[str, f
             text=True, cwd=REPO))
     seconds, failed = {}, []
     for edition, (start, proc) in runs.items():
-        output, _ = proc.communicate()
+        output, unused = proc.communicate()
         seconds[edition] = time.monotonic() - start
         for line in output.splitlines():
             echo(f"[{edition}] {line}")

@@ -116,7 +116,7 @@ class EditionLinks(SphinxPostTransform):
                 path = self.env.doc2path(node["reftarget"], False).as_posix()
                 anchor = node.get("reftargetid")
             elif node.get("refdomain") is None:
-                path, _, anchor = node["reftarget"].partition("#")
+                path, unused, anchor = node["reftarget"].partition("#")
                 if not path:
                     continue  # not a link to a file: left to MyST
             else:
