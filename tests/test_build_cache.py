@@ -25,6 +25,12 @@ def native_copy(tmp_path):
     return src
 
 
+@pytest.fixture(autouse=True)
+def no_build_cache(monkeypatch):
+    """These tests are about the build itself: each compiles, never takes the tests' shared cache."""
+    monkeypatch.delenv("LESSONKIT_BUILD_CACHE", raising=False)
+
+
 def _edit_backend_name(src: Path, new: str) -> None:
     """An edit that passes the check (results unchanged) but is visible: fa_backend's strings."""
     path = src / "fa_build.c"
