@@ -1,9 +1,8 @@
-"""Editing a copy of the kernel: "break it, rebuild, see" (article 9-2, section 3; lessons 04 and 06).
-The student edits ``my-work/native/`` (``workspace.student_native()``), a lesson a temporary copy
-(``copy_native``, ``edit_line``, ``break_kernel``). ``lessonkit.native.load(src_dir=copy)`` builds it and
-checks the build in a child process before loading it: an edit that does not compile, crashes, hangs
-or computes wrong results is refused, and the student's process keeps its state and its library.
-``call_kernel``, ``trace_with`` and ``kernel_weights`` run an edited copy's kernel."""
+"""Editing a copy of the kernel: "break it, rebuild, see" (article 9-2, section 3; lessons 04 and 06). The student
+edits ``my-work/native/`` (``workspace.student_native()``), a lesson a temporary copy. ``native.load(src_dir=copy)``
+checks the build in a child process before loading it: an edit that does not compile, crashes, hangs or computes
+wrong results is refused, and the student's process keeps its state and its library. Tier B's copy of the kernel
+without its segment markers (lesson 06) is here too."""
 from __future__ import annotations
 
 import math
@@ -26,13 +25,12 @@ from ..core import attention
 from ..core.language import _
 from .synthetic import cache_with_scores
 from ..core.trace import TRACED_FUNCTIONS, Trace, run_traced
-
-KERNEL = attention.KERNELS["neon"]   # flash_attn_single_q_q8_neon
+from .toy import KERNEL
 
 
 def copy_native(parent: Path | str | None = None) -> Path:
-    """Copy native/ (not its tests/) into ``parent`` (default: a new temporary folder); its builds go to
-    ``<copy>/../.build``. Returns the copy's path."""
+    """native/ (not its tests/) copied into ``parent`` (default: a new temporary folder); its builds go to
+    ``<copy>/../.build``."""
     parent = Path(tempfile.mkdtemp(prefix="native_copy_") if parent is None else parent)
     dest = parent / "native"
     shutil.copytree(native.NATIVE_DIR, dest, ignore=shutil.ignore_patterns("tests"))
@@ -58,7 +56,7 @@ class Change:
 
 
 def edit_line(copy: Path | str, edit: Edit) -> Change:
-    """Apply one Edit to a copy of native/ (never to native/ itself) and return what changed."""
+    """One Edit applied to a copy of native/, never to native/ itself."""
     if not isinstance(edit, Edit):
         raise TypeError(_("edit must be a lessonkit.debug.Edit; got {edit}").format(edit=type(edit).__name__))
     copy = Path(copy).resolve()
@@ -104,12 +102,10 @@ _broken: dict[str, BrokenKernel] = {}
 
 
 def break_kernel(kind: str) -> BrokenKernel:
-    """Copy native/, apply ``BREAKS[kind]``, build and load the copy, once per kind and process (a
-    notebook and the exercise checks share it). Loaded with ``verify="crashes"``: its check in a
-    child process still refuses a crash or a hang, and lets the wrong results through."""
-    if kind not in BREAKS:
-        raise ValueError(_("kind must be one of {map_breaks}; got {short_kind_check}").format(
-                           map_breaks=', '.join(map(repr, BREAKS)), short_kind_check=check.short(kind)))
+    """``BREAKS[kind]`` in a copy of native/, built and loaded once per kind and process (a notebook and the
+    exercise checks share it). Loaded with ``verify="crashes"``: its check in a child process still refuses a
+    crash or a hang, and lets the wrong results through."""
+    check.one_of("kind", kind, BREAKS)
     if kind not in _broken or not _broken[kind].copy.is_dir():
         folder = tempfile.TemporaryDirectory(prefix="native_copy_")
         copy = copy_native(folder.name)
@@ -127,18 +123,16 @@ def _checked_call(q, cache: KVCacheQ8, kv_head: int, scale: float) -> tuple:
 
 
 def call_kernel(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
-    """One call of ``flash_attn_single_q_q8_neon`` of a library (an edited copy's; ``None, None``: the
-    workbook's) through ``lessonkit.kernels.attention``, after the checks: the kernel keeps the
-    workbook's signature, q (converted to float32) is finite with head_dim values, kv_head is one of
-    the cache's, scale is finite in float32."""
+    """The kernel of a library (an edited copy's; ``None, None``: the workbook's), after the checks: it keeps the
+    workbook's signature, q (converted to float32) is finite with head_dim values, kv_head is one of the
+    cache's, scale is finite in float32."""
     ffi, lib = native.library(ffi, lib, (KERNEL,))
     q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
     return attention.call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale)
 
 
 def trace_with(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> Trace:
-    """The traced build of a library (an edited copy's is built from its edited source), checked as
-    ``call_kernel``."""
+    """The traced build of a library (an edited copy's from its edited source), checked as ``call_kernel``."""
     ffi, lib = native.library(ffi, lib, TRACED_FUNCTIONS)
     q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
     return run_traced(np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, ffi, lib)
@@ -163,7 +157,7 @@ def kernel_weights(ffi, lib, scores) -> np.ndarray:
 
 
 def softmax_weights(scores) -> np.ndarray:
-    """The right weights, float64: exp(s - max) / sum."""
+    """The right ones, float64."""
     s = np.asarray(scores, np.float64)
     w = np.exp(s - s.max())
     return w / w.sum()
@@ -176,8 +170,8 @@ _MARKER = re.compile(r"^\s*/\* == (end )?segment \d")
 
 
 def _unmarked(path: Path) -> tuple[list[str], dict[int, int]]:
-    """The kernel's lines without the segment markers (and the header's sentence about them), and the
-    map old line number -> new line number of every kept line."""
+    """The kernel's lines without the segment markers (and the header's sentence about them), and the map old
+    line number -> new line number of every kept line."""
     kept, new_of = [], {}
     for n, line in enumerate(path.read_text().splitlines(), start=1):
         if _MARKER.search(line) or "segment N ==" in line or "lessons' line ranges through them" in line:
@@ -190,9 +184,8 @@ def _unmarked(path: Path) -> tuple[list[str], dict[int, int]]:
 
 
 def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KERNEL_FILE) -> Path:
-    """The kernel file without its ``== segment N ==`` comments, for tier B (lesson 06): the parts are
-    found by reading the code. Default ``dest``: ``my-work/06_kernel_without_markers.c``, written whole
-    or not at all."""
+    """The kernel file without its ``== segment N ==`` comments, for tier B (lesson 06): the parts are found by
+    reading the code. Default ``dest``: ``my-work/06_kernel_without_markers.c``, written whole or not at all."""
     dest = Path(dest) if dest is not None else workspace.WORK_DIR / UNMARKED_NAME
     dest.parent.mkdir(parents=True, exist_ok=True)
     kept, unused = _unmarked(Path(path))
@@ -200,8 +193,8 @@ def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KE
 
 
 def unmarked_segments(path: Path | str = source.KERNEL_FILE) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
-    """For each part, in ``unmarked_kernel``'s line numbers: the accepted start lines and end lines
-    (inclusive ranges); a blank line, a comment or a TRACE_ hook at a part's edge may be in or out."""
+    """For each part, in ``unmarked_kernel``'s line numbers: the accepted start lines and end lines (inclusive
+    ranges); a blank line, a comment or a TRACE_ hook at a part's edge may be in or out."""
     lines = Path(path).read_text().splitlines()
     unused, new_of = _unmarked(Path(path))
 
