@@ -144,7 +144,11 @@ def tier_a_commands(debugger: str = "gdb", library: Path | str | None = None,
     entry, loop = tier_a_lines()
     log, file = _from_folder(log or tier_a_log(debugger)), source.KERNEL_FILE.name
     heads = ToyConfig().n_q_heads   # one call per query head and step; step k's calls see k tokens
-    stops = (TIER_A_TOKENS * heads, heads * TIER_A_TOKENS * (TIER_A_TOKENS + 1) // 2)   # at the entry, in the loop
+    entries, loops = TIER_A_TOKENS * heads, heads * TIER_A_TOKENS * (TIER_A_TOKENS + 1) // 2
+    exited = "[Inferior 1 (process N) exited normally]" if debugger == "gdb" else "Process N exited with status = 0"
+    presses = _("then press Enter again and again (Enter repeats continue) until {debugger} says {exited}: the run "
+                "stops {n} times in all ({entries} at the entry, {loops} in the loop), so about {n} presses").format(
+                debugger=debugger, exited=exited, n=entries + loops, entries=entries, loops=loops)
     if debugger == "gdb":
         return [
             (f"set logging file {log}", _("gdb copies what it prints into this file")),
@@ -160,10 +164,7 @@ def tier_a_commands(debugger: str = "gdb", library: Path | str | None = None,
             ("continue", _("first stop in the loop")),
             ("display t", _("print t at every stop from now on")),
             ("display M", _("and M (at the entry stops M is not set yet: ignore it there)")),
-            ("continue", _("then press Enter again and again (Enter repeats continue) until gdb says "
-                           "[Inferior 1 (process N) exited normally]: the run stops {n} times in all ({entries} "
-                           "at the entry, {loops} in the loop), so about {n} presses").format(
-                           n=sum(stops), entries=stops[0], loops=stops[1])),
+            ("continue", presses),
             ("set logging enabled off", _("closes the file")),
             ("quit", ""),
         ]
@@ -174,10 +175,7 @@ def tier_a_commands(debugger: str = "gdb", library: Path | str | None = None,
         ("run", _("first stop: seq_len of the first call")),
         (f'breakpoint set -f {file} -l {loop} -C "frame variable t M"',
          _("inside the for (t) loop, after M and S were updated: prints t and M at each stop")),
-        ("continue", _("then press Enter again and again (Enter repeats continue) until lldb says "
-                       "Process N exited with status = 0: the run stops {n} times in all ({entries} at the entry, "
-                       "{loops} in the loop), so about {n} presses").format(
-                       n=sum(stops), entries=stops[0], loops=stops[1])),
+        ("continue", presses),
         (f"session save {log}", _("writes every command and its output to this file")),
         ("quit", ""),
     ]

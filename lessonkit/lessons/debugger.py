@@ -45,8 +45,7 @@ def checked_debugger(debugger) -> str:
         raise ValueError(_("debugger must be one of {map_debuggers}; got {short_debugger_check}. Use "
                            "debugger=\"lldb\" on macOS, \"gdb\" elsewhere; use_debugger=False makes the same "
                            "records without a debugger (the traced build)").format(
-                           map_debuggers=', '.join(map(repr, DEBUGGERS)),
-                           short_debugger_check=check.short(debugger)))
+                           map_debuggers=', '.join(map(repr, DEBUGGERS)), short_debugger_check=check.short(debugger)))
     return debugger
 
 
@@ -109,35 +108,34 @@ def breakpoints(path: Path | str = source.KERNEL_FILE) -> Breakpoints:
                        source.find_line(LEAVE_TEXT, segment=4, path=path))
 
 
+# The batch run's stops and what each prints. lldb has no printf: each stop runs one ``frame variable``, whose
+# first name says which stop it was.
+STOPS = {"enter": ("seq_len", "kh_off", "hd"), "token": ("t", "s", "M", "S"), "leave": ("S",)}
+
+
 def gdb_commands(bp: Breakpoints | None = None) -> str:
     """Without ``run`` (make debug-aarch64 starts its own program): each stop prints one line and continues."""
     bp = bp or breakpoints()
-    stops = ((bp.function, 'enter seq_len=%d kh_off=%d hd=%d\\n", seq_len, kh_off, hd'),
-             (f"{bp.file}:{bp.token_line}", 'token t=%d s=%.9g M=%.9g S=%.9g\\n", t, s, M, S'),
-             (f"{bp.file}:{bp.leave_line}", 'leave S=%.9g\\n", S'))
     lines = ["set pagination off", "set confirm off", "set print thread-events off",
              "set breakpoint pending on"]   # the library is not loaded yet: cffi dlopens it later
-    for where, fmt in stops:
-        lines += [f"break {where}", "commands", "silent", f'printf "{MARK}{fmt}', "continue", "end"]
+    for where, (kind, names) in zip((bp.function, f"{bp.file}:{bp.token_line}", f"{bp.file}:{bp.leave_line}"),
+                                    STOPS.items()):
+        fmt = " ".join(f"{n}=%d" if n in ("seq_len", "kh_off", "hd", "t") else f"{n}=%.9g" for n in names)
+        printf = f'printf "{MARK}{kind} {fmt}\\n", {", ".join(names)}'
+        lines += [f"break {where}", "commands", "silent", printf, "continue", "end"]
     return "\n".join(lines) + "\n"
-
-
-# lldb has no printf: each stop runs one ``frame variable``, whose first name says which stop it was
-LLDB_STOPS = {"enter": ("seq_len", "kh_off", "hd"), "token": ("t", "s", "M", "S"), "leave": ("S",)}
 
 
 def lldb_commands(bp: Breakpoints | None = None) -> str:
     bp = bp or breakpoints()
-    where = {"enter": f"-n {bp.function}", "token": f"-f {bp.file} -l {bp.token_line}",
-             "leave": f"-f {bp.file} -l {bp.leave_line}"}
+    wheres = (f"-n {bp.function}", f"-f {bp.file} -l {bp.token_line}", f"-f {bp.file} -l {bp.leave_line}")
     return "\n".join(["settings set auto-confirm true"] + [
-        f'breakpoint set {where[kind]} -G true -C "frame variable {" ".join(names)}"'
-        for kind, names in LLDB_STOPS.items()]) + "\n"
+        f'breakpoint set {where} -G true -C "frame variable {" ".join(names)}"'
+        for where, names in zip(wheres, STOPS.values())]) + "\n"
 
 
 @dataclass
-class CallRecord:
-    """What the debugger saw in one kernel call."""
+class CallRecord:   # what the debugger saw in one kernel call
     call: int            # index of the call in the run
     seq_len: int         # the argument, at entry
     kv_head: int         # kh_off / hd
@@ -183,7 +181,7 @@ def parse_gdb_output(text: str) -> list[CallRecord]:
 def parse_lldb_output(text: str) -> list[CallRecord]:
     """What ``lldb_commands`` prints -> one CallRecord per call. A stop begins at ``seq_len`` or ``t``, or at a
     name its stop already has (segment 4's S after the loop's)."""
-    lines, kinds, stops = text.splitlines(), {names[0]: kind for kind, names in LLDB_STOPS.items()}, []
+    lines, kinds, stops = text.splitlines(), {names[0]: kind for kind, names in STOPS.items()}, []
     for i, name, value in lldb_values(lines):
         if not stops or name in ("seq_len", "t") or name in stops[-1][2]:
             stops.append((i, kinds.get(name), {}))
@@ -193,7 +191,6 @@ def parse_lldb_output(text: str) -> list[CallRecord]:
 
 @dataclass
 class Observation:
-    """The records of one observed generation, and how they were obtained."""
     records: list[CallRecord]
     source: str                    # "gdb", "lldb" or "trace"
     n_tokens: int
@@ -265,10 +262,8 @@ def observe_generation(n_tokens: int = 16, config: ToyConfig | None = None, use_
     if exe is None:
         if use:
             raise RuntimeError(install_hint(debugger))
-        if debugger == "gdb" and debugger_path("lldb") is None:
-            return from_trace(_("no debugger ran: {gdb}; {lldb}").format(gdb=install_hint("gdb"),
-                                                                         lldb=install_hint("lldb")))
-        return from_trace(_("no debugger ran: {hint}").format(hint=install_hint(debugger)))
+        missing = DEBUGGERS if debugger == "gdb" and debugger_path("lldb") is None else (debugger,)
+        return from_trace(_("no debugger ran: {hint}").format(hint=_("; ").join(map(install_hint, missing))))
     expected = n_tokens * config.n_q_heads
     try:
         out, err, commands = _run_batch(exe, debugger, n_tokens, config, timeout)

@@ -1,8 +1,7 @@
-"""Editing a copy of the kernel: "break it, rebuild, see" (article 9-2, section 3; lessons 04 and 06). The student
-edits ``my-work/native/`` (``workspace.student_native()``), a lesson a temporary copy. ``native.load(src_dir=copy)``
-checks the build in a child process before loading it: an edit that does not compile, crashes, hangs or computes
-wrong results is refused, and the student's process keeps its state and its library. Tier B's copy of the kernel
-without its segment markers (lesson 06) is here too."""
+"""Editing a copy of the kernel: "break it, rebuild, see" (article 9-2, section 3; lessons 04 and 06), a temporary
+copy or the student's ``my-work/native/``. ``native.load(src_dir=copy)`` checks the build in a child process first:
+an edit that does not compile, crashes, hangs or computes wrong results is refused, and the student's process keeps
+its state and its library. Also tier B's copy of the kernel without its segment markers (lesson 06)."""
 from __future__ import annotations
 
 import math
@@ -90,12 +89,7 @@ class BrokenKernel:
     changes: list[Change]
     ffi: object
     lib: object
-    folder: tempfile.TemporaryDirectory   # removed with the process, or by restore()
-
-    def restore(self) -> None:
-        """Delete the copy (the library already loaded stays usable until the process ends)."""
-        self.folder.cleanup()
-        _broken.pop(self.kind, None)
+    folder: tempfile.TemporaryDirectory   # removed with the process; removed sooner, the next break_kernel builds anew
 
 
 _broken: dict[str, BrokenKernel] = {}
@@ -117,43 +111,37 @@ def break_kernel(kind: str) -> BrokenKernel:
     return _broken[kind]
 
 
-def _checked_call(q, cache: KVCacheQ8, kv_head: int, scale: float) -> tuple:
+def _checked_call(ffi, lib, functions, q, cache: KVCacheQ8, kv_head: int, scale: float) -> tuple:
+    ffi, lib = native.library(ffi, lib, functions)
     kv_head, scale = attention_call(cache, kv_head, scale)   # the cache first: q's shape is its head_dim
-    return check.float32_like("q", q, (cache.head_dim,)), cache, kv_head, scale
+    return ffi, lib, np.empty(cache.head_dim, np.float32), check.float32_like("q", q, (cache.head_dim,)), kv_head, scale
 
 
 def call_kernel(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
     """The kernel of a library (an edited copy's; ``None, None``: the workbook's), after the checks: it keeps the
     workbook's signature, q (converted to float32) is finite with head_dim values, kv_head is one of the
     cache's, scale is finite in float32."""
-    ffi, lib = native.library(ffi, lib, (KERNEL,))
-    q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
-    return attention.call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale)
+    ffi, lib, out, q, kv_head, scale = _checked_call(ffi, lib, (KERNEL,), q, cache, kv_head, scale)
+    return attention.call_kernel(ffi, lib, out, q, cache, kv_head, scale)
 
 
 def trace_with(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> Trace:
     """The traced build of a library (an edited copy's from its edited source), checked as ``call_kernel``."""
-    ffi, lib = native.library(ffi, lib, TRACED_FUNCTIONS)
-    q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
-    return run_traced(np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, ffi, lib)
+    ffi, lib, out, q, kv_head, scale = _checked_call(ffi, lib, TRACED_FUNCTIONS, q, cache, kv_head, scale)
+    return run_traced(out, q, cache, kv_head, scale, ffi, lib)
 
 
-def _weights_case(scores) -> tuple:
-    """(cache, q, scale) whose kernel scores are ``scores`` and whose V rows are one-hot (V[t] = e_t),
-    so that output element t of a call IS the softmax weight the kernel gave token t."""
+def kernel_weights(ffi, lib, scores) -> np.ndarray:
+    """The weights a library's kernel gives ``scores`` (float32 [n], 1 <= n <= 256): a cache whose scores are these
+    and whose V rows are one-hot (V[t] = e_t), so that output element t IS the weight the kernel gave token t."""
+    ffi, lib = native.library(ffi, lib, (KERNEL,))
     s = check.float32_like("scores", scores, (None,))
     if not 1 <= s.shape[0] <= 256:
         raise ValueError(_("kernel_weights takes 1 to 256 scores; got {shape_s}").format(shape_s=s.shape[0]))
     hd = 32 * math.ceil(s.shape[0] / 32)   # one column per token
-    return cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32), seed=0)
-
-
-def kernel_weights(ffi, lib, scores) -> np.ndarray:
-    """The weights a library's kernel gives ``scores`` (float32 [n], 1 <= n <= 256), read from its output."""
-    ffi, lib = native.library(ffi, lib, (KERNEL,))
-    cache, q, scale = _weights_case(scores)
-    out = np.empty(cache.head_dim, np.float32)
-    return attention.call_kernel(ffi, lib, out, q, cache, 0, scale)[:cache.seq_len]
+    cache, q, scale = cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32),
+                                        seed=0)
+    return attention.call_kernel(ffi, lib, np.empty(hd, np.float32), q, cache, 0, scale)[:cache.seq_len]
 
 
 def softmax_weights(scores) -> np.ndarray:
@@ -195,17 +183,12 @@ def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KE
 def unmarked_segments(path: Path | str = source.KERNEL_FILE) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
     """For each part, in ``unmarked_kernel``'s line numbers: the accepted start lines and end lines (inclusive
     ranges); a blank line, a comment or a TRACE_ hook at a part's edge may be in or out."""
-    lines = Path(path).read_text().splitlines()
+    lines = [line.strip() for line in Path(path).read_text().splitlines()]
     unused, new_of = _unmarked(Path(path))
-
-    def edge(line: str) -> bool:
-        s = line.strip()
-        return not s or s.startswith(("/*", "//", "*", "TRACE_"))
-
     out = {}
     for n, seg in source.kernel_segments(path).items():
         inner = list(range(seg.begin + 1, seg.end))
-        core = [k for k in inner if not edge(lines[k - 1])]
+        core = [k for k in inner if lines[k - 1] and not lines[k - 1].startswith(("/*", "//", "*", "TRACE_"))]
         if not core:
             raise ValueError(_("segment {n} of {path} has no code").format(n=n, path=Path(path).name))
         out[n] = ((new_of[inner[0]], new_of[core[0]]), (new_of[core[-1]], new_of[inner[-1]]))

@@ -75,10 +75,9 @@ class KernelCall:
 
 @dataclass
 class Generation:
-    """The token ids, and every kernel call in the order it was made."""
     prompt: list[int]
     tokens: list[int]                      # the generated ids, len == n_tokens
-    calls: list[KernelCall]
+    calls: list[KernelCall]                # every kernel call, in the order it was made
     config: ToyConfig
     traces: list | None = None             # lessonkit.trace.Trace per call, with trace=True
     kernel: str = "fast"                   # "fast", "debug", "traced" or "copy"
@@ -146,8 +145,7 @@ def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug:
     n_tokens = check.at_most("n_tokens", check.integer("n_tokens", n_tokens, minimum=1), MAX_STEPS,
                              "steps of one toy generation")
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
-        raise TypeError(_("prompt must be a list of token ids; got {prompt}").format(
-                          prompt=type(prompt).__name__))
+        raise TypeError(_("prompt must be a list of token ids; got {prompt}").format(prompt=type(prompt).__name__))
     check.at_most("len(prompt)", len(prompt), MAX_STEPS - n_tokens + 1,
                   f"steps of one toy generation: len(prompt) + n_tokens - 1 <= {MAX_STEPS}")
     prompt = [check.integer("a prompt id", t, minimum=0) for t in prompt]
