@@ -13,7 +13,7 @@ from ..core import native
 from ..display import source
 from ..core import validate as check
 from ..core.language import _
-from .debugger import (DEBUGGERS, TOKEN_TEXT, checked_debugger, debugger_path, install_hint, lldb_values,
+from .debugger import (DEBUGGERS, PROMPT, TOKEN_TEXT, checked_debugger, debugger_path, install_hint, lldb_values,
                        pairs)
 from .toy import KERNEL, ToyConfig
 
@@ -211,10 +211,9 @@ class Session:
 
 
 _GDB_STOP = re.compile(r"[Bb]reakpoint [\d.]+, (?:0x[0-9a-fA-F]+ in )?(\w+) \((.*)\) at (\S+?):(\d+)\s*$")
-_PROMPT = r"^(?:\((?:gdb|lldb)\) ?)*"   # a prompt that stdin not being a terminal leaves before the output
-_GDB_DISPLAY = re.compile(_PROMPT + r"\d+: (t|M|seq_len) = (\S+)\s*$")
+_GDB_DISPLAY = re.compile(PROMPT + r"\d+: (t|M|seq_len) = (\S+)\s*$")
 _GDB_PRINT = re.compile(r"^(?:\(gdb\) |\+)(?:p|print) (t|M)\s*$")
-_GDB_VALUE = re.compile(_PROMPT + r"\$\d+ = (\S+)\s*$")
+_GDB_VALUE = re.compile(PROMPT + r"\$\d+ = (\S+)\s*$")
 
 
 def transcript_text(transcript) -> str:
@@ -239,14 +238,10 @@ def transcript_text(transcript) -> str:
     return transcript
 
 
-def _number(text: str, kind):
-    return kind(text.rstrip(","))
-
-
 def _stop(values: dict[str, tuple[str, int]]) -> tuple:
     """{name: (value, line)} of one stop in the loop -> (t, M, seq_len, M's line), None for what is not shown."""
-    t, M, seq = ((_number(values[n][0], k) if n in values else None) for n, k in (("t", int), ("M", float),
-                                                                                 ("seq_len", int)))
+    t, M, seq = (k(values[n][0].rstrip(",")) if n in values else None for n, k in (("t", int), ("M", float),
+                                                                                  ("seq_len", int)))
     return t, M, seq, values["M"][1] if "M" in values else None
 
 
@@ -260,7 +255,7 @@ def read_session(text: str) -> Session:
         calls, pending = [], {}
         for i, name, value in lldb_values(lines):
             if name == "seq_len":
-                calls.append(SessionCall(_number(value, int), i))
+                calls.append(SessionCall(int(value.rstrip(",")), i))
                 pending = {}
             elif calls and name in ("t", "M"):
                 pending[name] = (value, i)
@@ -283,14 +278,12 @@ def read_session(text: str) -> Session:
                 calls[-1].stops.append(stop)
             else:
                 other.append(n)
-            continue
-        if stop is None:
-            continue
-        d, p, v = (r.match(line.strip()) for r in (_GDB_DISPLAY, _GDB_PRINT, _GDB_VALUE))
-        if d or (v and pending):   # a displayed value, or the value of the p command just before it
-            name, value = (d.group(1), d.group(2)) if d else (pending, v.group(1))
-            stop.setdefault(name, (value, i))
-        pending = p.group(1) if p else pending if d else None
+        elif stop is not None:
+            d, p, v = (r.match(line.strip()) for r in (_GDB_DISPLAY, _GDB_PRINT, _GDB_VALUE))
+            if d or (v and pending):   # a displayed value, or the value of the p command just before it
+                name, value = (d.group(1), d.group(2)) if d else (pending, v.group(1))
+                stop.setdefault(name, (value, i))
+            pending = p.group(1) if p else pending if d else None
     for c in calls:
         c.stops = [_stop(s) for s in c.stops]
     return Session("gdb", calls, sorted(set(other)))

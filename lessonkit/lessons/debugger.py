@@ -80,8 +80,8 @@ def pairs(text: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=([^,\s]+)", text))
 
 
-# lldb's ``frame variable`` prints ``(float) M = 1.25``; a prompt may come first when stdin is not a terminal
-_LLDB_VALUE = re.compile(r"^(?:\((?:gdb|lldb)\) ?)*\((?:const )?(?:int|float)\) (\w+) = (\S+)\s*$")
+PROMPT = r"^(?:\((?:gdb|lldb)\) ?)*"   # what stdin not being a terminal may leave before a debugger's output
+_LLDB_VALUE = re.compile(PROMPT + r"\((?:const )?(?:int|float)\) (\w+) = (\S+)\s*$")   # (float) M = 1.25
 
 
 def lldb_values(lines: list[str]):
