@@ -22,11 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import validate as check
-from ..core.cache import KVCacheQ8
 from ..core.attention import attend
 from ..core.language import _
 from .precision import rel_error
 from .rescales import realistic_scores
+from .synthetic import cache_of
 from ..display.table import Table
 
 KINDS = ("normal", "realistic", "dominant", "uniform")
@@ -78,10 +78,7 @@ def reference(q, K, V, scale: float) -> np.ndarray:
 def case_errors(kind: str, seq_len: int, head_dim: int, seed: int = 0) -> tuple[float, float]:
     """(the article kernel's error, lowp's error) of one case, lesson 07's metric."""
     q, K, V, scale = case_inputs(kind, seq_len, head_dim, seed)
-    cache = KVCacheQ8(1, head_dim, BLOCK_SIZE)
-    for t in range(0, seq_len, CHUNK):
-        cache.append(np.ascontiguousarray(K[t:t + CHUNK, None]), np.ascontiguousarray(V[t:t + CHUNK, None]))
-    ref = reference(q, K, V, scale)
+    cache, ref = cache_of(K, V, BLOCK_SIZE), reference(q, K, V, scale)
     return tuple(rel_error(attend(q, cache, 0, scale=scale, backend=b), ref) for b in ("neon", "lowp"))
 
 
