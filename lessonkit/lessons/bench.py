@@ -81,9 +81,8 @@ def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str 
 
 def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: int = 5,
                            cores: str | None = None) -> float:
-    """Read bandwidth of 2 threads in GB/s, each summing half the buffer (cffi lets go of the GIL):
-    all the bytes over the first thread's start to the last one's end (each times itself), best of
-    ``reps`` passes."""
+    """Read bandwidth of 2 threads in GB/s, each summing half the buffer (cffi lets go of the GIL): all the bytes over
+    the first thread's start to the last one's end (each times itself), best of ``reps`` passes."""
     ffi, lib, nbytes, buf = _read_buffer(ffi, lib, nbytes, 128)
     reps = check.integer("reps", reps, minimum=1)
     check.at_most("reps", reps, 20, _("passes of the read-bandwidth probe"))
@@ -115,12 +114,14 @@ def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: in
     return best
 
 
-def lengths(name: str, values) -> list[int]:
+def lengths(name: str, values, most: int = 64, why: str | None = None, longest: int | None = MAX_LENGTH) -> list[int]:
+    """``values`` as a list of at most ``most`` sequence lengths (``why``: the cap's reason), each at most ``longest``
+    (None: any); the benchmark's and the lessons' lists of lengths alike."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise TypeError(_("{name} must be a list of sequence lengths; got {values}").format(
                           name=name, values=type(values).__name__))
-    check.at_most(f"len({name})", len(values), 64, _("lengths of one benchmark run"))
+    check.at_most(f"len({name})", len(values), most, why or _("lengths of one benchmark run"))
     out = [check.integer(name[:-1] if name.endswith("s") else name, T, minimum=1) for T in values]
-    for T in out:
-        check.at_most(name, T, MAX_LENGTH, _("tokens of one benchmark row"))
+    for T in out if longest else ():
+        check.at_most(name, T, longest, _("tokens of one benchmark row"))
     return out

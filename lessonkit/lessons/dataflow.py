@@ -193,8 +193,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     plotstyle.use()
     if ax is None:
         unused, ax = plt.subplots(figsize=(10, 7))
-    ax.set_xlim(0, 10)
-    ax.set_ylim(0, 7)
+    ax.set(xlim=(0, 10), ylim=(0, 7))
     ax.axis("off")
     f, hd, T, pt = c.fields(), c.head_dim, c.seq_len, plotstyle.MIN_PT
     lines = {n: _("lines {begin_segments_n}-{end_segments_n}").format(

@@ -1,12 +1,11 @@
-"""How precise is q8 KV? (lesson 07, a preview of article 9-3): error metrics, the kernel's error
-split into Q's part and K/V's part, and K/V quantized other ways in numpy.
+"""How precise is q8 KV? (lesson 07, a preview of article 9-3): error metrics, the kernel's error split into Q's part
+and K/V's part, and K/V quantized other ways in numpy.
 
-Only the engine's scheme runs in the compiled kernel: one raw ``max|x|`` per (token, kv head),
-codes ``floor(x * 127 / max + 0.5)``. The others are numpy what-ifs: "q8_0" (llama.cpp's reference
-quantizer: per 32 values ``d = max|x|/127``, ``roundf(x / d)``, d stored as float16), "fp16", and
-"fp16_channels" (named channels kept in float16 and out of the row's max; no engine here does it).
-``attend_scheme`` over the engine's scheme and Q codes reproduces the kernel to float32 rounding,
-which makes a comparison of schemes through it fair."""
+Only the engine's scheme runs in the compiled kernel: one raw ``max|x|`` per (token, kv head), codes ``floor(x * 127 /
+max + 0.5)``. The others are numpy what-ifs: "q8_0" (llama.cpp's reference quantizer: per 32 values ``d = max|x|/127``,
+``roundf(x / d)``, d stored as float16), "fp16", and "fp16_channels" (named channels kept in float16 and out of the
+row's max; no engine here does it). ``attend_scheme`` over the engine's scheme and Q codes reproduces the kernel to
+float32 rounding, which makes a comparison of schemes through it fair."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -10,6 +10,7 @@ from ..core import validate as check
 from ..core.cache import KVCacheQ8, kv_cache
 from ..core.attention import call_kernel
 from ..core.language import _
+from .bench import lengths
 from .synthetic import cache_with_scores
 from ..core.trace import run_traced
 
@@ -47,10 +48,7 @@ def random_order_counts(ns, trials: int = 50, seed: int = 0, head_dim: int = 32)
     """The kernel's rescale counts, int ``[len(ns), trials]``, for ``trials`` sequences of n
     standard-normal scores per n of ``ns``; at most MAX_COUNTED tokens in all."""
     trials = check.integer("trials", trials, minimum=1)
-    if isinstance(ns, (str, bytes)) or not hasattr(ns, "__len__"):
-        raise TypeError(_("ns must be a list of sequence lengths; got {ns}").format(ns=type(ns).__name__))
-    check.at_most("len(ns)", len(ns), 10_000, "sequence lengths of one call")
-    ns = [check.integer("n", n, minimum=1) for n in ns]
+    ns = lengths("ns", ns, 10_000, "sequence lengths of one call", longest=None)
     check.at_most("sum(ns) x trials", sum(ns) * trials, MAX_COUNTED, "tokens run through the traced kernel")
     rng = np.random.default_rng(seed)
     return np.array([[count_rescales(rng.standard_normal(n, dtype=np.float32), head_dim) for unused in range(trials)]

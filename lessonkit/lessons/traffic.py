@@ -1,12 +1,11 @@
-"""Memory traffic of the single pass and its two-pass alternatives (lesson 05): an analytic byte
-model, and valgrind's cache simulation of the kernel call alone.
+"""Memory traffic of the single pass and its two-pass alternatives (lesson 05): an analytic byte model, and valgrind's
+cache simulation of the kernel call alone.
 
-The simulation runs native/tools/fa_driver.c under ``valgrind --tool=callgrind --cache-sim=yes``
-with explicit cache sizes (a preset). Only the kernel call is counted: the driver switches
-collection on and off around it (``CALLGRIND_TOGGLE_COLLECT`` of ``<valgrind/callgrind.h>``, with
-``--collect-atstart=no``), or, built without that header, valgrind collects the measured function
-by name (``--toggle-collect``; see ``measure_method``). valgrind simulates a first-level data cache
-and one last level: last-level misses times the line size is the traffic to DRAM."""
+The simulation runs native/tools/fa_driver.c under ``valgrind --tool=callgrind --cache-sim=yes`` with explicit cache
+sizes (a preset). Only the kernel call is counted: the driver switches collection on and off around it
+(``CALLGRIND_TOGGLE_COLLECT`` of ``<valgrind/callgrind.h>``, with ``--collect-atstart=no``), or, built without that
+header, valgrind collects the measured function by name (``--toggle-collect``; see ``measure_method``). valgrind
+simulates a first-level data cache and one last level: last-level misses times the line size is the traffic to DRAM."""
 from __future__ import annotations
 
 import os
@@ -89,11 +88,10 @@ def preset(name: str) -> Preset:
 
 def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
                 line: int = 64) -> dict[str, int]:
-    """Bytes each part of ``variant`` touches for one kv head, nothing reused from cache: int8 K and V
-    rows; one fp32 scale per token, ``nkv`` apart, so a scale read costs ``4 nkv`` bytes of its line
-    (at most the line); two_pass_scores' score array, 4 bytes a token, written in pass 1, read and
-    written in pass 2, read in pass 3. ``group<G>`` reads the single pass's bytes once for G query
-    heads, ``per_head<G>`` G times."""
+    """Bytes each part of ``variant`` touches for one kv head, nothing reused from cache: int8 K and V rows; one fp32
+    scale per token, ``nkv`` apart, so a scale read costs ``4 nkv`` bytes of its line (at most the line);
+    two_pass_scores' score array, 4 bytes a token, written in pass 1, read and written in pass 2, read in pass 3.
+    ``group<G>`` reads the single pass's bytes once for G query heads, ``per_head<G>`` G times."""
     if variant in GQA_VARIANTS:
         one = model_bytes("single", seq_len, head_dim, n_kv_heads, line)
         return one if variant.startswith("group") else {k: int(variant[-1]) * b for k, b in one.items()}

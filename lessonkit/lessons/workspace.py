@@ -1,18 +1,17 @@
-"""Your own copies of the lessons and of the kernel, in ``my-work/`` (git-ignored; ``make lab``,
-introduced in lesson 00). ``notebooks/`` and ``native/`` are tracked by git: a lesson saved or a C file
-edited there would conflict with the next ``git pull``. So the student works on copies:
+"""Your own copies of the lessons and of the kernel, in ``my-work/`` (git-ignored; ``make lab``, introduced in lesson
+00). ``notebooks/`` and ``native/`` are tracked by git: a lesson saved or a C file edited there would conflict with the
+next ``git pull``. So the student works on copies:
 
     my-work/00_start_here.ipynb ...   one copy per lesson (my-work/zh/: the Chinese ones), and the glossary
     my-work/native/                   the student's copy of the kernel: student_native(); its builds
                                       go to my-work/.build/ and are checked like native/'s
     my-work/old/                      what a reset moved aside; a reset never deletes anything
 
-``make lab`` and ``make update`` add the missing copies, replace a copy you never changed when its
-lesson changed, and name the changed lessons whose copy you changed (``make update`` first refuses an
-update that would bring files into my-work/); ``make reset LESSON=04`` moves your copy to ``my-work/old/`` and
-copies the lesson again: that command line is ``workbench/workspace.py``, which shares this module's record of
-which version each copy was made from. This module needs only the standard library, so that ``make reset``
-works even when the kernel does not build.
+``make lab`` and ``make update`` add the missing copies, replace a copy you never changed when its lesson changed, and
+name the changed lessons whose copy you changed (``make update`` first refuses an update that would bring files into
+my-work/); ``make reset LESSON=04`` moves your copy to ``my-work/old/`` and copies the lesson again: that command line
+is ``workbench/workspace.py``, which shares this module's record of which version each copy was made from. This module
+needs only the standard library, so that ``make reset`` works even when the kernel does not build.
 """
 from __future__ import annotations
 
@@ -203,12 +202,11 @@ def room_for(what: str, sources: list[Path]):
 
 
 def clear_stale() -> None:
-    """Remove the hidden temporaries that runs which stopped mid-copy (a kernel restarted, a power cut)
-    left in my-work/: student_native's ``.native-*`` folders, the ``.<name>.*.tmp`` files beside a copy or
-    the record. By age, not by the pid of their maker: mkstemp's names hold none, and a pid proves little
-    (reused; another container's, where a class hub's servers share a home). Every maker finishes within
-    seconds and writes as it goes, so a temporary untouched for STALE_S has no maker left; a younger one
-    may be a concurrent run's, and stays."""
+    """Remove the hidden temporaries that runs which stopped mid-copy (a kernel restarted, a power cut) left in
+    my-work/: student_native's ``.native-*`` folders, the ``.<name>.*.tmp`` files beside a copy or the record. By age,
+    not by the pid of their maker: mkstemp's names hold none, and a pid proves little (reused; another container's,
+    where a class hub's servers share a home). Every maker finishes within seconds and writes as it goes, so a temporary
+    untouched for STALE_S has no maker left; a younger one may be a concurrent run's, and stays."""
     cutoff = time.time() - STALE_S
     # (the record's own name is hidden already; before write_atomic, its temporaries were .copied.json.<pid>.tmp)
     found = [(f.parent, f".{f.name}.*.tmp") for f in [*(WORK_DIR / key_of(p) for p in shipped()), MANIFEST]]
