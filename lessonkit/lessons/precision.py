@@ -19,7 +19,6 @@ from ..core.language import _
 from ..core.quant import KVQ_INV
 from ..core.reference import attention
 from .rounding import q_block_scaled, round_codes
-from ..core.validate import QBLOCK
 
 SCHEMES = ("engine", "q8_0", "fp16_channels", "fp16")
 
@@ -91,38 +90,33 @@ def quantize_rows_engine(x) -> tuple[np.ndarray, np.ndarray]:
 def dequantized(x, scheme: str = "engine", channels=()) -> np.ndarray:
     """Rows ``x [..., hd]`` quantized with ``scheme`` (one of SCHEMES) and read back, float32."""
     x = np.asarray(x, np.float32)
-    if scheme == "engine":
+    if check.one_of("scheme", scheme, SCHEMES) == "engine":
         codes, amax = quantize_rows_engine(x)
         return codes.astype(np.float32) * (amax * KVQ_INV)[..., None]
     if scheme == "q8_0":
         return dequantize_q8_0(*quantize_q8_0(x))
     if scheme == "fp16":
         return x.astype(np.float16).astype(np.float32)
-    if scheme == "fp16_channels":
-        ch = np.asarray(channels, int)
-        rest = np.setdiff1d(np.arange(x.shape[-1]), ch)
-        out = np.empty_like(x)
-        out[..., ch] = x[..., ch].astype(np.float16).astype(np.float32)
-        out[..., rest] = dequantized(x[..., rest], "engine")
-        return out
-    raise ValueError(_("scheme must be one of {map_schemes}; got {scheme!r}").format(
-                       map_schemes=', '.join(map(repr, SCHEMES)), scheme=scheme))
+    ch = np.asarray(channels, int)  # "fp16_channels"
+    rest = np.setdiff1d(np.arange(x.shape[-1]), ch)
+    out = np.empty_like(x)
+    out[..., ch] = x[..., ch].astype(np.float16).astype(np.float32)
+    out[..., rest] = dequantized(x[..., rest], "engine")
+    return out
 
 
 def bytes_per_row(head_dim: int, scheme: str, n_fp16_channels: int = 0) -> int:
     """Bytes of one (token, kv head) row of K or V under ``scheme`` (or "fp32"); the list of the
     fp16 channels, once per layer, is not counted."""
-    sizes = {"engine": head_dim + 4, "q8_0": head_dim + 2 * (head_dim // QBLOCK),
+    sizes = {"engine": head_dim + 4, "q8_0": head_dim + 2 * (head_dim // check.QBLOCK),
              "fp16_channels": head_dim + n_fp16_channels + 4, "fp16": 2 * head_dim, "fp32": 4 * head_dim}
-    if scheme not in sizes:
-        raise ValueError(_("unknown scheme {scheme!r}").format(scheme=scheme))
-    return sizes[scheme]
+    return sizes[check.one_of("scheme", scheme, sizes)]
 
 
 def dequantized_q(Q) -> np.ndarray:
     """The query the kernel uses, float64: segment 1's codes times their block scales."""
     v, scales = q_block_scaled(np.asarray(Q, np.float32))
-    return round_codes(v, "engine").astype(np.float64) * np.repeat(scales.astype(np.float64), QBLOCK, axis=-1)
+    return round_codes(v, "engine").astype(np.float64) * np.repeat(scales.astype(np.float64), check.QBLOCK, axis=-1)
 
 
 def attend_scheme(Q, K, V, scheme: str = "engine", scale: float | None = None, quantize_query: bool = True,

@@ -9,7 +9,6 @@ from ..core.cache import KVCacheQ8
 from ..core.language import _
 from ..core.quant import KVQ_INV
 from ..core.reference import attention, scores_from_q_codes, softmax_weighted_v
-from ..core.validate import QBLOCK
 
 RULES = ("engine", "roundf", "ties_even", "trunc")
 
@@ -20,7 +19,7 @@ def q_block_scaled(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(q, np.ndarray) or q.ndim not in (1, 2):
         raise ValueError(_("q must be a float32 numpy array of shape [hd] or [n, hd]"))
     q = check.float32_array("q", q, (None,) * q.ndim)
-    blocks = q.reshape(*q.shape[:-1], check.head_dim(q.shape[-1]) // QBLOCK, QBLOCK)
+    blocks = q.reshape(*q.shape[:-1], check.head_dim(q.shape[-1]) // check.QBLOCK, check.QBLOCK)
     qm = np.abs(blocks).max(axis=-1)
     qm = np.where(qm < np.float32(1e-6), np.float32(1.0), qm).astype(np.float32)
     v = (blocks * (np.float32(127.0) / qm)[..., None]).astype(np.float32)
@@ -32,17 +31,14 @@ def round_codes(v: np.ndarray, rule: str) -> np.ndarray:
     ``(int)(v + (v >= 0 ? 0.5f : -0.5f))`` with a float32 addition (0.49999997f -> 1), "roundf"
     exact ties away from zero (0.49999997f -> 0), "ties_even" (vcvtnq_s32_f32), "trunc" ``(int)v``."""
     v = np.asarray(v, np.float32)
-    if rule == "engine":
+    if check.one_of("rule", rule, RULES) == "engine":
         r = np.trunc((v + np.where(v >= 0, np.float32(0.5), np.float32(-0.5))).astype(np.float32))
     elif rule == "roundf":
         r = np.sign(v) * np.floor(np.abs(v.astype(np.float64)) + 0.5)  # exact in float64
     elif rule == "ties_even":
         r = np.rint(v)
-    elif rule == "trunc":
+    else:  # "trunc"
         r = np.trunc(v)
-    else:
-        raise ValueError(_("rule must be one of {map_rules}; got {rule!r}").format(
-                           map_rules=', '.join(map(repr, RULES)), rule=rule))
     return np.clip(r, -128, 127).astype(np.int8)
 
 

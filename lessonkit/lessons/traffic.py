@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..core import env, native
+from ..core import validate as check
 from ..core.language import N_, _
 from ..core.processes import run_bounded
 
@@ -78,12 +79,7 @@ def host_preset() -> Preset:
 
 
 def preset(name: str) -> Preset:
-    if name == "host":
-        return host_preset()
-    if name not in PRESETS:
-        raise ValueError(_("preset must be one of {presets}; got {name!r}").format(
-                           presets=', '.join([*PRESETS, 'host']), name=name))
-    return PRESETS[name]
+    return host_preset() if check.one_of("preset", name, (*PRESETS, "host")) == "host" else PRESETS[name]
 
 
 def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
@@ -95,9 +91,7 @@ def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int
     if variant in GQA_VARIANTS:
         one = model_bytes("single", seq_len, head_dim, n_kv_heads, line)
         return one if variant.startswith("group") else {k: int(variant[-1]) * b for k, b in one.items()}
-    if variant not in VARIANTS:
-        raise ValueError(_("variant must be one of {variants}; got {variant!r}").format(
-                           variants=', '.join(VARIANTS), variant=variant))
+    check.one_of("variant", variant, VARIANTS)
     T, k_reads = seq_len, 2 if variant == "two_pass_recompute" else 1
     score = 2 * 4 * T if variant == "two_pass_scores" else 0
     parts = dict(k=k_reads * T * head_dim, v=T * head_dim, scales=(k_reads + 1) * min(4 * n_kv_heads, line) * T,
