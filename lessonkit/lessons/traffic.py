@@ -1,11 +1,9 @@
 """Memory traffic of the single pass and its two-pass alternatives (lesson 05): an analytic byte model, and valgrind's
 cache simulation of the kernel call alone.
 
-The simulation runs native/tools/fa_driver.c under ``valgrind --tool=callgrind --cache-sim=yes`` with explicit cache
-sizes (a preset). Only the kernel call is counted: the driver switches collection on and off around it
-(``CALLGRIND_TOGGLE_COLLECT`` of ``<valgrind/callgrind.h>``, with ``--collect-atstart=no``), or, built without that
-header, valgrind collects the measured function by name (``--toggle-collect``; see ``measure_method``). valgrind
-simulates a first-level data cache and one last level: last-level misses times the line size is the traffic to DRAM."""
+The simulation runs native/tools/fa_driver.c under ``valgrind --tool=callgrind --cache-sim=yes`` with a preset's
+cache sizes, counting only the kernel call (``measure_method`` says how). valgrind simulates a first-level data cache
+and one last level: last-level misses times the line size is the traffic to DRAM."""
 from __future__ import annotations
 
 import os
@@ -74,8 +72,8 @@ def host_preset() -> Preset:
     if 1 not in levels or len(levels) < 2:
         raise RuntimeError(_("could not read this machine's caches from /sys; use the 'a76' preset"))
     last = levels[max(levels)]
-    return Preset(N_("this machine: L1d {size_levels} KiB, last level {size_last} MiB", size_levels=levels[1].size >> 10, size_last=last.size >> 20),
-                  levels[1], last)
+    return Preset(N_("this machine: L1d {size_levels} KiB, last level {size_last} MiB",
+                     size_levels=levels[1].size >> 10, size_last=last.size >> 20), levels[1], last)
 
 
 def preset(name: str) -> Preset:
@@ -106,8 +104,8 @@ PARTS = ("k_first", "k_second", "v", "scales", "score_array")  # model_bytes' pa
 
 
 def bytes_per_token(head_dim: int = 128, n_kv_heads: int = 1, line: int = 64) -> dict[str, int]:
-    """Bytes of cache lines one token of one kv head occupies, K alone and K + V (its scale's share
-    of a line: ``4 * n_kv_heads`` bytes, at most the line): 264 for K + V at hd 128, 320 at 8 heads."""
+    """Bytes of cache lines one token of one kv head occupies, K alone and K + V (its scale's share of a line:
+    ``4 * n_kv_heads`` bytes, at most the line): 264 for K + V at hd 128, 320 at 8 heads."""
     scale = min(4 * n_kv_heads, line)
     return dict(k=head_dim + scale, kv=2 * (head_dim + scale))
 
@@ -150,9 +148,8 @@ def valgrind_available() -> bool:
 
 
 def driver() -> Path:
-    """The driver, -O2 -g, with only instructions valgrind 3.19 decodes: AVX2 at most on x86, and
-    ``-march=armv8-a`` on arm64 (valgrind stops at ``sdot``). Every path loads and stores the same
-    bytes, so the simulated traffic is the same; only instruction counts differ."""
+    """The driver, -O2 -g, with only instructions valgrind 3.19 decodes: AVX2 at most on x86, ``-march=armv8-a`` on
+    arm64 (valgrind stops at ``sdot``). Every path moves the same bytes; only instruction counts differ."""
     if native.is_arm64():
         arch = [native.AARCH64_MARCH[False]]
     else:
@@ -166,8 +163,8 @@ _methods: dict[Path, str] = {}
 
 
 def measure_method(program: Path | None = None) -> str:
-    """How the driver marks the measured call, as it says itself: "client-requests" or
-    "toggle-collect" (no header; on arm64 callgrind can then miss the function's return)."""
+    """How the driver marks the measured call, as it says itself: "client-requests" (``<valgrind/callgrind.h>``), or
+    "toggle-collect" without that header (by the function's name; on arm64 callgrind can then miss its return)."""
     program = Path(program or driver())
     if program not in _methods:
         proc = subprocess.run([str(program), "method"], capture_output=True, text=True, timeout=60)
@@ -180,23 +177,20 @@ def measure_method(program: Path | None = None) -> str:
 
 def collect_options(measured: str, program: Path | None = None) -> list[str]:
     """callgrind's options that restrict collection to the measured call of ``measured``."""
-    if measure_method(program) == "client-requests":
-        return ["--collect-atstart=no"]
-    return [f"--toggle-collect={measured}"]
+    return ["--collect-atstart=no" if measure_method(program) == "client-requests" else f"--toggle-collect={measured}"]
 
 
 def _host_has(flag: str) -> bool:
     try:
-        return re.search(rf"\b{flag}\b", Path("/proc/cpuinfo").read_text()) is not None
+        return re.search(rf"\b{flag}\b", env.CPUINFO.read_text()) is not None
     except OSError:
         return False
 
 
 def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
              block_size: int = 64, preset_name: str = "a76", warm: bool = False) -> Simulated:
-    """One call of ``variant`` (a kernel of VARIANTS, a softmax of SOFTMAXES over ``seq_len`` floats,
-    or ``group<G>`` / ``per_head<G>``) under valgrind's cache simulation: cold (nothing of the data in
-    the simulated caches) or ``warm`` (after one call of the same)."""
+    """One call of ``variant`` (a kernel, a softmax over ``seq_len`` floats, or ``group<G>`` / ``per_head<G>``) under
+    valgrind's cache simulation: cold (nothing of the data in the simulated caches) or ``warm`` (after one call)."""
     if variant not in VARIANTS + SOFTMAXES + GQA_VARIANTS:
         raise ValueError(_("variant must be one of {variants_softmaxes}, group1..group8 or per_head1..per_head8; "
                            "got {variant!r}").format(
@@ -222,14 +216,13 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
                             _("The library loaded in this process is unchanged.")):
             done = run_bounded(cmd, SIMULATION_TIMEOUT_S, stdout=subprocess.DEVNULL,
                                env={**os.environ, "LD_BIND_NOW": "1"})
-        code, stderr = done.returncode, done.stderr
-        if code is None:
+        if done.returncode is None:
             raise RuntimeError(_("valgrind's simulation of {variant} over {seq_len} tokens did not finish in "
                                  "{limit:.0f} s; try a shorter cache").format(
                                  variant=variant, seq_len=seq_len, limit=SIMULATION_TIMEOUT_S))
-        if code != 0:
+        if done.returncode != 0:
             raise RuntimeError(_("valgrind failed ({returncode}):\n{stderr_proc}").format(
-                                 returncode=code, stderr_proc=stderr[-2000:]))
+                                 returncode=done.returncode, stderr_proc=done.stderr[-2000:]))
         text = out.read_text()
     events = re.search(r"^events: (.*)$", text, re.M).group(1).split()
     totals = [int(x) for x in re.search(r"^totals: (.*)$", text, re.M).group(1).split()]
