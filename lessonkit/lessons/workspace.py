@@ -1,18 +1,14 @@
-"""Your own copies of the lessons and of the kernel, in ``my-work/`` (git-ignored; ``make lab``, introduced in lesson
-00). ``notebooks/`` and ``native/`` are tracked by git: a lesson saved or a C file edited there would conflict with the
-next ``git pull``. So the student works on copies:
+"""Your own copies of the lessons and of the kernel, in ``my-work/`` (git-ignored; introduced in lesson 00).
+``notebooks/`` and ``native/`` are tracked by git: a lesson saved or a C file edited there would conflict with the next
+``git pull``. So the student works on copies:
 
     my-work/00_start_here.ipynb ...   one copy per lesson (my-work/zh/: the Chinese ones), and the glossary
-    my-work/native/                   the student's copy of the kernel: student_native(); its builds
-                                      go to my-work/.build/ and are checked like native/'s
+    my-work/native/                   the kernel's copy (student_native()); its builds go to my-work/.build/
     my-work/old/                      what a reset moved aside; a reset never deletes anything
 
-``make lab`` and ``make update`` add the missing copies, replace a copy you never changed when its lesson changed, and
-name the changed lessons whose copy you changed (``make update`` first refuses an update that would bring files into
-my-work/); ``make reset LESSON=04`` moves your copy to ``my-work/old/`` and copies the lesson again: that command line
-is ``workbench/workspace.py``, which shares this module's record of which version each copy was made from. This module
-needs only the standard library, so that ``make reset`` works even when the kernel does not build.
-"""
+``make lab``, ``make update`` and ``make reset`` make and replace the copies (``workbench/workspace.py``) and share
+this module's record of which version each copy was made from. Standard library only, so that ``make reset`` works
+even when the kernel does not build."""
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +45,7 @@ MANIFEST_MAX_BYTES = 1 << 20  # the record holds a line per lesson: far larger i
 
 
 class DiskFullError(OSError):
-    """A copy the disk (or the quota) had no room for; its message, in the student's language, says
-    what failed, about how much room it needs and what to do."""
+    """A copy the disk (or the quota) had no room for; its message says what failed and the room it needs."""
 
     def __str__(self) -> str:
         return self.strerror
@@ -69,13 +64,8 @@ def shipped() -> list[Path]:
 
 
 def key_of(lesson: Path) -> str:
-    """A shipped file's path under notebooks/ ("04_x.ipynb", "zh/04_x.ipynb"): its name in the
-    manifest, and its copy's path under my-work/."""
+    """A shipped file's path under notebooks/ ("zh/04_x.ipynb"): its name in the manifest, its copy's in my-work/."""
     return lesson.relative_to(LESSONS_DIR).as_posix()
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def sha256_tree(folder: Path) -> str:
@@ -86,10 +76,9 @@ def sha256_tree(folder: Path) -> str:
 
 
 def read_manifest() -> tuple[dict, str | None]:
-    """The record's sound entries (a sha256 each), and None, or a notice if the record was unreadable or
-    damaged. A damaged record is moved to my-work/old/ (nothing is deleted) and written again with its
-    sound entries, so that the next run reads a clean one; a copy whose entry is lost is never replaced
-    on the strength of it (make_copies lists it as possibly changed)."""
+    """The record's sound entries (a sha256 each), and None, or a notice if the record was unreadable or damaged:
+    then it is moved to my-work/old/ and written again with its sound entries, so that the next run reads a clean
+    one; a copy whose entry is lost is never replaced on its strength (make_copies lists it as possibly changed)."""
     try:
         # a regular file of sane size only: a FIFO would block the read, /dev/zero would never end it
         if not MANIFEST.is_file() or MANIFEST.stat().st_size > MANIFEST_MAX_BYTES:
@@ -147,9 +136,8 @@ def move_to_old(path: Path, stem: str, suffix: str) -> Path:
 
 
 def student_native() -> Path:
-    """``my-work/native/``, your copy of ``native/`` to edit (lessons 04 and 06), made on first use and
-    never overwritten after. ``lessonkit.native.load(src_dir=workspace.student_native())`` builds it
-    (into ``my-work/.build/``), checks the build in a child process and loads it, as for ``native/``."""
+    """``my-work/native/``, your copy of ``native/`` to edit (lessons 04 and 06), made on first use and never
+    overwritten after; ``lessonkit.native.load(src_dir=workspace.student_native())`` builds, checks and loads it."""
     dest = WORK_DIR / "native"
     if dest.is_dir() and any(dest.iterdir()):
         return dest
