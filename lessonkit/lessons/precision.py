@@ -142,8 +142,6 @@ def outlier_rows(n: int, head_dim: int, rng: np.random.Generator, channels=(11, 
     return x
 
 
-# ----------------------------------------------------------------------------- llama.cpp's q8_0, in numpy
-
 QK8_0 = 32                 # values per q8_0 block (ggml-common.h, block_q8_0)
 
 

@@ -44,8 +44,6 @@ MAX_CHUNKS = 1 << 16  # chunks of one split call: each is a Python object and on
 MAX_CAPACITY_THREADS = 64  # threads parallel_capacity starts (each a real thread, started per repeat)
 
 
-# ----------------------------------------------------------------------------- partial states
-
 @dataclass(frozen=True)
 class Partial:
     """The unnormalized online-softmax state of a run of tokens."""
@@ -86,8 +84,6 @@ def finish(state: Partial) -> np.ndarray:
     return out.astype(np.float32)
 
 
-# ----------------------------------------------------------------------------- chunk boundaries
-
 def split_points(seq_len: int, n_chunks: int) -> list[int]:
     """The chunk boundaries ``[0, b1, ..., seq_len]`` of ``n_chunks`` chunks of (nearly) equal size."""
     seq_len = check.integer("seq_len", seq_len, minimum=1)
@@ -122,8 +118,6 @@ def chunk_bounds(bounds, seq_len: int) -> list[int]:
                                j=j, a=a, b=b, seq_len=seq_len, inner=inner))
     return cuts
 
-
-# ----------------------------------------------------------------------------- split-KV
 
 def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: int,
             scale: float | None = None) -> Partial:
@@ -242,8 +236,6 @@ def shutdown_pool() -> None:
         p.shutdown(wait=True)
 
 
-# ----------------------------------------------------------------------------- timing
-
 def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threads: int = 2,
                       number: int = 20, repeats: int = 5, cores: str | None = None) -> float:
     """How many times more kernel calls per second ``n_threads`` threads complete than one thread, each running
@@ -298,8 +290,6 @@ def _refuse_long(repeats: int, number: int, call_s: float, calls_per_repeat: flo
                            MAX_SECONDS=timing.MAX_SECONDS,
                            fit=f'number <= {fit}' if fit >= 1 else _('fewer repeats or a shorter cache')))
 
-
-# ----------------------------------------------------------------------------- where the time goes
 
 @dataclass(frozen=True)
 class SplitTimes:

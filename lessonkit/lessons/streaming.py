@@ -63,10 +63,7 @@ def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_
     return finish(merge_all(parts)), parts
 
 
-# ----------------------------------------------------------------------------- the streaming experiment
-
-# "streaming" and "*_streamed": the compiled first pass folds each chunk in as it arrives
-# (ChunkedAttention); the others run the whole kernel once the last chunk is there.
+# "streaming" and "*_streamed" fold each chunk in as it arrives (ChunkedAttention); the others wait for the last
 MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed",
          "neon", "two_pass_scores", "two_pass_recompute")
 _PASSES_OF = {"streaming": "single", "two_pass_scores_streamed": "two_pass_scores",
@@ -229,8 +226,6 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, done_prev - t_ingested, kept_up, out)
 
 
-# ----------------------------------------------------------------------------- passes over chunks, compiled
-
 PASSES = ("single", "two_pass_scores", "two_pass_recompute")
 
 
@@ -309,8 +304,6 @@ class ChunkedAttention:
         return out
 
 
-# ----------------------------------------------------------------------------- work left after the last chunk
-
 FAIR_MODES = MODES  # the counted model and the timed run name the same modes
 
 
@@ -340,8 +333,6 @@ def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 1
     return dict(k_rows_scored=scored, v_rows_added=v_rows, exps=exps,
                 bytes=scored * k_tok + v_rows * v_tok + score_bytes)
 
-
-# ----------------------------------------------------------------------------- saved simulations
 
 SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
 

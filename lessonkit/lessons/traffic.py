@@ -25,8 +25,7 @@ VARIANTS = ("single", "scalar", "two_pass_scores", "two_pass_recompute")
 GQA_VARIANTS = tuple(f"{kind}{g}" for kind in ("group", "per_head") for g in range(1, 9))
 SOFTMAXES = ("softmax_naive", "softmax_safe", "softmax_online")
 DRIVER_SOURCE = native.NATIVE_DIR / "tools" / "fa_driver.c"
-# valgrind runs a simulated call about 100 times slower than the CPU: a lesson's longest takes a minute
-SIMULATION_TIMEOUT_S = 900.0
+SIMULATION_TIMEOUT_S = 900.0  # valgrind is about 100 times slower than the CPU: a lesson's longest takes a minute
 
 
 @dataclass(frozen=True)

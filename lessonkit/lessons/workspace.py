@@ -36,11 +36,9 @@ OLD_DIR = WORK_DIR / "old"
 # from "you changed your copy" without ever reading or touching the copy.
 MANIFEST = WORK_DIR / ".copied.json"
 LESSON_GLOB = "[0-9][0-9]*_*.ipynb"
-# The editions: English in notebooks/, Chinese in notebooks/zh/ (workbench/edition.py makes them)
-EDITIONS = {"en": LESSONS_DIR, "zh": LESSONS_DIR / "zh"}
+EDITIONS = {"en": LESSONS_DIR, "zh": LESSONS_DIR / "zh"}  # the Chinese one made by workbench/edition.py
 GLOSSARY = LESSONS_DIR / "glossary.md"
-# A hidden temporary of this module untouched this long was left by a run that stopped (clear_stale)
-STALE_S = 600
+STALE_S = 600  # a hidden temporary untouched this long was left by a run that stopped (clear_stale)
 MANIFEST_MAX_BYTES = 1 << 20  # the record holds a line per lesson: far larger is not a record
 
 
