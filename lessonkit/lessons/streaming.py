@@ -64,10 +64,10 @@ def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_
 
 
 # "streaming" and "*_streamed" fold each chunk in as it arrives (ChunkedAttention); the others wait for the last
-MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed",
-         "neon", "two_pass_scores", "two_pass_recompute")
-_PASSES_OF = {"streaming": "single", "two_pass_scores_streamed": "two_pass_scores",
-              "two_pass_recompute_streamed": "two_pass_recompute"}
+MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed", "neon", "two_pass_scores",
+         "two_pass_recompute")
+PASSES = ("single", "two_pass_scores", "two_pass_recompute")
+_PASSES_OF = dict(zip(MODES, PASSES))  # the first three modes' passes
 
 
 @dataclass
@@ -150,18 +150,12 @@ def _file_of(path: Path, nbytes: int) -> None:
 def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024,
                interval_s: float = 0.003, scale: float | None = None, directory: str | None = None,
                block_size: int = 4096) -> StreamRun:
-    """One run of the streaming experiment over K, V float32 ``[seq_len, head_dim]``.
-
-    A producer thread writes the chunks into a memory-mapped file in a temporary directory (removed afterwards);
-    this thread reads each chunk through its own mapping as it is announced and appends it to one q8 cache
-    (blocks of ``block_size`` tokens: KVCacheQ8.append touches every block's pointer, so few blocks keep that
-    cost small). The "*_streamed" modes and "streaming" fold the chunk in at once and ``finish`` after the last
-    one; the others run their whole kernel once the last chunk has come. The garbage collector is paused during
-    the run (as ``timeit`` does), so that a collection does not land in one run's latency.
-
-    The bounds keep one run short (MAX_STREAM_CHUNKS chunks, MAX_INTERVAL_S between two, MAX_STREAM_S in all),
-    and every wait is bounded: a producer that fails, ends early or stalls (nothing announced for interval_s +
-    STALL_S seconds) becomes a RuntimeError that says what happened."""
+    """One run of the streaming experiment over K, V float32 ``[seq_len, head_dim]``: a producer thread writes the
+    chunks into a memory-mapped file; this thread reads each one through its own mapping as it is announced and
+    appends it to one q8 cache (of few blocks: KVCacheQ8.append touches every block's pointer), then folds it in
+    or waits for the last. The garbage collector is paused during the run (as ``timeit`` does), so that no
+    collection lands in one run's latency. The caps keep one run short, and every wait is bounded: a producer that
+    fails, ends early or stalls (nothing announced for interval_s + STALL_S seconds) becomes a RuntimeError."""
     check.one_of("mode", mode, MODES)
     K = check.float32_array("K", K, (None, None))
     V = check.float32_array("V", V, K.shape)
@@ -173,9 +167,8 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     scale = check.scale(scale, hd)
     chunk = check.integer("chunk", chunk, minimum=1, below=T + 1)
     n_chunks = -(-T // chunk)
-    check.at_most(_("the number of chunks (seq_len {T} / chunk {chunk})").format(T=T, chunk=chunk),
-                  n_chunks, MAX_STREAM_CHUNKS,
-                  _("chunks of one streaming run; use a larger chunk"))
+    check.at_most(_("the number of chunks (seq_len {T} / chunk {chunk})").format(T=T, chunk=chunk), n_chunks,
+                  MAX_STREAM_CHUNKS, _("chunks of one streaming run; use a larger chunk"))
     interval_s = check.finite_float("interval_s", interval_s, minimum=0.0, maximum=MAX_INTERVAL_S)
     if n_chunks * interval_s > MAX_STREAM_S:
         raise ValueError(_("{n_chunks} chunks x interval_s {interval_s:g} s = {n_chunks_interval_s:.0f} s, above "
@@ -226,18 +219,14 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, done_prev - t_ingested, kept_up, out)
 
 
-PASSES = ("single", "two_pass_scores", "two_pass_recompute")
-
 
 class ChunkedAttention:
     """One query's attention over a cache that grows chunk by chunk, with the compiled passes of
-    native/flash_attn_q8_two_pass_parts.c (lesson 05b). ``fold(t1)`` runs on the tokens not yet folded, up to
-    t1, what can run before the last chunk: "single" the article's token loop (M, S, VKQ continue), the two-pass
-    variants their pass 1 (scores stored and their max; or M and S online). ``finish()`` runs what must wait for
-    M (and S) over all tokens: "single" divides VKQ by S, "two_pass_scores" passes 2 and 3 over the stored
-    scores, "two_pass_recompute" pass 2 over all K and V rows. Folded over consecutive ranges, each gives its
-    whole kernel's result (``attend(..., backend=variant)``, "neon" for "single"). Every argument is checked
-    before C is called, since the cache may grow between folds; the score array is this object's own."""
+    native/flash_attn_q8_two_pass_parts.c (lesson 05b): ``fold(t1)`` runs on the tokens up to t1 what can run
+    before the last chunk (the article's token loop, or a two-pass variant's pass 1), ``finish()`` what must wait
+    for M (and S) over all tokens. Folded over consecutive ranges, each gives its whole kernel's result
+    (``attend(..., backend=variant)``, "neon" for "single"). Every argument is checked before C is called, since
+    the cache may grow between folds; the score array is this object's own."""
 
     def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0,
                  scale: float | None = None):
