@@ -1,4 +1,5 @@
-"""Split-KV (introduced in lesson 08): the partial state of a run of tokens, its merge, and the split over threads.
+"""Split-KV (introduced in lesson 08): the partial state of a run of tokens, its merge, the split over threads and
+its timing (``parallel_capacity``, ``split_times``).
 
 **Partial states and their merge.** After any run of tokens the online softmax holds an unnormalized state: M
 (the largest score seen), S (the sum of exp(s - M)) and acc (the sum of exp(s - M) * v). Two states of disjoint
@@ -13,10 +14,7 @@ tokens); lessons 05 and 08 use this one implementation (native/tests/test_kernel
 **Split-KV** (``attend_split``, ``attend_chunks``): the engine has no split over the KV of one long sequence.
 ``flash_attn_partial_q8_neon`` (native/flash_attn_q8_partial.c) runs the single pass over a token range and
 returns its state; chunks run in parallel on threads (cffi releases the GIL during a C call) and their states
-are merged. One pool serves the whole process, never more threads than the cores this process may use.
-
-**Timing** (lesson 08): ``parallel_capacity`` (what a second thread gets on this machine now) and
-``split_times`` (the parts of a 2-chunk split call timed apart)."""
+are merged. One pool serves the whole process, never more threads than the cores this process may use."""
 from __future__ import annotations
 
 import atexit
@@ -146,8 +144,7 @@ def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n
     """``lk.attend(q, cache, kv_head)`` up to float rounding, with the tokens cut into ``n_chunks`` chunks of (nearly)
     equal size run on ``n_threads`` threads (more than ``usable_cores()`` run on that many) and merged."""
     q, kv_head, scale = attention_args(q, cache, kv_head, scale)
-    cuts = split_points(cache.seq_len, n_chunks)
-    n_threads = check.integer("n_threads", n_threads, minimum=1)
+    cuts, n_threads = split_points(cache.seq_len, n_chunks), check.integer("n_threads", n_threads, minimum=1)
     return finish(merge_all(_run_chunks(q, cache, kv_head, scale, cuts, n_threads)))
 
 
