@@ -65,8 +65,8 @@ def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=Non
 
 
 def kernel_reads(addresses, cache: KVCacheQ8, which: str = "k"):
-    """Row addresses (``trace.k_rows`` / ``v_rows``) as ``(block, byte offset in it)``, -1 outside
-    every block: the same on every run, unlike the addresses."""
+    """Row addresses (``trace.k_rows`` / ``v_rows``) as ``(block, byte offset in it)``, -1 outside every block: the
+    same on every run, unlike the addresses."""
     size = cache.block_size * cache.kv_dim
     a = np.asarray(addresses, np.uint64).astype(np.int64)
     blocks, offsets = np.full(a.shape, -1, np.int64), np.full(a.shape, -1, np.int64)
@@ -77,9 +77,8 @@ def kernel_reads(addresses, cache: KVCacheQ8, which: str = "k"):
 
 
 def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chunk: int = 1024, seed: int = 0):
-    """Grow one layer's real ``KVCacheQ8`` with random K, V (one chunk appended again and again) up to
-    each of the increasing ``checkpoints``: ``(cache, rows)``, one dict per checkpoint with
-    ``seq_len, n_blocks, nbytes`` (codes + scales held), ``block_bytes``, ``allocated_nbytes``."""
+    """``(cache, rows)``: one layer's real ``KVCacheQ8`` grown with random K, V (one chunk appended again and again)
+    up to each of the increasing ``checkpoints``, and its sizes at each (``nbytes``: codes and scales held)."""
     points = lengths("checkpoints", checkpoints, 1000, "checkpoints of one growth", longest=None)
     if not points or any(b <= a for a, b in zip(points, points[1:])):
         raise ValueError(_("checkpoints must be a non-empty increasing list of sequence lengths"))
@@ -93,8 +92,7 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
                  _("use a shorter last checkpoint, fewer kv heads or a smaller chunk"))
     cache = KVCacheQ8(nkv, hd, bs)
     rng = np.random.default_rng(seed)
-    K = rng.standard_normal((chunk, nkv, hd), dtype=np.float32)
-    V = rng.standard_normal((chunk, nkv, hd), dtype=np.float32)
+    K, V = (rng.standard_normal((chunk, nkv, hd), dtype=np.float32) for unused in range(2))
     rows = []
     for target in points:
         while cache.seq_len < target:
@@ -107,10 +105,9 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
 
 
 def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10, 7.6)):
-    """A small cache drawn from its own data: the pointer table (by block, never by address), the
-    blocks as rows of tokens with the kv heads side by side (colour = code; unused rows grey), the
-    scales ``[token][kv head]`` with their values, and the same scales in memory by index with the
-    kernel's stride nkv; token t of kv head kh (``highlight``) framed everywhere. Returns the figure."""
+    """A small cache drawn from its own data: the pointer table (by block, never by address), the blocks as rows of
+    tokens with the kv heads side by side, the scales ``[token][kv head]`` with their values, and the same scales in
+    memory with the kernel's stride nkv; token t of kv head kh (``highlight``) framed everywhere."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import ConnectionPatch, Rectangle
     plotstyle.use()
@@ -232,16 +229,15 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     return fig
 
 
-# (n_kv_heads, head_dim, kv_bs, seq_len): a half-filled last block, one token per block, one block
-# larger than the context, the largest head the kernel's buffers take (HD_MAX = 256), one kv head
+# (n_kv_heads, head_dim, kv_bs, seq_len): a half-filled last block, one token per block, one block larger than the
+# context, the largest head the kernel's buffers take (HD_MAX = 256), one kv head
 LAYOUT_CASES = ((3, 32, 4, 10), (2, 64, 1, 5), (4, 128, 64, 7), (2, 256, 5, 13), (1, 32, 3, 1))
 
 
 def check_layout(ffi=None, seed: int = 0) -> Checks:
-    """Lesson 03's check on ``LAYOUT_CASES`` through the compiled kernel's trace: rows read where
-    ``locate`` says; codes and raw scales read back through the pointer table equal the C quantizer's;
-    scores ``dots * qsc * (raw max / 127) * scale`` (rtol 1e-6; a scale off by 127 misses by 100x);
-    an all-zero row; the half-step bound of the dequantization error."""
+    """Lesson 03's check on ``LAYOUT_CASES`` through the compiled kernel's trace: rows read where ``locate`` says,
+    codes and raw scales through the pointer table, the scores (rtol 1e-6; a scale off by 127 misses by 100x), an
+    all-zero row, the half-step bound of the dequantization error."""
     from ..core.attention import attend
     from ..core.quant import quantize_kv_rows
     from .dataflow import replay_scores

@@ -28,12 +28,11 @@ from ..core.language import _
 REPO_DIR = Path(__file__).resolve().parents[2]
 LESSONS_DIR = REPO_DIR / "notebooks"
 NATIVE_DIR = REPO_DIR / "native"
-# One folder at the same depth as notebooks/, so that the lessons' relative links
-# (../docs/references.md) work from the copies too. Listed in .gitignore.
+# At the depth of notebooks/, so that the lessons' relative links (../docs/references.md) work from the copies too
 WORK_DIR = REPO_DIR / "my-work"
 OLD_DIR = WORK_DIR / "old"
-# sha256 of each shipped file when its copy was made: tells "the lesson changed in an update"
-# from "you changed your copy" without ever reading or touching the copy.
+# sha256 of each shipped file when its copy was made: tells "the lesson changed in an update" from "you changed your
+# copy" without ever reading or touching the copy
 MANIFEST = WORK_DIR / ".copied.json"
 LESSON_GLOB = "[0-9][0-9]*_*.ipynb"
 EDITIONS = {"en": LESSONS_DIR, "zh": LESSONS_DIR / "zh"}  # the Chinese one made by workbench/edition.py
