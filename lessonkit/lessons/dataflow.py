@@ -49,8 +49,7 @@ def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER)
 
 
 # the macro that selects each branch of i8x16_dot_s32, by lessonkit.native.simd_paths()["dot"]
-DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "avx2": "__AVX2__",
-                      "simde": "#else"}
+DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "avx2": "__AVX2__", "simde": "#else"}
 
 
 def compiled_branch(branches: list[Branch], dot_path: str) -> int:
@@ -163,7 +162,6 @@ def kib(n: int) -> str:
 
 
 def cost_table(c: PassCounts, segments: dict) -> Table:
-    """Per segment of the kernel, what it read and computed in this call."""
     once, per_token = _("once"), _("per token")
     rows = [(_("1 Q -> int8 (lines {begin}-{end})"), once,
              _("reads Q: {q_bytes} B fp32; {n_blocks_q} max-abs scales, {head_dim} codes; ran {n_q_quantized} "
@@ -250,8 +248,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
 
 # (n_kv_heads, head_dim, kv_bs, seq_len, kv_head, zero_q_block): lesson 04's call (a part-filled last
 # block, kh_off != 0), one token, the largest head (HD_MAX = 256) with blocks of 7, a Q block of zeros
-WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False),
-              (2, 64, 5, 33, 1, True))
+WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False), (2, 64, 5, 33, 1, True))
 
 
 def check_walkthrough(seed: int = 0):
@@ -305,8 +302,7 @@ def check_walkthrough(seed: int = 0):
             out.add(f"{name} ({case})", ok, _("differs from the numpy replay"))
     low_cache, low_q, low_scale = cache_with_scores(np.array([-2e9, -3e9], np.float32), head_dim=32)
     low_out = attend(low_q, low_cache, 0, scale=low_scale)
-    out.add(_("segment 4 guard: scores below -1e9 give zeros, not NaN"),
-            (low_out == 0).all(), f"out {low_out[:4]}")
+    out.add(_("segment 4 guard: scores below -1e9 give zeros, not NaN"), (low_out == 0).all(), f"out {low_out[:4]}")
     return out
 
 

@@ -201,8 +201,7 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     n = T * nkv
     for i in range(n):
         t, kh = divmod(i, nkv)
-        ax_f.add_patch(Rectangle((i, 0), 1, 1, facecolor=pink if kh == w.kv_head else "white", edgecolor="0.4",
-                                 lw=0.8))
+        ax_f.add_patch(Rectangle((i, 0), 1, 1, facecolor=pink if kh == w.kv_head else "white", edgecolor="0.4", lw=0.8))
         ax_f.text(i + 0.5, 0.5, f"{i}", ha="center", va="center", fontsize=pt,
                   color=red if i == w.flat_scale_index else "black")
         if kh == w.kv_head and t + 1 < T:

@@ -159,7 +159,6 @@ def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dequantize_q8_0(codes, d) -> np.ndarray:
-    """float32 ``code * float(d)`` per 32 values."""
     codes = np.asarray(codes)
     blocks = codes.reshape(*codes.shape[:-1], -1, QK8_0).astype(np.float32)
     return (blocks * np.asarray(d).astype(np.float32)[..., None]).reshape(codes.shape)

@@ -35,7 +35,6 @@ def _version(cmd: list[str]) -> str | None:
 
 
 def check_setup() -> list[Check]:
-    """Check the compiler, the compiled backend, SIMDe or NEON, and the tools later lessons use."""
     inst = "brew install" if sys.platform == "darwin" else "sudo apt install"
     checks, every, missing = [], _("every lesson"), _("missing")
     try:
@@ -54,8 +53,7 @@ def check_setup() -> list[Check]:
         checks.append(Check(_("SIMDe headers"), inc is not None, _("found") if inc else missing,
                             _("every lesson (NEON off ARM)"),
                             _("pip install cmeel-simde  (or conda install -c conda-forge simde)")))
-    # Homebrew's gdb cannot debug native programs on Apple Silicon; lldb (Xcode's command line
-    # tools) does (docs/references.md, "Debuggers on macOS")
+    # lldb comes with Xcode's command line tools (docs/references.md, "Debuggers on macOS")
     gdb_install = (_("gdb cannot debug native programs on Apple Silicon: use lldb in lesson 06 (xcode-select "
                      "--install)") if sys.platform == "darwin" else f"{inst} gdb")
     lldb_install = "xcode-select --install" if sys.platform == "darwin" else f"{inst} lldb"

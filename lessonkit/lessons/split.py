@@ -1,20 +1,16 @@
 """Split-KV (introduced in lesson 08): the partial state of a run of tokens, its merge, the split over threads and
 its timing (``parallel_capacity``, ``split_times``).
 
-**Partial states and their merge.** After any run of tokens the online softmax holds an unnormalized state: M
-(the largest score seen), S (the sum of exp(s - M)) and acc (the sum of exp(s - M) * v). Two states of disjoint
-runs merge into the state of both, as Flash-Decoding (2023) merges its split-KV partial results:
+After any run of tokens the online softmax holds an unnormalized state: M (the largest score seen), S (the sum of
+exp(s - M)) and acc (the sum of exp(s - M) * v). Two states of disjoint runs merge as Flash-Decoding (2023) merges
+its split-KV partial results:
 
-    M = max(M1, M2),  S = S1 e^(M1 - M) + S2 e^(M2 - M),  acc = acc1 e^(M1 - M) + acc2 e^(M2 - M),
-    out = acc / S.
+    M = max(M1, M2),  S = S1 e^(M1 - M) + S2 e^(M2 - M),  acc = acc1 e^(M1 - M) + acc2 e^(M2 - M),  out = acc / S.
 
 The merge runs in Python, in float64, once per chunk on head_dim values (nothing next to the scan of thousands of
-tokens); lessons 05 and 08 use this one implementation (native/tests/test_kernel.c has its own, from the formula).
-
-**Split-KV** (``attend_split``, ``attend_chunks``): the engine has no split over the KV of one long sequence.
-``flash_attn_partial_q8_neon`` (native/flash_attn_q8_partial.c) runs the single pass over a token range and
-returns its state; chunks run in parallel on threads (cffi releases the GIL during a C call) and their states
-are merged. One pool serves the whole process, never more threads than the cores this process may use."""
+tokens); lessons 05 and 08 use this one implementation. The engine has no split over the KV of one long sequence:
+here ``flash_attn_partial_q8_neon`` runs the single pass over a token range and returns its state, and the chunks
+run in parallel on one pool's threads (cffi releases the GIL during a C call), never more than the usable cores."""
 from __future__ import annotations
 
 import atexit
@@ -69,7 +65,6 @@ def merge(a: Partial, b: Partial) -> Partial:
 
 
 def merge_all(parts) -> Partial:
-    """Merge a sequence of states, left to right."""
     parts = list(parts)
     if not parts:
         raise ValueError(_("no state to merge"))
@@ -235,10 +230,9 @@ def shutdown_pool() -> None:
 
 def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threads: int = 2,
                       number: int = 20, repeats: int = 5, cores: str | None = None) -> float:
-    """How many times more kernel calls per second ``n_threads`` threads complete than one thread, each running
-    ``number`` calls in a C loop (fa_time_calls): what the machine offers for parallel work right now (about
-    n_threads on free cores; less when another program, or a virtual machine's host, takes a core). The median
-    of ``repeats`` measurements, pinned to one core type (``cores``, as in ``lessonkit.timing.time_kernel``)."""
+    """How many times more kernel calls per second ``n_threads`` threads complete than one thread (each ``number``
+    calls in a C loop): what the machine offers for parallel work right now (about n_threads on free cores; less
+    when another program, or a virtual machine's host, takes a core). Pinned as ``lessonkit.timing.time_kernel``."""
     q, kv_head, scale = attention_args(q, cache, kv_head, None)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
     check.at_most("n_threads", n_threads, MAX_CAPACITY_THREADS, "threads started per measurement")
@@ -316,8 +310,7 @@ def split_times(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, repeats: int 
         raise ValueError(_("split_times needs at least 2 tokens (one per half); the cache holds {n}").format(
                            n=cache.seq_len))
     if usable_cores() < 2:
-        raise ValueError(_("split_times needs 2 cores this process may use; it may use {n}").format(
-                           n=usable_cores()))
+        raise ValueError(_("split_times needs 2 cores this process may use; it may use {n}").format(n=usable_cores()))
     repeats, unused, unused2 = timing.check_counts(repeats, 1, 0.0)
     ffi, lib = native.load()
     call, states = _chunk_calls(q, cache, kv_head, scale, split_points(cache.seq_len, 2))

@@ -1,16 +1,14 @@
 """Streaming the single pass, and lesson 05's saved cache simulations (introduced in lesson 05).
 
 **Partial states** (``partial_state``, ``attend_in_chunks``): the compiled kernel returns only ``out``, but its
-traced build records M, S and the accumulator after every token, so a cache of one chunk gives that chunk's
-state; the states merge as ``lessonkit.kernels.split.merge`` (Flash-Decoding's merge, re-exported here) does.
+traced build records M, S and the accumulator after every token, so a cache of one chunk gives that chunk's state;
+the states merge as ``lessonkit.kernels.split.merge`` (re-exported here) does.
 
-**The streaming experiment** (``run_stream``, lesson 05b): a producer thread writes K and V chunk by chunk into a
-memory-mapped file; the consumer quantizes each chunk as it arrives and runs on it whatever pass can run before
-the last chunk (``ChunkedAttention``), or nothing until the whole kernel runs at the end. The latency after the
-last chunk then differs only by the attention work left to do.
+**The streaming experiment** (``run_stream``, lesson 05b): when the KV arrives chunk by chunk, the latency after the
+last chunk differs between the single pass and its two-pass variants only by the attention work left to do.
 
-**Saved simulations** (``simulations``): valgrind's cache simulation where valgrind runs, the results saved
-next to the notebook where it does not (macOS)."""
+**Saved simulations** (``simulations``): valgrind's cache simulation where valgrind runs, the results saved next to
+the notebook where it does not (macOS)."""
 from __future__ import annotations
 
 import errno
@@ -84,10 +82,9 @@ class StreamRun:
 
 def _producer(kv: np.memmap, K: np.ndarray, V: np.ndarray, chunk: int, interval_s: float,
               announce: queue.Queue, stop: threading.Event) -> None:
-    """Write a chunk of K and V into the writer's mapping ``kv`` [2, seq_len, head_dim] every interval_s and
-    announce it as ("chunk", index, time written); an error is announced as ("error", chunks written, the
-    exception) instead of ending the thread silently; ``stop``: the consumer gave up. The caller unmaps the
-    file once the consumer is done: unmapping a large mapping here would stall the consumer's page faults."""
+    """Write a chunk of K and V into ``kv`` every interval_s and announce ("chunk", index, time written); an error is
+    announced as ("error", chunks written, exception), not lost with the thread. The caller unmaps the file once the
+    consumer is done: unmapping a large mapping here would stall the consumer's page faults."""
     written = 0
     try:
         for i, a in enumerate(range(0, K.shape[0], chunk)):
@@ -299,12 +296,9 @@ FAIR_MODES = MODES  # the counted model and the timed run name the same modes
 def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 128,
                           n_kv_heads: int = 1) -> dict[str, int]:
     """What a kernel must still do once the last chunk of KV has arrived, counted, not timed: K rows scored, V rows
-    added, exps (one per weight; a new max's rescale not counted) and bytes read from the KV and the score array
-    (``traffic.bytes_per_token``'s lines per token; the score array 4 bytes per token per pass). The streamed modes
-    fold each chunk in as it arrives, so only the last chunk's first pass and the passes that need M (and S) over
-    all tokens wait: for "streaming" one merge, for "two_pass_scores_streamed" passes 2 (exp over all stored
-    scores) and 3 (all V rows), for "two_pass_recompute_streamed" pass 2 (all K rows scored again, all V rows).
-    The other modes run their whole kernel after the last chunk."""
+    added, exps (a new max's rescale not counted) and bytes read from the KV (``traffic.bytes_per_token``) and the
+    score array (4 bytes per token per pass). The streamed modes are left with their last chunk's first pass and the
+    passes that need M (and S) over all tokens; the others run their whole kernel after the last chunk."""
     check.one_of("mode", mode, FAIR_MODES)
     T = check.integer("seq_len", seq_len, minimum=1)
     c = check.integer("chunk", chunk, minimum=1, below=T + 1)
@@ -335,12 +329,10 @@ def _valgrind_version() -> str:
 
 def simulations(configs, saved: Path | str, save: bool | None = None,
                 load_only: bool = False) -> tuple[dict, str]:
-    """valgrind's cache simulations of ``configs``, each (variant, seq_len, preset_name[, n_kv_heads]) one cold
-    call (``traffic.simulate``): ({config: traffic.Simulated}, a note saying where they came from). Where valgrind
-    is installed and not ``load_only`` (the long simulations a lesson does not redo in CI), they run now and, if
-    ``save`` (default: LESSONKIT_SAVE_RESULTS=1), are saved to the JSON file ``saved``; elsewhere (macOS) they are
-    read from it. At most MAX_SIMULATIONS configurations of MAX_SIMULATED_TOKENS tokens: valgrind runs the
-    kernel some 50 times slower than the CPU."""
+    """({config: traffic.Simulated}, a note saying where they came from) of ``configs``, each (variant, seq_len,
+    preset_name[, n_kv_heads]) one cold call. Where valgrind is installed and not ``load_only`` (the long ones a
+    lesson does not redo in CI) they run now, and with ``save`` (default: LESSONKIT_SAVE_RESULTS=1) are saved to
+    ``saved``; elsewhere (macOS) they are read from it. The caps: valgrind runs some 50 times slower than the CPU."""
     if isinstance(configs, (str, bytes)) or not hasattr(configs, "__len__"):
         raise TypeError(_("configs must be a list of (variant, seq_len, preset_name); got {configs}").format(
                           configs=type(configs).__name__))
@@ -380,11 +372,9 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
                              saved=saved))
     data = json.loads(saved.read_text())
     names = {f.name for f in fields(traffic.Simulated)}
-    have = {}
-    for r in data["results"]:  # a config names n_kv_heads, or leaves out 1
-        sim = traffic.Simulated(**{k: v for k, v in r.items() if k in names})
-        have[(sim.variant, sim.seq_len, sim.preset) + ((sim.n_kv_heads,) if sim.n_kv_heads != 1 else ())] = sim
-        have[(sim.variant, sim.seq_len, sim.preset, sim.n_kv_heads)] = sim
+    sims = [traffic.Simulated(**{k: v for k, v in r.items() if k in names}) for r in data["results"]]
+    have = {(s.variant, s.seq_len, s.preset, s.n_kv_heads): s for s in sims}
+    have.update({k[:3]: s for k, s in have.items() if k[3] == 1})  # a config may leave out n_kv_heads 1
     missing = [c for c in configs if c not in have]
     if missing:
         raise RuntimeError(_("{name} has no saved results for {missing}; run the notebook where valgrind is "

@@ -21,10 +21,9 @@ def cache_of(K: np.ndarray, V: np.ndarray, block_size: int = 64) -> KVCacheQ8:
 
 
 def cache_with_scores(scores, head_dim: int = 64, block_size: int = 16, V=None, seed: int = 0):
-    """``(cache, q, scale)``: a one-kv-head cache and a query for which the kernel's scores are ``scores`` (to
-    float32 rounding), with ``scale = 1 / head_dim``. Every K row is a multiple c_t of the all-ones vector and q
-    is all ones, so every code is +-127, each K row's scale is |c_t|, and the score is hd * c_t * scale = c_t.
-    V: random normal from ``seed`` when not given. A masked array is refused (use ``.filled(value)``)."""
+    """``(cache, q, scale)`` for which the kernel's scores are ``scores`` (to float32 rounding): every K row is a
+    multiple c_t of the all-ones vector and q is all ones, so every code is +-127, each K row's scale is |c_t|, and
+    with ``scale = 1 / head_dim`` the score is c_t. V: random normal from ``seed`` when not given."""
     head_dim = check.head_dim(head_dim)
     block_size = check.integer("block_size", block_size, minimum=1)
     try:

@@ -175,7 +175,6 @@ def measure_method(program: Path | None = None) -> str:
 
 
 def collect_options(measured: str, program: Path | None = None) -> list[str]:
-    """callgrind's options that restrict collection to the measured call of ``measured``."""
     return ["--collect-atstart=no" if measure_method(program) == "client-requests" else f"--toggle-collect={measured}"]
 
 

@@ -187,11 +187,10 @@ def room_for(what: str, sources: list[Path]):
 
 
 def clear_stale() -> None:
-    """Remove the hidden temporaries that runs which stopped mid-copy (a kernel restarted, a power cut) left in
-    my-work/: student_native's ``.native-*`` folders, the ``.<name>.*.tmp`` files beside a copy or the record. By age,
-    not by the pid of their maker: mkstemp's names hold none, and a pid proves little (reused; another container's,
-    where a class hub's servers share a home). Every maker finishes within seconds and writes as it goes, so a temporary
-    untouched for STALE_S has no maker left; a younger one may be a concurrent run's, and stays."""
+    """Remove the hidden temporaries (``.native-*``, ``.<name>.*.tmp``) that runs which stopped mid-copy left in
+    my-work/. By age, not by the pid of their maker: mkstemp's names hold none, and a pid proves little (reused;
+    another container's, where a class hub's servers share a home). Every maker writes as it goes and finishes within
+    seconds, so a temporary untouched for STALE_S has no maker left; a younger one may be a concurrent run's."""
     cutoff = time.time() - STALE_S
     # (the record's own name is hidden already; before write_atomic, its temporaries were .copied.json.<pid>.tmp)
     found = [(f.parent, f".{f.name}.*.tmp") for f in [*(WORK_DIR / key_of(p) for p in shipped()), MANIFEST]]
