@@ -256,22 +256,18 @@ def check_walkthrough(seed: int = 0):
     where the arithmetic is integer or a maximum; to float32 rounding elsewhere: scores within 1e-6 of the size of
     their terms, S and VKQ within 1e-5 after every token (a thousand roundings)."""
     from ..core import quant
-    from ..core.cache import KVCacheQ8
     from ..display.checks import Checks
     from ..core.attention import attend
     from .softmax import online
-    from .synthetic import cache_with_scores
+    from .synthetic import cache_of, cache_with_scores
     rng = np.random.default_rng(seed)
     out = Checks()
     for nkv, hd, kv_bs, T, kh, zero_block in WALK_CASES:
         case = f"hd={hd} kv_bs={kv_bs} T={T} kh={kh}" + (_(" zero Q block") if zero_block else "")
-        K = rng.standard_normal((T, nkv, hd), dtype=np.float32)
-        V = rng.standard_normal((T, nkv, hd), dtype=np.float32)
-        q = rng.standard_normal(hd, dtype=np.float32)
+        K, V = (rng.standard_normal((T, nkv, hd), dtype=np.float32) for unused in range(2))
+        cache, q = cache_of(K, V, kv_bs), rng.standard_normal(hd, dtype=np.float32)
         if zero_block:
             q[:32] = 0
-        cache = KVCacheQ8(nkv, hd, kv_bs)
-        cache.append(K, V)
         scale = float(np.float32(1 / np.sqrt(hd)))
         res, trc = attend(q, cache, kh, scale=scale, trace=True)
         codes, qsc = quant.quantize_q(q)

@@ -1,7 +1,5 @@
-"""The q8 KV cache's layout, read and drawn (lesson 03). The kernel finds token ``t`` of kv head
-``kh`` in block ``t / kv_bs`` of the pointer table, row ``t % kv_bs`` (``kv_dim = nkv * hd`` int8
-values a row), ``kh_off = kh * hd`` values in; its scale is ``kscale[t * nkv]``, where the caller
-passed ``kscale = k_scale + kh`` (article 8-3's layout, used in article 9-2 section 2)."""
+"""The q8 KV cache's layout, read and drawn (lesson 03): where the kernel finds each token's codes and scale
+(``Where``: article 8-3's layout, used in article 9-2 section 2), read back through the raw pointer table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -240,16 +238,14 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
     from ..core.attention import attend
     from ..core.quant import quantize_kv_rows
     from .dataflow import replay_scores
+    from .synthetic import cache_of
     ffi = ffi if ffi is not None else native.load()[0]
     rng = np.random.default_rng(seed)
     out = Checks()
     for nkv, hd, kv_bs, T in LAYOUT_CASES:
         case = f"nkv={nkv} hd={hd} kv_bs={kv_bs} T={T}"
-        K = rng.standard_normal((T, nkv, hd), dtype=np.float32)
-        V = rng.standard_normal((T, nkv, hd), dtype=np.float32)
-        cache = KVCacheQ8(nkv, hd, kv_bs)
-        cache.append(K, V)
-        q = rng.standard_normal(hd, dtype=np.float32)
+        K, V = (rng.standard_normal((T, nkv, hd), dtype=np.float32) for unused in range(2))
+        cache, q = cache_of(K, V, kv_bs), rng.standard_normal(hd, dtype=np.float32)
         tt = np.arange(T)
         addr_ok = read_ok = score_ok = True
         for kh in range(nkv):
@@ -273,8 +269,7 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
     # an all-zero K row: the quantizer's guard writes scale 0 and codes 0; the kernel needs no guard
     K = rng.standard_normal((6, 2, 32), dtype=np.float32)
     K[2, 1] = 0.0
-    zc = KVCacheQ8(2, 32, 4)
-    zc.append(K, K)
+    zc = cache_of(K, K, 4)
     zout, ztr = attend(rng.standard_normal(32, dtype=np.float32), zc, 1, trace=True)
     out.add(_("all-zero row: scale 0 and codes 0"),
             zc.k_scales(1)[2] == 0 and not zc.k_codes(1)[2].any(), f"scale {float(zc.k_scales(1)[2])}")
@@ -283,8 +278,7 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
     # the error bound, with a channel 20x louder than the rest (it sets every row's step)
     X = rng.standard_normal((256, 1, 128), dtype=np.float32)
     X[:, 0, 7] *= 20
-    ec = KVCacheQ8(1, 128, 16)
-    ec.append(X, X)
+    ec = cache_of(X, X, 16)
     err = np.abs(ec.dequantized(0)[0] - X[:, 0]) / (ec.k_scales(0)[:, None] / 127)
     out.add(_("|error| <= half a step (+1e-5 for float32 rounding)"),
             err.max() <= 0.5 + 1e-5, f"max |error| / step = {err.max():.6f}")

@@ -204,8 +204,7 @@ def usable_cores() -> int:
 
 
 def _pool() -> ThreadPoolExecutor:
-    """The process's one pool, started on first use: starting threads on every call would cost more than a chunk
-    of a few thousand tokens."""
+    """The process's one pool, started on first use: threads started per call would cost more than a short chunk."""
     with _pool_lock:
         if not _pool_now:
             _pool_now.append(ThreadPoolExecutor(max(1, POOL_WORKERS), thread_name_prefix="lessonkit-split"))
@@ -219,8 +218,7 @@ after_fork_in_child(_pool_now.clear)
 
 @atexit.register
 def shutdown_pool() -> None:
-    """End the split pool's threads (waiting for running chunks), at interpreter exit; the next split call starts
-    a new pool."""
+    """End the split pool's threads (waiting for running chunks), at interpreter exit; the next split starts another."""
     with _pool_lock:
         pools = list(_pool_now)
         _pool_now.clear()

@@ -12,11 +12,13 @@ MAX_BYTES = 2 << 30  # K, V and the cache of one synthetic case
 
 
 def cache_of(K: np.ndarray, V: np.ndarray, block_size: int = 64) -> KVCacheQ8:
-    """A one-kv-head cache holding K, V float32 ``[n, head_dim]`` (lessons 05b and 08: ``streaming.cache_of``)."""
-    K = check.float32_array("K", K, (None, None))
+    """A cache holding K, V float32 ``[n, n_kv_heads, head_dim]``, or ``[n, head_dim]`` for one kv head (lessons 05b
+    and 08: ``streaming.cache_of``)."""
+    K = check.float32_array("K", K, (None,) * (3 if getattr(K, "ndim", 2) == 3 else 2))
     V = check.float32_array("V", V, K.shape)
-    cache = KVCacheQ8(1, K.shape[1], block_size)
-    cache.append(K[:, None, :], V[:, None, :])
+    K, V = (x if x.ndim == 3 else x[:, None, :] for x in (K, V))
+    cache = KVCacheQ8(K.shape[1], K.shape[2], block_size)
+    cache.append(K, V)
     return cache
 
 

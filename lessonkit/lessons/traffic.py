@@ -153,7 +153,11 @@ def driver() -> Path:
         arch = [native.AARCH64_MARCH[False]]
     else:
         arch = [f"-I{native.simde_include_dir()}"] if native.simde_include_dir() else []
-        if platform.machine().lower() in ("x86_64", "amd64") and _host_has("avx2"):
+        try:
+            avx2 = re.search(r"\bavx2\b", env.CPUINFO.read_text()) is not None
+        except OSError:
+            avx2 = False
+        if platform.machine().lower() in ("x86_64", "amd64") and avx2:
             arch += ["-mavx2", "-mfma"]
     return native.build_program(DRIVER_SOURCE, ["-O2", "-g", *arch], "fa_driver")
 
@@ -176,13 +180,6 @@ def measure_method(program: Path | None = None) -> str:
 
 def collect_options(measured: str, program: Path | None = None) -> list[str]:
     return ["--collect-atstart=no" if measure_method(program) == "client-requests" else f"--toggle-collect={measured}"]
-
-
-def _host_has(flag: str) -> bool:
-    try:
-        return re.search(rf"\b{flag}\b", env.CPUINFO.read_text()) is not None
-    except OSError:
-        return False
 
 
 def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
