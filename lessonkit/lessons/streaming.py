@@ -33,7 +33,7 @@ from ..core.cache import KVCacheQ8, kv_cache
 from ..core.files import write_atomic
 from ..core.attention import KERNELS, call_kernel, kernel_inputs, out_buffer
 from .split import Partial, chunk_bounds, empty, finish, merge, merge_all  # noqa: F401 (lesson 05's names)
-from .synthetic import cache_of
+from .synthetic import cache_of  # lessons 05b and 08 call it streaming.cache_of
 from ..core.language import _
 from ..core.trace import run_traced
 
