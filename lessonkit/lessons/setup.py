@@ -35,51 +35,39 @@ def _version(cmd: list[str]) -> str | None:
 
 
 def check_setup() -> list[Check]:
-    """Check the compiler, the compiled backend, SIMDe or NEON, and the tools later lessons use."""
     inst = "brew install" if sys.platform == "darwin" else "sudo apt install"
-    checks = []
-    every = _("every lesson")
-    missing = _("missing")
+    checks, every, missing = [], _("every lesson"), _("missing")
     try:
         cc = native.compiler()
-        checks.append(Check(_("C compiler"), True, _version([*cc.split(), "--version"]) or cc,
-                            every, ""))
+        checks.append(Check(_("C compiler"), True, _version([*cc.split(), "--version"]) or cc, every, ""))
     except native.BuildError as e:
         checks.append(Check(_("C compiler"), False, missing, every, str(e)))
     try:
-        name = native.backend()
-        checks.append(Check(_("kernel build"), True, name, every, ""))
+        checks.append(Check(_("kernel build"), True, native.backend(), every, ""))
     except native.BuildError as e:
-        checks.append(Check(_("kernel build"), False, _("failed"), every,
-                            str(e).splitlines()[0]))
+        checks.append(Check(_("kernel build"), False, _("failed"), every, str(e).splitlines()[0]))
     if native.is_arm64():
         checks.append(Check("NEON", True, _("arm_neon.h (native)"), every, ""))
     else:
         inc = native.simde_include_dir()
-        checks.append(Check(_("SIMDe headers"), inc is not None,
-                            _("found") if inc else missing,
+        checks.append(Check(_("SIMDe headers"), inc is not None, _("found") if inc else missing,
                             _("every lesson (NEON off ARM)"),
                             _("pip install cmeel-simde  (or conda install -c conda-forge simde)")))
-    # Homebrew's gdb cannot debug native programs on Apple Silicon; lldb (Xcode's command line
-    # tools) does (docs/references.md, "Debuggers on macOS")
+    # lldb comes with Xcode's command line tools (docs/references.md, "Debuggers on macOS")
     gdb_install = (_("gdb cannot debug native programs on Apple Silicon: use lldb in lesson 06 (xcode-select "
-                     "--install)")
-                   if sys.platform == "darwin" else f"{inst} gdb")
+                     "--install)") if sys.platform == "darwin" else f"{inst} gdb")
     lldb_install = "xcode-select --install" if sys.platform == "darwin" else f"{inst} lldb"
     optional = _("make test-aarch64 (optional)")
     tools = [("gdb", ["gdb", "--version"], _("lesson 06 (debugger exercise)"), gdb_install),
-             ("lldb", [lldb_path() or "lldb", "--version"], _("lesson 06 (the lldb track)"),
-              lldb_install),
-             ("llvm-mca-19", ["llvm-mca-19", "--version"],
-              _("lesson 09 (A76 estimates, make bench-a76)"),
+             ("lldb", [lldb_path() or "lldb", "--version"], _("lesson 06 (the lldb track)"), lldb_install),
+             ("llvm-mca-19", ["llvm-mca-19", "--version"], _("lesson 09 (A76 estimates, make bench-a76)"),
               f"{inst} llvm-19" if sys.platform != "darwin" else
               _("not packaged as llvm-mca-19 on macOS: lesson 09 shows saved estimates")),
              ("valgrind", ["valgrind", "--version"], _("lesson 05 (cache simulation)"),
               _("sudo apt install valgrind  (not available on macOS: lesson 05 shows saved results)")),
-             (_("aarch64 cross compiler"), ["aarch64-linux-gnu-gcc", "--version"],
-              optional, "sudo apt install gcc-aarch64-linux-gnu"),
-             ("qemu-aarch64", ["qemu-aarch64", "--version"], optional,
-              "sudo apt install qemu-user")]
+             (_("aarch64 cross compiler"), ["aarch64-linux-gnu-gcc", "--version"], optional,
+              "sudo apt install gcc-aarch64-linux-gnu"),
+             ("qemu-aarch64", ["qemu-aarch64", "--version"], optional, "sudo apt install qemu-user")]
     for what, cmd, needed_for, install in tools:
         v = _version(cmd)
         checks.append(Check(what, v is not None, v or missing, needed_for, install))
