@@ -40,7 +40,9 @@ WHEELHOUSE_TOOLS := 'setuptools>=64' 'cffi>=1.16' wheel pip
 # first: the longest files start early, and the short test files fill in behind them
 PYTEST_ARGS ?= notebooks tests
 # make test-py runs its test files on this many processes (pytest-xdist), each file whole in one of them:
-# a notebook's cells run in order in one kernel, as nbval needs (PYTEST_JOBS=0: one process, no workers)
+# a notebook's cells run in order in one kernel, as nbval needs (PYTEST_JOBS=0: one process, no workers).
+# A worker that crashes is not replaced (--max-worker-restart=0): the run fails at once with the test
+# that crashed it, where a replaced worker could leave the run waiting for tests nobody runs.
 PYTEST_JOBS ?= 2
 STAMP  := $(VENV)/.installed-stamp
 BUILD  := .build/ctest
@@ -334,7 +336,7 @@ debug-aarch64:
 	[ $$status -eq 0 ] && [ -n "$$seq" ] && [ "$$sdot" -gt 0 ] || { echo "FAILED debug-aarch64 (gdb exit $$status)"; exit 1; }
 
 test-py: setup $(if $(WHEELHOUSE),,$(GRADE_STAMP))
-	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS)
 
 # Both benchmarks in their quick modes: that they run and print every row and target (met, MISS or
 # why not measured), not what the figures are (a shared CI machine's timings say little).

@@ -144,7 +144,7 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
         _publish(tmp_lib, out)
         record = {"sha256": _sha256(out), "warnings": messages, "header": header, **result}
         _write_record(out, record)
-        if cache and not result.get("failures"):
+        if cache and not result.get("failures") and not messages:  # warnings name the folder compiled: not shared
             with contextlib.suppress(OSError):  # a cache that cannot be written only costs a build later
                 shutil.copyfile(out, work / "shared.so")
                 os.replace(work / "shared.so", cache)
