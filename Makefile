@@ -40,7 +40,9 @@ WHEELHOUSE_TOOLS := 'setuptools>=64' 'cffi>=1.16' wheel pip
 # first: the longest files start early, and the short test files fill in behind them
 PYTEST_ARGS ?= notebooks tests
 # make test-py runs its test files on this many processes (pytest-xdist), each file whole in one of them:
-# a notebook's cells run in order in one kernel, as nbval needs (PYTEST_JOBS=0: one process, no workers)
+# a notebook's cells run in order in one kernel, as nbval needs (PYTEST_JOBS=0: one process, no workers).
+# A worker that crashes is not replaced (--max-worker-restart=0): the run fails at once with the test
+# that crashed it, where a replaced worker could leave the run waiting for tests nobody runs.
 PYTEST_JOBS ?= 2
 STAMP  := $(VENV)/.installed-stamp
 BUILD  := .build/ctest
@@ -101,7 +103,8 @@ ASAN_PY_SANITIZE ?= address,undefined,float-cast-overflow
 ASAN_PY_LOGS := .build/asan-py
 SANITIZER_REPORT := runtime error:|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer
 
-.PHONY: catalog setup build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 debug-aarch64 test-py test-bench figures test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
+# (grade: the teachers' grading, below)
+.PHONY: grade catalog setup site-setup site handouts build lab lab-zh copies update reset reset-native test test-c test-asan test-asan-py test-aarch64 debug-aarch64 test-py test-bench figures test-offline wheelhouse class class-demo class-publish class-unit class-teardown test-class bench bench-a76 clean help
 help:
 	@echo "make lab    set up and open the workbook in JupyterLab (make lab-zh or LAB_LANG=zh: 中文版第 00 课)"
 	@echo "make test   set up and run every test"
@@ -113,6 +116,10 @@ help:
 	@echo "make reset LESSON=04   start lesson 04 over (your copy moves to $(WORK)/old/); LESSON=zh/04 the Chinese one;"
 	@echo "  LESSON=glossary the glossary; make reset-native: the kernel copy"
 	@echo "make catalog   check lessonkit's Chinese messages (.po) and compile them (.mo); needs msgfmt (gettext)"
+	@echo "make site   the lessons as two websites, English and Chinese, into _site/en and _site/zh (open"
+	@echo "  _site/index.html; no network needed); make handouts: one A4 PDF per lesson, _site/handouts/en|zh/"
+	@echo "make grade STUDENTS=folder OUT=grades   grade the students' notebooks (one folder each, or /home for a"
+	@echo "  class hub's homes) with otter-grader: OUT/grades.csv and OUT/feedback/STUDENT.html (README: Grading)"
 	@echo "make build | test-c | test-asan | test-asan-py | test-aarch64 | test-py | test-bench | clean"
 	@echo "make debug-aarch64   lesson 06's breakpoints in the aarch64 build (sdot) under qemu and gdb-multiarch"
 	@echo "  (make test-py PYTEST_ARGS=notebooks/00_start_here.ipynb: one lesson)"
@@ -134,6 +141,34 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# make site and make handouts (README: "The lessons as a website and handouts"): the site extra of
+# pyproject.toml (Sphinx, MyST-NB, the book theme, MathJax, Playwright, jieba: about 80 MB to download,
+# 280 MB in .venv, most of it the Node.js inside Playwright) goes into .venv the first time one of
+# them runs, under a stamp of its own, so that make lab installs no more than before. make test installs it too, for tests/test_site.py; make test-py alone runs those tests
+# where it is installed and skips them, saying so, where not. make test-offline needs none of it.
+SITE_STAMP := $(VENV)/.site-installed-stamp
+$(SITE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet $(PIP_FROM) -e '.[site]'
+	touch $(SITE_STAMP)
+
+site-setup: $(SITE_STAMP)
+
+# Both editions' sites from the committed notebooks (nothing runs), every warning an error
+site: site-setup
+	$(PY) -m workbench site
+
+# Printed from the site by the system's Chromium (Debian: chromium-headless-shell or chromium)
+handouts: site
+	$(PY) -m workbench handouts
+
+# The grade extra (otter-grader, which brings pandas and playwright), on demand: make grade and the
+# tests install it into .venv beside setup's, make lab never. Not from a wheelhouse (an offline
+# classroom has what make lab needs; tests/test_grade.py skips without it).
+GRADE_STAMP := $(VENV)/.grade-stamp
+$(GRADE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet $(PIP_FROM) -e '.[grade]'
+	touch $(GRADE_STAMP)
 
 build: setup
 	$(PY) -m lessonkit build
@@ -176,7 +211,7 @@ reset-native:
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it"; exit 1; fi
 	$(PY) -m workbench workspace reset-native
 
-test: build test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline test-class
+test: build site-setup test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline test-class
 
 # The C test program: NEON kernel (SIMDe off ARM) against the scalar one, natively ...
 test-c: setup
@@ -300,8 +335,8 @@ debug-aarch64:
 	  "sdot instructions in i8x16_dot_s32: $$sdot"; \
 	[ $$status -eq 0 ] && [ -n "$$seq" ] && [ "$$sdot" -gt 0 ] || { echo "FAILED debug-aarch64 (gdb exit $$status)"; exit 1; }
 
-test-py: setup
-	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+test-py: setup $(if $(WHEELHOUSE),,$(GRADE_STAMP))
+	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS)
 
 # Both benchmarks in their quick modes: that they run and print every row and target (met, MISS or
 # why not measured), not what the figures are (a shared CI machine's timings say little).
@@ -399,7 +434,9 @@ class:
 	$(CLASSROOM) serve --class-dir $(CLASS_DIR) --roster $(CLASS_ROSTER) --ip $(CLASS_IP) --port $(CLASS_PORT)
 
 # The whole kit on 127.0.0.1:CLASS_PORT with class/demo-roster.csv (three students and a teacher, Unix
-# users fademo-*); Ctrl-C or SIGTERM stops it and removes the demo accounts
+# users fademo-*), installed in its own class folder CLASS_DEMO_DIR; Ctrl-C or SIGTERM stops it and
+# removes the demo accounts and its hub's database. The folder (about 600 MB) stays for the next demo:
+# make class-publish CLASS_DIR=$(CLASS_DEMO_DIR) publishes to it, rm -rf removes it
 class-demo:
 	$(CLASSROOM) demo --class-dir $(CLASS_DEMO_DIR) --prefix fademo- --ip 127.0.0.1 --port $(CLASS_PORT) $(CLASS_FROM)
 
@@ -418,8 +455,10 @@ class-teardown:
 	@if [ -z "$(PREFIX)" ]; then echo "say whose accounts: make class-teardown PREFIX=jupyter-"; exit 1; fi
 	$(CLASSROOM) teardown --prefix $(PREFIX)
 
-# The hub end to end (class/tests/test_hub.py: logins, the Chinese interface, lesson 00 in three
-# servers, isolation, a crash, a memory hog and a fork bomb, an update, a clean stop). It needs root
+# The hub end to end (class/tests/test_hub.py: the admin list before anyone logs in, logins and the
+# password pages in the student's language, the Chinese interface, lesson 00 in three servers,
+# isolation, a crash, a memory hog and a fork bomb, an update, a clean stop that restores the cron and
+# at deny files; it leaves the machine as it found it). It needs root
 # and skips itself without. With a wheelhouse (make wheelhouse, which make test-offline runs first)
 # it runs in a network namespace with no network, so the class's install is shown to need none.
 test-class: setup
@@ -431,6 +470,20 @@ test-class: setup
 	else \
 	  $(PY) -m pytest -q -p no:cacheprovider class/tests; \
 	fi
+
+# Grading (workbench/grade.py; README's "Grading"): every lesson notebook in STUDENTS (one folder per
+# student, or a class hub's homes: STUDENTS=/home) runs in a sandbox of its own (bubblewrap, where it
+# is installed) and its exercises are checked by otter-grader tests made from the exercise registry.
+# STUDENTS and OUT reach python as typed (through the environment, as make reset's LESSON does);
+# GRADE_ARGS adds options (GRADE_ARGS='--jobs 4'; python -m workbench grade --help lists them).
+OUT ?= grades
+unexport STUDENTS OUT
+grade: export GRADE_STUDENTS = $(value STUDENTS)
+grade: export GRADE_OUT = $(value OUT)
+grade: build $(GRADE_STAMP)
+	@if [ -z "$$GRADE_STUDENTS" ]; then echo "say whose notebooks: make grade STUDENTS=folder (one folder per" \
+	  "student, or /home for a class hub's homes) OUT=grades"; exit 1; fi
+	$(PY) -m workbench grade --out="$$GRADE_OUT" $(GRADE_ARGS) -- "$$GRADE_STUDENTS"
 
 # Speed is measured here, never in tests: ns per token, GB/s and the target ratios (workbench/bench.py; every
 # tool of workbench/: python -m workbench --help).

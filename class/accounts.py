@@ -8,6 +8,7 @@ finds the hub's accounts, and how the hub refuses to take over an account it did
   that could log in over ssh or su would run outside them (JupyterLab's terminals get bash through
   SHELL, which the spawner sets);
 - no cron and no at (/etc/cron.deny, /etc/at.deny): their jobs, too, would run outside the limits.
+  Those two files are the machine's: denyfiles.py records what they were and restores them.
 """
 from __future__ import annotations
 
@@ -17,30 +18,15 @@ import pwd
 import subprocess
 import time
 
+from denyfiles import DenyFiles
+
 CLASS_GROUP = "flash-attn-class"
 NO_LOGIN = next((p for p in ("/usr/sbin/nologin", "/sbin/nologin") if os.path.exists(p)), "/bin/false")
-DENY_FILES = ("/etc/cron.deny", "/etc/at.deny")  # a user name a line; no groups in that format
+DENIALS = DenyFiles()
 
 
 def unix_name(name: str) -> str:
     return os.environ.get("CLASS_USER_PREFIX", "jupyter-") + name
-
-
-def _deny(user: str, remove: bool = False) -> None:
-    for path in DENY_FILES:
-        if not os.path.isdir(os.path.dirname(path)):
-            continue
-        try:
-            lines = open(path).read().splitlines()
-        except FileNotFoundError:
-            lines = []
-        want = [ln for ln in lines if ln.strip() != user] + ([] if remove else [user])
-        if want != lines:
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write("".join(ln + "\n" for ln in want))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
 
 
 def ensure_unix_user(name: str, home_root: str = "/home") -> pwd.struct_passwd:
@@ -65,13 +51,14 @@ def ensure_unix_user(name: str, home_root: str = "/home") -> pwd.struct_passwd:
         raise RuntimeError(f"the Unix account {user} exists and was not made by the class hub; "
                            f"choose another name in the roster or another CLASS_USER_PREFIX")
     os.chmod(entry.pw_dir, 0o700)  # a student's home is theirs alone
-    _deny(user)
+    DENIALS.deny(user)
     return entry
 
 
-def forget_unix_user(user: str) -> None:
-    """What ensure_unix_user added outside the account itself (the cron and at denials)."""
-    _deny(user, remove=True)
+def forget_unix_user(user: str) -> list[str]:
+    """What ensure_unix_user added outside the account itself (the cron and at denials); returns
+    notes for the teacher (denyfiles.py)."""
+    return DENIALS.forget(user)
 
 
 def class_accounts(prefix: str) -> list[str]:
@@ -83,16 +70,16 @@ def class_accounts(prefix: str) -> list[str]:
     return [m for m in members if m.startswith(prefix)]
 
 
-def remove(user: str) -> None:
+def remove(user: str) -> list[str]:
     """End every process of ``user`` (their group's leftovers are limits.py's), then remove the
-    account, its home and its cron and at denials."""
+    account, its home and its cron and at denials; returns notes for the teacher."""
     subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
     for _ in range(50):
         if subprocess.run(["pgrep", "-u", user], capture_output=True).returncode != 0:
             break
         time.sleep(0.1)
     subprocess.run(["userdel", "--remove", user], check=True, capture_output=True)
-    forget_unix_user(user)
+    return forget_unix_user(user)
 
 
 def remove_group_if_empty() -> bool:

@@ -341,18 +341,23 @@ def serve(args) -> int:
 def teardown(prefix: str) -> list[str]:
     """Remove the Unix accounts the hub made whose names start with ``prefix``: every process left
     of them, their homes, their cron and at denials; the group and the control groups' folder go
-    when no account is left. (The hub's database keeps their hub accounts: a demo removes it whole.)"""
+    when no account is left. (The hub's database keeps their hub accounts: a demo removes it whole.)
+    Denials recorded for names with ``prefix`` whose account is already gone (a crash between the
+    two, an account removed by hand) come out too, so /etc/cron.deny and /etc/at.deny are restored."""
     need_root()
     if not prefix:
         sys.exit("class: teardown needs a non-empty --prefix")
     import accounts
     import limits as limits_module
     groups = limits_module.Limits(0, 0, 0)
-    gone = []
+    gone, notes = [], []
     for user in accounts.class_accounts(prefix):
         groups.release(user)
-        accounts.remove(user)
+        notes += accounts.remove(user)
         gone.append(user)
+    notes += accounts.DENIALS.forget_prefix(prefix)[1]
+    for note in notes:
+        say(note)
     if accounts.remove_group_if_empty():
         groups.remove_base()
     return gone
@@ -363,7 +368,7 @@ def systemd_unit(args) -> str:
     flags = (f"--class-dir {args.class_dir} --roster {args.roster} --ip {args.ip} --port {args.port} "
              f"--prefix {args.prefix} --mem-gb {args.mem_gb:g} --cpus {args.cpus:g} --tasks {args.tasks} "
              f"--cull-timeout {args.cull_timeout} --home-root {args.home_root}")
-    tls = "".join(f"Environment={k}={os.environ[k]}\n" for k in ("CLASS_SSL_CERT", "CLASS_SSL_KEY", "CLASS_SPAWNER")
+    tls = "".join(f"Environment={k}={os.environ[k]}\n" for k in ("CLASS_SSL_CERT", "CLASS_SSL_KEY", "CLASS_SPAWNER", "CLASS_DEFAULT_LANG")
                   if os.environ.get(k))
     return f"""[Unit]
 Description=JupyterHub for the flash-attn-q8 workbook class

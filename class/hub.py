@@ -4,7 +4,9 @@
 Accounts: NativeAuthenticator (jupyterhub-nativeauthenticator) keeps each password as a bcrypt hash in
 the hub's database, and its sign-up page makes an account that cannot log in until an admin (the
 teacher) approves it at /hub/authorize. RosterAuthenticator adds the roster: its people are created
-already approved, with their first password, and must change it at the first login.
+already approved, with their first password, and must change it at the first login. Its login and
+change-password pages are in the reader's language (pagetext.py says which), and a changed password
+leads straight on to the user's server.
 
 Servers: each hub user NAME runs as the Unix user PREFIX + NAME (made on first start: no login shell,
 no cron or at, home mode 0700, files created with umask 077), in the student's own control group
@@ -24,26 +26,90 @@ from pathlib import Path
 import bcrypt
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from nativeauthenticator import NativeAuthenticator
+from nativeauthenticator.handlers import ChangePasswordHandler as NativeChangePasswordHandler
 from nativeauthenticator.handlers import LoginHandler as NativeLoginHandler
 from nativeauthenticator.orm import UserInfo
+from tornado import web
+from tornado.httputil import url_concat
 from traitlets import Dict, Unicode
 
+import pagetext
 import roster
 from accounts import ensure_unix_user, unix_name
 
 
 class FirstLoginHandler(NativeLoginHandler):
-    """The login page; a user who still has the roster's first password goes to change it."""
+    """The login page, in the browser's language (pagetext.py); a user who still has the roster's
+    first password goes on to change it."""
 
     def _render(self, login_error=None, username=None, **kwargs):
-        # JupyterHub 5's LoginHandler passes more keywords (e.g. sync) than NativeAuthenticator 1.3's
-        # _render takes: without this, a failed login shows a 500 page instead of "Invalid username"
-        return super()._render(login_error=login_error, username=username)
+        # JupyterHub 5's LoginHandler passes more keywords (e.g. sync, or an error page's status)
+        # than the page uses: they are left out
+        language = pagetext.browser_language(self.request.headers.get("Accept-Language"), pagetext.class_default())
+        return self.render_template(
+            "class-login.html", t=pagetext.TEXT[language], login_error=login_error, username=username,
+            authenticator_login_url=url_concat(self.authenticator.login_url(self.hub.base_url),
+                                               {"next": self.get_argument("next", "")}),
+            enable_signup=self.authenticator.enable_signup, two_factor_auth=self.authenticator.allow_2fa)
+
+    async def post(self):
+        """NativeAuthenticator's login, its two messages in the page's language."""
+        data = {k: self.get_argument(k, strip=k == "username") for k in self.request.body_arguments if k != "_xsrf"}
+        data.setdefault("username", "")
+        data.setdefault("password", "")
+        user = await self.login_user(data)
+        if user:
+            self._jupyterhub_user = user
+            self.redirect(self.get_next_url(user))
+            return
+        language = pagetext.browser_language(self.request.headers.get("Accept-Language"), pagetext.class_default())
+        info = self.authenticator.get_user(data["username"]) if data["username"] else None
+        # the right password of an account that waits for the teacher's approval: say so, as
+        # NativeAuthenticator does (only someone who knows the password learns it)
+        waiting = info is not None and not info.is_authorized and info.is_valid_password(data["password"])
+        error = pagetext.TEXT[language]["not_authorized" if waiting else "invalid"].format(name=data["username"])
+        self.finish(await self._render(login_error=error, username=data["username"]))
 
     def get_next_url(self, user=None, default=None):
         if user is not None and self.authenticator.must_change_password(user.name):
             return self.hub.base_url + "change-password"
         return super().get_next_url(user, default)
+
+
+class ChangePasswordHandler(NativeChangePasswordHandler):
+    """/hub/change-password, in the user's roster language. A change that succeeds sends the user
+    on to their own server: JupyterHub's /hub/spawn starts it (the class has no options form), shows
+    its progress and then opens the user's landing lesson. (NativeAuthenticator's own page stays on
+    "Your password has been changed successfully!", whose only way on is an English "Home" link.)"""
+
+    async def _page(self, user, problem=None):
+        t = pagetext.TEXT[self.authenticator.language(user.name)]
+        error = t[problem].format(length=self.authenticator.minimum_password_length) if problem else None
+        return await self.render_template("class-change-password.html", t=t, user_name=user.name, error=error)
+
+    @web.authenticated
+    async def get(self):
+        self.finish(await self._page(await self.get_current_user()))
+
+    @web.authenticated
+    async def post(self):
+        user = await self.get_current_user()
+        old = self.get_body_argument("old_password", "", strip=False)
+        new = self.get_body_argument("new_password", "", strip=False)
+        again = self.get_body_argument("new_password_confirmation", "", strip=False)
+        info = self.authenticator.get_user(user.name)
+        if info is None or not info.is_valid_password(old):
+            problem = "wrong_old"
+        elif new != again:
+            problem = "mismatch"
+        elif new == old:
+            problem = "same"  # the roster's first password is the teacher's to know: it must change
+        elif not self.authenticator.change_password(user.name, new):  # too short or too common
+            problem = "weak"
+        else:
+            self.redirect(self.hub.base_url + "spawn")
+            return
+        self.finish(await self._page(user, problem))
 
 
 class RosterAuthenticator(NativeAuthenticator):
@@ -81,11 +147,11 @@ class RosterAuthenticator(NativeAuthenticator):
 
     def language(self, name: str) -> str:
         person = self.people.get(name)
-        return person.language if person else os.environ.get("CLASS_DEFAULT_LANG", "zh")
+        return person.language if person else pagetext.class_default()
 
     def get_handlers(self, app):
-        return [(path, FirstLoginHandler if path == r"/login" else handler)
-                for path, handler in super().get_handlers(app)]
+        ours = {r"/login": FirstLoginHandler, r"/change-password": ChangePasswordHandler}
+        return [(path, ours.get(path, handler)) for path, handler in super().get_handlers(app)]
 
 
 def for_home(env: dict, home: str) -> dict:

@@ -44,6 +44,9 @@ c.ConfigurableHTTPProxy.pid_file = str(STATE / "proxy.pid")
 c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = str(STATE / "jupyterhub.pid")
+# hub.py's login and change-password pages (in the student's language); JupyterHub's own templates
+# stay where they are, after these
+c.JupyterHub.template_paths = [str(HERE / "templates")]
 c.JupyterHub.cleanup_servers = True  # the hub's stop stops every student's server
 c.JupyterHub.shutdown_on_logout = False
 # HTTPS, when the teacher has a certificate (make class CLASS_SSL_CERT=... CLASS_SSL_KEY=...):
@@ -66,6 +69,11 @@ c.RosterAuthenticator.seconds_before_next_try = 60
 # NativeAuthenticator decides who may log in (approved accounts only), so JupyterHub's own allow
 # list would only repeat it
 c.RosterAuthenticator.allow_all = True
+# ... but the roster is given to it all the same: JupyterHub adds every name of allowed_users to its
+# database when it starts (jupyterhub/app.py, init_users), so the teacher's admin page lists every
+# student from the start, not only those who have logged in once. With allow_all it lets no one
+# else in or out.
+c.RosterAuthenticator.allowed_users = {p.name for p in people}
 # a sign-up's name becomes a Unix user name too: the roster's rule for names
 c.RosterAuthenticator.username_pattern = roster.NAME.pattern
 
@@ -99,6 +107,7 @@ class_env = {
     # the kernel built and checked once for the whole class, from the published native/
     "LESSONKIT_PREBUILT_DIR": str(CLASS_DIR / "workbook" / ".build"),
     "MPLCONFIGDIR": "~/.cache/matplotlib",
+    "LESSONKIT_GRADED": os.environ.get("LESSONKIT_GRADED", ""),  # LESSONKIT_GRADED=1 make class: solutions off
 }
 # The kernels talk to their server over Unix sockets in the student's runtime folder (mode 0700),
 # not over TCP on 127.0.0.1, where any local user could subscribe to a kernel's output channel

@@ -29,11 +29,11 @@ from .core.language import set_language
 
 # every module of each layer, by the short name the lessons use
 _LAYERS = {
-    "core": ("attention cache check_report env files header interrupt language native quant reference smoke timing "
+    "core": ("attention cache check env files header language native processes quant reference smoke timing "
              "toolchain trace validate variants"),
     "display": "checks plotstyle punctuation source table",
     "lessons": ("bench by_hand dataflow debug debugger kernel_copy layout lowp_error precision rescales rounding "
-                "roofline softmax split streaming synthetic toy traffic workspace"),
+                "roofline setup softmax split streaming synthetic toy traffic workspace"),
 }
 #: short name -> the module's full name in its layer
 ALIASES = {f"{__name__}.{name}": f"{__name__}.{layer}.{name}" for layer, names in _LAYERS.items()

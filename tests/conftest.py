@@ -3,14 +3,24 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import lessonkit as lk
 
+# One compiler cache for every build the tests make (lessonkit/core/native.py, _build_cache): a clone, a copy of
+# native/ or a scratch build folder with the same sources, flags and compiler takes the library built and
+# checked before instead of compiling it again (15-35 s a build here). An edited copy has other bytes, so it is
+# built and checked as ever. Set when pytest starts, so that the tests' child processes and nbval's kernels
+# share it (not when a child imports this file for make_case: a test may have turned the cache off).
+BUILD_CACHE = Path(lk.__file__).resolve().parent.parent / ".build" / "test-cache"
+
 
 def pytest_configure(config):
+    BUILD_CACHE.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("LESSONKIT_BUILD_CACHE", str(BUILD_CACHE))
     """One marker per exercise (``pytest -m ex03_address``), read from the exercises' registry so
     that a lesson module's new exercise is registered without a hand-kept list."""
     from lessonkit import exercises
@@ -51,11 +61,11 @@ def _without_progress_lines():
 
     from nbval import plugin
 
-    from lessonkit import language, native
+    from lessonkit import check, language
     texts = []
     for lang in ("en", "zh"):
         before = language.set_language(lang)
-        texts += [str(m) for m in (native.CHECKING_NEW, native.CHECKING_LONGER)]
+        texts += [str(m) for m in (check.CHECKING_NEW, check.CHECKING_LONGER)]
         language.set_language(before)
     line = re.compile("^(?:" + "|".join(re.sub(r"\\\{[^}]*\\\}", ".*?", re.escape(t)) for t in texts) + ")\n",
                       re.MULTILINE)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lessonkit import native, toolchain
+from lessonkit import check, native, toolchain
 from childproc import assert_clean, run_python
 from conftest import make_case
 
@@ -23,6 +23,12 @@ def native_copy(tmp_path):
     src = tmp_path / "native"
     shutil.copytree(native.NATIVE_DIR, src, ignore=shutil.ignore_patterns("tests"))
     return src
+
+
+@pytest.fixture(autouse=True)
+def no_build_cache(monkeypatch):
+    """These tests are about the build itself: each compiles, never takes the tests' shared cache."""
+    monkeypatch.delenv("LESSONKIT_BUILD_CACHE", raising=False)
 
 
 def _edit_backend_name(src: Path, new: str) -> None:
@@ -106,7 +112,7 @@ def test_a_damaged_library_is_rebuilt_not_loaded(native_copy, damage):
     """)
     # rebuilt, so checked again in a child process (its one progress line), then loaded and right
     assert assert_clean(proc).strip().splitlines() == [
-        f"Checking the new build in a separate process (up to {native.smoke_timeout():.0f} s) ...", "OK"]
+        f"Checking the new build in a separate process (up to {check.smoke_timeout():.0f} s) ...", "OK"]
     assert path.read_bytes() == data or len(path.read_bytes()) == len(data)  # rebuilt whole
     _no_temporaries(path.parent)
 
@@ -151,9 +157,9 @@ def test_the_check_timeout_setting_is_validated_where_it_is_read(value):
     reported an intact kernel as hung) are refused, by name, when a build is checked."""
     proc = run_python("""
 import lessonkit
-from lessonkit import native
+from lessonkit import check, native
 try:
-    native.smoke_timeout()
+    check.smoke_timeout()
 except native.BuildError as e:
     print("MESSAGE", e)
 """, env={"LESSONKIT_SMOKE_TIMEOUT": value})
@@ -186,10 +192,10 @@ def test_a_report_that_cannot_be_read_is_a_kernel_check_error(tmp_path, monkeypa
     fake = tmp_path / "fake_smoke.py"
     fake.write_text("import json, sys\nreq = json.loads(sys.stdin.read())\n"
                     f"open(req['report'], 'w').write({report!r} + '\\n')\n")
-    monkeypatch.setattr(native, "SMOKE_SCRIPT", fake)
-    result = native._smoke(lib, header, "results")
+    monkeypatch.setattr(check, "SMOKE_SCRIPT", fake)
+    result = check.smoke(lib, header, "results")
     with pytest.raises(native.KernelCheckError, match="report of its check that cannot be read"):
-        native._judge(result, "results")
+        check.judge(result, "results")
 
 
 def test_a_closed_library_is_opened_again_not_handed_back():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import pickle
 import sys
 import threading
@@ -196,7 +197,10 @@ def keyboard_interrupt_at_line(k):
     count, fired = [0], []
 
     def local(frame, event, arg):
-        if event == "line":
+        # Not inside a generator's frame: CPython 3.11 can crash (a segmentation fault, seen in CI in a generator
+        # expression of core/validate.py) when a trace function raises there. Jupyter's interrupt arrives through the
+        # eval loop's signal check, not a trace function, so this limits the test's injector, not what it checks.
+        if event == "line" and not frame.f_code.co_flags & inspect.CO_GENERATOR:
             count[0] += 1
             if count[0] == k:
                 fired.append(k)

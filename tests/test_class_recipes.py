@@ -29,6 +29,8 @@ NOT_IN_IMAGE = {
     "passwd": "Kubernetes runs each student as the image's one user: no useradd in the image",
     "iproute2": "only for make test-class and test-offline's namespace with no network, not run in the image",
     "gettext": "msgfmt checks and compiles the message catalog for the tests; lessonkit reads the committed .mo",
+    "bubblewrap": "make grade's sandbox, for the teacher's grading; the students' image never grades",
+    "poppler-utils": "pdffonts and pdftotext check make handouts' PDFs in the tests; the image makes no handouts",
 }
 # apt.txt's packages that .ci/run does not install, each with its reason
 IMAGE_ONLY = {

@@ -66,6 +66,7 @@ def test_a_class_roster_others_can_read_or_with_the_demos_passwords_is_refused(t
 
 def test_the_systemd_unit_keeps_every_setting(monkeypatch):
     monkeypatch.setenv("CLASS_SPAWNER", "local")
+    monkeypatch.setenv("CLASS_DEFAULT_LANG", "en")  # the login page's language when the browser names neither
     args = argparse.Namespace(class_dir=Path("/srv/c"), roster=Path("/etc/r.csv"), ip="0.0.0.0", port=8100,
                               prefix="stu-", mem_gb=3.0, cpus=0.5, tasks=300, cull_timeout=1800, home_root="/data")
     unit = classroom.systemd_unit(args)
@@ -74,3 +75,4 @@ def test_the_systemd_unit_keeps_every_setting(monkeypatch):
                  "--mem-gb 3", "--cpus 0.5", "--tasks 300", "--cull-timeout 1800", "--home-root /data"):
         assert flag in start, (flag, start)
     assert "Environment=CLASS_SPAWNER=local" in unit.splitlines()
+    assert "Environment=CLASS_DEFAULT_LANG=en" in unit.splitlines()

@@ -1,5 +1,5 @@
 """native.cover: a call on a cache larger than any the library's check ran on first checks the library
-on a cache of the call's shape, in a child process. These tests replace the child (native._smoke) by a
+on a cache of the call's shape, in a child process. These tests replace the child (native.smoke) by a
 recorder, so they see which checks cover() asks for and what it does with the answer; the real child
 on real kernels is tests/test_sandbox.py's."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from lessonkit import native
+from lessonkit import check, native
 from lessonkit.smoke import CASES, tolerance
 
 
@@ -29,7 +29,7 @@ def fake_child(monkeypatch):
         state["asked"].append(shape)
         answer = state["answer"](shape) if callable(state["answer"]) else state["answer"]
         return {"verified": verify, "failures": [], "crash": None, "output": "", "covered": [shape], **answer}
-    monkeypatch.setattr(native, "_smoke", child)
+    monkeypatch.setattr(native, "smoke", child)
     state["lib"] = lib
     return state
 
@@ -128,5 +128,5 @@ def test_the_tolerance_grows_with_the_length_and_stays_far_below_a_real_mistake(
 def test_the_intact_kernel_passes_its_check_on_two_million_tokens():
     """The real child on the workbook's kernel, at a length where the fixed 1e-4 refused it."""
     lib = native.build()
-    result = native._smoke(lib, (native.NATIVE_DIR / native.HEADER).read_text(), "results", [1 << 21, 1, 32, 256])
+    result = check.smoke(lib, (native.NATIVE_DIR / native.HEADER).read_text(), "results", [1 << 21, 1, 32, 256])
     assert result["crash"] is None and result["failures"] == [], result

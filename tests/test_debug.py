@@ -20,7 +20,7 @@ import pytest
 import lessonkit as lk
 import transcripts
 from lessonkit import exercises as E
-from lessonkit import by_hand, check_report, debug, debugger, env, kernel_copy, native, rounding, source, toy
+from lessonkit import by_hand, check, debug, debugger, env, kernel_copy, native, processes, rounding, setup, source, toy
 
 GDB_OUTPUT = """\
 Breakpoint 1 (flash_attn_single_q_q8_neon) pending.
@@ -38,6 +38,39 @@ generated token ids: [3, 4]@@enter seq_len=3 kh_off=32 hd=32
 """
 
 
+def loop_runs_seq_len(r: debugger.CallRecord) -> bool:
+    """Tier A's second observation: t = 0, 1, ..., seq_len - 1, in order."""
+    return r.t == list(range(r.seq_len))
+
+
+def M_non_decreasing(r: debugger.CallRecord) -> bool:
+    """Tier A's third observation: M never goes down within a call."""
+    return all(b >= a for a, b in zip(r.M, r.M[1:]))
+
+
+def summary(obs: debugger.Observation) -> dict:
+    """The three observations of tier A over one observed generation, computed from its records."""
+    rs, k = obs.records, obs.config.n_q_heads
+    seq = [r.seq_len for r in rs]
+    per_head = {}
+    for r in rs:
+        per_head.setdefault(r.q_head, []).append(r.seq_len)
+    steps = [seq[i:i + k] for i in range(0, len(seq), k)]
+    return {
+        "kernel calls": len(rs),
+        "calls per step": k,
+        "seq_len at first call": seq[0] if seq else None,
+        "seq_len at last call": seq[-1] if seq else None,
+        "same seq_len for all calls of a step": all(len(set(s)) == 1 for s in steps),
+        "seq_len grows by one per step": all(b[0] - a[0] == 1 for a, b in zip(steps, steps[1:])),
+        "seq_len grows by one per call of each query head":
+            all(all(b - a == 1 for a, b in zip(v, v[1:])) for v in per_head.values()),
+        "token loop ran exactly seq_len times in every call": all(loop_runs_seq_len(r) for r in rs),
+        "M never decreased within a call": all(M_non_decreasing(r) for r in rs),
+        "token-loop iterations in all": sum(len(r.t) for r in rs),
+    }
+
+
 def native_digest() -> str:
     h = hashlib.sha256()
     for f in sorted(native.NATIVE_DIR.rglob("*")):
@@ -51,17 +84,17 @@ def test_parse_gdb_output():
     assert len(recs) == 2
     a, b = recs
     assert (a.seq_len, a.kv_head, a.t, a.M, a.final_S) == (2, 0, [0, 1], [0.5, 1.25], 1.47236657)
-    assert (b.seq_len, b.kv_head, b.iterations, b.s) == (3, 1, 3, [-1.0, -2.0, 0.0])
-    assert a.loop_runs_seq_len and b.loop_runs_seq_len
-    assert a.M_non_decreasing and b.M_non_decreasing
+    assert (b.seq_len, b.kv_head, len(b.t), b.s) == (3, 1, 3, [-1.0, -2.0, 0.0])
+    assert loop_runs_seq_len(a) and loop_runs_seq_len(b)
+    assert M_non_decreasing(a) and M_non_decreasing(b)
 
 
 def test_record_properties_can_fail():
     r = debugger.CallRecord(0, 3, 0, [0, 2], [0, 0], [1.0, 0.5], [1, 2])
-    assert not r.loop_runs_seq_len      # one token skipped
-    assert not r.M_non_decreasing       # M went down
+    assert not loop_runs_seq_len(r)     # one token skipped
+    assert not M_non_decreasing(r)      # M went down
     r2 = debugger.CallRecord(0, 2, 0, [0, 1, 2], [0, 0, 0], [0, 1, 1], [1, 2, 3])
-    assert not r2.loop_runs_seq_len     # one iteration too many
+    assert not loop_runs_seq_len(r2)    # one iteration too many
 
 
 @pytest.mark.parametrize("text,words", [
@@ -114,7 +147,7 @@ def test_trace_records_show_the_three_observations():
     assert tokens == toy.generate(16, verbose=False).tokens
     assert len(recs) == 64
     assert [r.seq_len for r in recs] == [i // 4 + 1 for i in range(64)]
-    assert all(r.loop_runs_seq_len and r.M_non_decreasing for r in recs)
+    assert all(loop_runs_seq_len(r) and M_non_decreasing(r) for r in recs)
     # M after each token is the running max of the scores, computed here independently
     for r in recs:
         np.testing.assert_array_equal(np.array(r.M, np.float32),
@@ -125,7 +158,7 @@ def test_without_gdb_the_trace_is_used(monkeypatch):
     monkeypatch.setattr(debugger, "debugger_path", lambda d: None)
     obs = debugger.observe_generation(16)
     assert obs.source == "trace" and "gdb is not installed" in obs.message
-    s = obs.summary()
+    s = summary(obs)
     assert s["kernel calls"] == 64 and s["token loop ran exactly seq_len times in every call"]
     with pytest.raises(RuntimeError, match="not installed"):
         debugger.observe_generation(4, use_gdb=True)
@@ -142,8 +175,7 @@ def test_a_failing_gdb_run_falls_back_with_the_reason(monkeypatch):
 
 
 def test_a_hung_run_is_killed():
-    with pytest.raises(subprocess.TimeoutExpired):
-        debugger.run_bounded(["sleep", "30"], timeout=0.5)
+    assert processes.run_bounded(["sleep", "30"], timeout=0.5).returncode is None
 
 
 def test_a_killed_run_whose_helper_keeps_the_pipe_open_ends_in_bounded_time():
@@ -151,9 +183,8 @@ def test_a_killed_run_whose_helper_keeps_the_pipe_open_ends_in_bounded_time():
     what is left is bounded too: the call ends after the timeout plus KILLED_READ_S, not after the helper."""
     import time
     start = time.monotonic()
-    with pytest.raises(subprocess.TimeoutExpired):
-        debugger.run_bounded(["sh", "-c", "setsid sleep 60 & sleep 60"], timeout=0.5)
-    assert time.monotonic() - start < 0.5 + debugger.KILLED_READ_S + 5
+    assert processes.run_bounded(["sh", "-c", "setsid sleep 60 & sleep 60"], timeout=0.5).returncode is None
+    assert time.monotonic() - start < 0.5 + processes.KILLED_READ_S + 5
 
 
 @pytest.mark.slow
@@ -161,7 +192,7 @@ def test_a_killed_run_whose_helper_keeps_the_pipe_open_ends_in_bounded_time():
 def test_observe_generation_under_gdb():
     obs = debugger.observe_generation(16, use_gdb=True)
     assert obs.source == "gdb"
-    s = obs.summary()
+    s = summary(obs)
     assert s["kernel calls"] == 64 and s["calls per step"] == 4
     assert (s["seq_len at first call"], s["seq_len at last call"]) == (1, 16)
     assert s["seq_len grows by one per step"] and s["same seq_len for all calls of a step"]
@@ -192,8 +223,8 @@ def test_make_debug_aarch64_stops_in_the_sdot_build():
                           cwd=native.REPO_DIR, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (r,) = debugger.parse_gdb_output(proc.stdout)
-    assert (r.seq_len, r.kv_head, r.iterations) == (20, 1, 20)    # fa_driver attends kv head NKV - 1
-    assert r.loop_runs_seq_len and r.M_non_decreasing and r.final_S >= 1.0
+    assert (r.seq_len, r.kv_head, len(r.t)) == (20, 1, 20)    # fa_driver attends kv head NKV - 1
+    assert loop_runs_seq_len(r) and M_non_decreasing(r) and r.final_S >= 1.0
     assert re.search(r"\bsdot\b", proc.stdout.split("@@disassembly", 1)[1].split("@@end disassembly")[0])
     assert "sdot instructions in i8x16_dot_s32: 1" in proc.stdout
     # a run that never reaches the kernel fails the target (the driver refuses an unknown variant)
@@ -226,7 +257,7 @@ def build_failures(copy) -> list[str]:
     """What the check of a new build (in a child process, before loading) found wrong in ``copy``, in
     words (the record holds smoke.py's codes and numbers)."""
     record = Path(str(native.build(src_dir=copy, verify="crashes")) + ".json")
-    return [check_report.failure(f) for f in json.loads(record.read_text())["failures"]]
+    return [check.failure(f) for f in json.loads(record.read_text())["failures"]]
 
 
 def test_the_intact_kernel_gives_the_reference_weights():
@@ -267,7 +298,7 @@ def test_no_rescale_break():
     # an edited copy drives the toy generation too
     assert toy.generate(4, src_dir=b.copy, verbose=False, verify="crashes").kernel == "copy"
     copy = b.copy
-    b.restore()
+    b.folder.cleanup()   # the copy goes; the library already loaded stays usable
     assert not copy.exists() and native_digest() == before
 
 
@@ -284,7 +315,7 @@ def test_truncation_break():
     v, _ = rounding.q_block_scaled(q)
     np.testing.assert_array_equal(tr.q_codes, rounding.round_codes(v, "trunc"))   # numpy's own truncation
     assert tr.n_q_quantized == 1
-    b.restore()
+    b.folder.cleanup()   # the copy goes; the library already loaded stays usable
 
 
 LLDB_OUTPUT = """\
@@ -317,7 +348,7 @@ def test_parse_lldb_output():
     assert (r.seq_len, r.kv_head, r.t, r.s, r.M, r.final_S) == (2, 1, [0, 1], [-0.5, 10.0], [-0.5, 10.0], 1.00000036)
     with pytest.raises(ValueError, match="outside a kernel call"):
         debugger.parse_lldb_output(LLDB_OUTPUT.split("(lldb)  frame variable t s M S", 1)[1])
-    with pytest.raises(ValueError, match="line 1"):   # a value lldb did not print
+    with pytest.raises(ValueError, match="line 2 of the lldb output"):   # a value lldb did not print
         debugger.parse_lldb_output("(lldb)  frame variable seq_len kh_off hd\n(int) seq_len = 2\n")
 
 
@@ -332,7 +363,7 @@ def test_debugger_names_and_missing_debuggers(monkeypatch):
         debugger.observe_generation(4, use_debugger="yes")
     with pytest.raises(TypeError, match="ToyConfig"):
         debugger.observe_generation(4, config={"vocab": 8})
-    monkeypatch.setattr(by_hand, "lldb_path", lambda: None)
+    monkeypatch.setattr(debugger, "lldb_path", lambda: None)
     with pytest.raises(RuntimeError, match="apt install lldb.*Xcode"):
         debugger.observe_generation(4, debugger="lldb", use_debugger=True)
     obs = debugger.observe_generation(4, debugger="lldb")
@@ -344,22 +375,22 @@ def test_lldb_is_found_under_a_versioned_name(tmp_path, monkeypatch):
         (tmp_path / n).write_text("#!/bin/sh\n")
         (tmp_path / n).chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert env.lldb_path() == str(tmp_path / "lldb-19")
+    assert setup.lldb_path() == str(tmp_path / "lldb-19")
     (tmp_path / "lldb").write_text("#!/bin/sh\n")
     (tmp_path / "lldb").chmod(0o755)
-    assert env.lldb_path() == str(tmp_path / "lldb")
+    assert setup.lldb_path() == str(tmp_path / "lldb")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["gdb", "lldb"])
 def test_both_debuggers_give_the_same_records(which):
-    if by_hand.debugger_path(which) is None:
-        pytest.skip(by_hand.install_hint(which))
+    if debugger.debugger_path(which) is None:
+        pytest.skip(debugger.install_hint(which))
     obs = debugger.observe_generation(16, debugger=which, use_debugger=True)
     assert obs.source == which and len(obs.records) == 64          # 4 query heads x 16 steps
     assert [r.seq_len for r in obs.records] == [i // 4 + 1 for i in range(64)]
-    assert all(r.iterations == r.seq_len and r.loop_runs_seq_len for r in obs.records)
-    assert all(r.M_non_decreasing for r in obs.records)
+    assert all(len(r.t) == r.seq_len and loop_runs_seq_len(r) for r in obs.records)
+    assert all(M_non_decreasing(r) for r in obs.records)
     # both print 9 significant digits of a float32 (enough to round-trip it): same as the trace
     recs, tokens = debugger.records_from_trace(16)
     assert obs.tokens == tokens
@@ -373,22 +404,22 @@ def test_both_debuggers_give_the_same_records(which):
 def test_committed_session_transcripts_are_current(which):
     """The by-hand session, re-run, matches the committed transcript (floats masked: their last
     digits depend on the CPU path). A change of the kernel that moves a line fails here."""
-    if by_hand.debugger_path(which) is None:
-        pytest.skip(by_hand.install_hint(which))
+    if debugger.debugger_path(which) is None:
+        pytest.skip(debugger.install_hint(which))
     ok, diff = transcripts.transcripts_match(which)
     assert ok, (f"{by_hand.transcript_path(which).name} is out of date; refresh it with\n  "
                 f"{by_hand.REFRESH_COMMAND}\n{diff[:3000]}")
 
 
 def test_session_commands_take_their_lines_from_the_source():
-    for which in by_hand.DEBUGGERS:
-        cmds = by_hand.session_commands(which, library="libflash_attn_q8_debug_0123456789abcdef.so")
+    for which in debugger.DEBUGGERS:
+        cmds = transcripts.session_commands(which, library="libflash_attn_q8_debug_0123456789abcdef.so")
         code = [l for l in cmds.splitlines() if l and not l.startswith("#")]
         assert not any("@" in l and "LINE(" in l for l in code)
         token = debugger.breakpoints().token_line
         assert any(l.endswith(f"{source.KERNEL_FILE.name}:{token}") or l.endswith(f"-l {token}") for l in code)
         assert str(source.find_line("if (s > M) {")) in "\n".join(code)
-        saved = by_hand.saved_transcript(which)
+        saved = transcripts.saved_transcript(which)
         assert f"({which}) " in saved and "/work/" not in saved and "0x<addr>" in saved
 
 
@@ -413,7 +444,7 @@ def test_transcripts_from_another_environment_compare_the_kernel_lines(monkeypat
     """On another system, Python or debugger the frames differ: the test then compares the kernel's
     line numbers the session stops at, so a moved line still fails it."""
     which = "gdb"
-    saved = by_hand.saved_transcript(which)
+    saved = transcripts.saved_transcript(which)
     lines = transcripts.kernel_lines(saved)
     assert lines, "the committed gdb session shows no kernel line"
     monkeypatch.setattr(transcripts, "capture_environment", lambda d: "elsewhere")
@@ -447,9 +478,9 @@ def typed_tier_a_session(which: str, tmp_path: Path) -> tuple[str, str]:
     debugger wrote). gdb reads them on stdin; lldb, whose stdin is not a terminal here, from -s in batch
     mode (-b stops at the first error, so it gets exactly one continue per stop and the one that ends
     the program)."""
-    exe = by_hand.debugger_path(which)
+    exe = debugger.debugger_path(which)
     if exe is None:
-        pytest.skip(by_hand.install_hint(which))
+        pytest.skip(debugger.install_hint(which))
     lib = native.build(debug=True)
     log = tmp_path / f"tier_a_{which}.txt"
     stops = sum(r.seq_len + 1 for r in debugger.records_from_trace(by_hand.TIER_A_TOKENS)[0])
@@ -542,7 +573,7 @@ def test_tier_a_names_a_missing_file(tmp_path):
 
 
 def test_tier_a_command_line_names_this_machine():
-    for which in by_hand.DEBUGGERS:
+    for which in debugger.DEBUGGERS:
         line = by_hand.tier_a_command_line(which)
         python = Path(sys.executable)   # after the cd into the workbook, a Python inside it is named from there
         here = str(python.relative_to(native.REPO_DIR)) if python.is_relative_to(native.REPO_DIR) else str(python)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import shutil
 
-from lessonkit import env
+from lessonkit import env, setup
 
 
 def test_all_rows_present():
-    checks = env.check_setup()
+    checks = setup.check_setup()
     names = [c.what for c in checks]
     assert names[:2] == ["C compiler", "kernel build"]
     assert {"gdb", "valgrind", "aarch64 cross compiler", "qemu-aarch64"} <= set(names)
@@ -17,8 +17,8 @@ def test_all_rows_present():
 
 def test_missing_tool_is_reported_with_install_hint(monkeypatch, capsys):
     real_which = shutil.which
-    monkeypatch.setattr(env.shutil, "which", lambda cmd: None if cmd == "gdb" else real_which(cmd))
-    env.print_setup()
+    monkeypatch.setattr(setup.shutil, "which", lambda cmd: None if cmd == "gdb" else real_which(cmd))
+    setup.print_setup()
     out = capsys.readouterr().out
     assert "| MISSING | gdb |" in out
     assert "-> gdb:" in out and "install gdb" in out

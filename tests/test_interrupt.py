@@ -171,7 +171,7 @@ def test_ctrl_c_during_the_check_is_short_in_plain_python(tmp_path):
     # stopped, not carried on (CPython exits by SIGINT for KeyboardInterrupt itself, with 1 for a subclass)
     assert proc.returncode in (1, -signal.SIGINT), (proc.returncode, err)
     assert "CARRIED ON" not in rest
-    assert "lessonkit.interrupt.BuildInterrupted: Stopped the check of the build" in err, err
+    assert "lessonkit.core.processes.BuildInterrupted: Stopped the check of the build" in err, err
     assert "is still your previous build of" in err and "subprocess" not in err and "selectors" not in err, err
     assert len(err.strip().splitlines()) <= 8, err
 

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 import lessonkit as lk
-from lessonkit import exercises as E, language, plotstyle
+from lessonkit import exercises as E, language, plotstyle, setup
 from lessonkit.language import N_, _
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
@@ -95,7 +95,7 @@ def test_checks_line_is_chinese(zh):
 
 def test_setup_check_speaks_chinese(zh, capsys):
     from lessonkit import env
-    env.print_setup()
+    setup.print_setup()
     out = capsys.readouterr().out
     assert sum(bool(HAN.search(ln)) for ln in out.splitlines() if ln.strip()) >= len(out.splitlines()) // 2, out
 

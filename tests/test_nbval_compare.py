@@ -4,14 +4,14 @@ import pytest
 from nbformat import NotebookNode
 from nbval import plugin
 
-from lessonkit import language, native
+from lessonkit import check, language, native
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_progress_lines_are_left_out_and_nothing_else(lang):
     before = language.set_language(lang)
     try:
-        lines = [str(native.CHECKING_NEW).format(timeout=60), str(native.CHECKING_LONGER).format(n=8192, timeout=60)]
+        lines = [str(check.CHECKING_NEW).format(timeout=60), str(check.CHECKING_LONGER).format(n=8192, timeout=60)]
     finally:
         language.set_language(before)
     kept = "output 3 tokens\nChecking is what we do ...\n"   # a lesson's own line stays, even a like one

@@ -70,8 +70,8 @@ def test_cache_bytes_reads_sysfs_sizes(tmp_path):
     for i, size in enumerate(("48K", "2048K", "32M")):
         (tmp_path / f"index{i}").mkdir()
         (tmp_path / f"index{i}" / "size").write_text(size + "\n")
-    assert roofline.cache_bytes(tmp_path) == 32 << 20
-    assert roofline.cache_bytes(tmp_path / "none") is None
+    assert lk.env.last_level_bytes(tmp_path) == 32 << 20
+    assert lk.env.last_level_bytes(tmp_path / "none") is None
 
 
 def test_interleaved_min_keeps_the_least_disturbed_round():

@@ -126,6 +126,35 @@ expect_refused()
     assert "off by" in out and "tolerance 1e-04" in out and "verify='crashes'" in out
 
 
+def test_a_library_that_forks_when_loaded_is_refused(run_case):
+    """A constructor that calls fork() passes every result check (each copy computes right), but loaded
+    into the student's process it would copy that process (with its Jupyter kernel). The check's child
+    runs in a process group of its own: the copy it left behind is seen, ended, and the build refused."""
+    out = run_case("""
+import os, time
+pid_file = work / "forked.pid"
+os.environ["FA_FORKED_PID_FILE"] = str(pid_file)
+text = kernel_c.read_text()
+kernel_c.write_text("#include <stdio.h>\\n#include <stdlib.h>\\n#include <unistd.h>\\n"
+                    "__attribute__((constructor)) static void fa_fork_at_load(void) {\\n"
+                    "    if (fork() == 0) { FILE *f = fopen(getenv(\\"FA_FORKED_PID_FILE\\"), \\"w\\");\\n"
+                    "        fprintf(f, \\"%d\\", (int)getpid()); fclose(f); sleep(60); _exit(0); }\\n}\\n" + text)
+expect_refused()
+pid = int(pid_file.read_text())
+for unused in range(50):   # killed with its group; then reaped by init (a zombie until then)
+    try:
+        proc_state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        proc_state = "gone"
+    if proc_state in ("gone", "Z"):
+        break
+    time.sleep(0.1)
+print("FORKED COPY", proc_state)
+""")
+    assert "calls fork()" in out and "other processes running" in out and "Nothing new was loaded" in out
+    assert "FORKED COPY gone" in out or "FORKED COPY Z" in out
+
+
 def test_the_debug_build_is_checked_too(run_case):
     out = run_case("""
 edit("*(volatile int *)0 = 1;")
@@ -289,14 +318,15 @@ except native.BuildError as e:
 
 def test_a_process_the_kernel_forks_does_not_outlive_the_check(run_case, tmp_path):
     """The check runs in a process group of its own and the group is killed when it ends: a kernel that
-    forks a sleeper leaves nothing running (the sleeper writes its pid first)."""
+    forks a sleeper in a call leaves nothing running (the sleeper writes its pid first), and the build is
+    refused: called in the student's process, it would copy that process."""
     pid_file = tmp_path / "sleeper.pid"
     out = run_case(f"""
 text = kernel_c.read_text()
 kernel_c.write_text("#include <stdio.h>\\n#include <unistd.h>\\n" + text)
 edit('if (seq_len == 1 && fork() == 0) {{ FILE *f = fopen("{pid_file}", "w"); fprintf(f, "%d", (int)getpid()); '
      'fclose(f); sleep(60); _exit(0); }}')
-ffi1, lib1 = native.load(src_dir=src)
+expect_refused()
 import os, time
 pid = int(Path("{pid_file}").read_text())
 for _ in range(50):
@@ -310,3 +340,4 @@ for _ in range(50):
 print("SLEEPER", run_state)
 """)
     assert "SLEEPER gone" in out or "SLEEPER Z" in out or "SLEEPER X" in out, out
+    assert "calls fork()" in out, out

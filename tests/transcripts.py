@@ -1,6 +1,7 @@
 """The committed transcripts of lesson 06's by-hand sessions (notebooks/data/06_session_gdb.txt and
-06_session_lldb.txt, shown by lessonkit.by_hand.session_step): made by running each session under the
-real debugger in batch mode, and compared with a new run by tests/test_debug.py.
+06_session_lldb.txt, shown by lessonkit.by_hand.session_step): made by running each session's script
+(native/tools/sessions/by_hand.gdb, by_hand.lldb) under the real debugger in batch mode, and compared with a
+new run by tests/test_debug.py.
 
     python tests/transcripts.py        # from the workbook's folder, after a change of native/ moved a line
 """
@@ -17,10 +18,39 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lessonkit import native  # noqa: E402
-from lessonkit.by_hand import (DEBUGGERS, SESSION_PROGRAM, checked_debugger, debugger_path, install_hint,  # noqa: E402
-                               saved_transcript, session_commands, transcript_path)
-from lessonkit.debugger import checked_timeout, child_env, run_bounded  # noqa: E402
+from lessonkit import native, source  # noqa: E402
+from lessonkit.by_hand import KERNEL, transcript_path  # noqa: E402
+from lessonkit.debugger import (DEBUGGERS, batch_argv, checked_debugger, checked_timeout, child_env,  # noqa: E402
+                                debugger_path, install_hint)
+from lessonkit.processes import run_bounded  # noqa: E402
+
+SESSIONS_DIR = native.NATIVE_DIR / "tools" / "sessions"   # the sessions' scripts, with placeholders
+SESSION_PROGRAM = "from lessonkit import native, toy; native.load(); toy.generate(4, debug=True)"
+_PLACEHOLDER = re.compile(r"@(FUNCTION|FILE|DEBUG_LIBRARY|LINE\((.+?)\))@")
+
+
+def session_commands(debugger: str = "gdb", library: Path | str | None = None) -> str:
+    """The session's commands, one a line, comments kept, with ``@LINE(text)@`` replaced by the number
+    of the kernel's line that contains ``text`` and ``@DEBUG_LIBRARY@`` (lldb's ``-s``) by the file name
+    of ``library`` (default: the current debug build's; it carries a hash of the sources)."""
+    text = (SESSIONS_DIR / f"by_hand.{checked_debugger(debugger)}").read_text()
+
+    def fill(m):
+        if m.group(1) == "FUNCTION":
+            return KERNEL
+        if m.group(1) == "FILE":
+            return source.KERNEL_FILE.name
+        if m.group(1) == "DEBUG_LIBRARY":
+            return Path(library).name if library else native.library_path(debug=True).name
+        return str(source.find_line(m.group(2)))
+
+    return "\n".join(l if l.lstrip().startswith("#") else _PLACEHOLDER.sub(fill, l)
+                     for l in text.splitlines()) + "\n"
+
+
+def saved_transcript(debugger: str = "gdb") -> str:
+    """The committed transcript (the environment it was made in is saved beside it, ``.env``)."""
+    return transcript_path(debugger).read_text()
 
 
 def session_start(debugger: str) -> str:
@@ -75,13 +105,9 @@ def run_session(debugger: str = "gdb", timeout: float = 120.0) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         cmd_file = Path(tmp) / f"by_hand.{debugger}"
         cmd_file.write_text(commands)
-        if debugger == "gdb":   # trace-commands echoes each command as "+cmd"; the options keep it quiet
-            argv = [exe, "-q", "-batch", "-nx", "-iex", "set debuginfod enabled off",
-                    "-iex", "set auto-load python-scripts off", "-iex", "set trace-commands on",
-                    "-x", str(cmd_file), "--args", *child]
-        else:
-            argv = [exe, "-x", "-b", "-s", str(cmd_file), "--", *child]
-        text = run_bounded(argv, timeout, merge=True, cwd=native.REPO_DIR, env=child_env()).stdout
+        # gdb's trace-commands echoes each command as "+cmd" (_gdb_prompts makes it a prompt line)
+        argv = batch_argv(debugger, exe, cmd_file, child, *(["set trace-commands on"] if debugger == "gdb" else []))
+        text = run_bounded(argv, timeout, stderr=subprocess.STDOUT, cwd=native.REPO_DIR, env=child_env()).stdout
     if debugger == "gdb":
         text = _gdb_prompts(text, commands)
     return f"$ {session_start(debugger)}\n" + clean_transcript(text, debugger, sys.executable)

@@ -15,6 +15,9 @@ TOOLS: dict[str, tuple[str, str]] = {
     "bench": ("bench", "the benchmark: ns per token, GB/s and the target ratios (make bench)"),
     "a76": ("a76", "llvm-mca ESTIMATES of cycles per token on the RK3588's cores (make bench-a76)"),
     "figures": ("figures", "measure lesson 09's saved figures again (make figures)"),
+    "site": ("site", "the lessons as two static websites, English and Chinese, into _site/ (make site)"),
+    "handouts": ("handouts", "one A4 PDF per lesson and edition, printed from the site (make handouts)"),
+    "grade": ("grade", "grade the students' notebooks with otter-grader: grades.csv and a feedback page each"),
 }
 
 

@@ -51,7 +51,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from lessonkit.core.files import read_notebook, read_utf8, write_atomic  # named errors; no half-written file
+from lessonkit.core.files import write_atomic  # no half-written file
 from lessonkit.lessons.workspace import EDITIONS, LESSON_GLOB, REPO_DIR  # where the editions live (the working copies mirror them)
 
 EN_DIR, ZH_DIR = EDITIONS["en"], EDITIONS["zh"]
@@ -61,6 +61,45 @@ HEADER = re.compile(r"^<!-- (?P<kind>cell|code) (?P<id>[A-Za-z0-9_-]+) en:(?P<sh
 LANGUAGE_CELL_ID = "zh-language"
 LANGUAGE_CELL = ('import lessonkit\n'
                  'lessonkit.set_language("zh");  # 本课用中文：提示、检查结果、练习和图中文字都是中文')
+
+
+# ----------------------------------------------------------------------------- reading the sources
+
+def _shown(path: Path, root: Path) -> Path:
+    """A path as a message names it: from the repository's top (``root``) when it is inside it."""
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def read_utf8(path: Path, root: Path = REPO_DIR) -> str:
+    """The text of a translation file or a notebook. A byte-order mark (Windows editors write one) is
+    dropped, line ends become "\\n" (as Path.read_text makes them), and a file that is not UTF-8 is a
+    ValueError naming it and the line, not a bare UnicodeDecodeError."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")  # not utf-8-sig, whose error offsets skip the mark
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ValueError(f"{_shown(path, root)}:{line}: not UTF-8 text ({e.reason} at byte {e.start}); save it as "
+                         "UTF-8 (your editor's encoding setting, or iconv -f GBK -t UTF-8 for a GBK file)") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_notebook(path: Path, root: Path = REPO_DIR) -> dict:
+    """A notebook's JSON. A file that is not JSON, or not a notebook of cells with ids, is a ValueError
+    naming it and what to do, not a bare JSONDecodeError or KeyError."""
+    fix = f"restore it (git checkout -- {_shown(path, root)}) or mend it"
+    try:
+        nb = json.loads(read_utf8(path, root))
+    except RecursionError:
+        raise ValueError(f"{_shown(path, root)}: nested too deep to be a notebook; {fix}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{_shown(path, root)}:{e.lineno}:{e.colno}: not valid JSON ({e.msg}), so not a notebook; "
+                         f"{fix}") from None
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list) or not all(isinstance(c, dict) and {"cell_type", "id"} <= c.keys() for c in cells):
+        raise ValueError(f"{_shown(path, root)}: not a notebook (nbformat 4.5: a list of cells, each with a cell_type "
+                         f"and an id); {fix}")
+    return nb
 
 
 def en_sha(source: str) -> str:

@@ -6,6 +6,7 @@ Standard library only, with lessonkit's own: ``make reset`` works even where the
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -19,6 +20,10 @@ from lessonkit.lessons import workspace as ws
 from lessonkit.lessons.workspace import reset_native
 
 GIT_TIMEOUT_S = 300  # one git step of make update (a fetch over a slow network included)
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _copy_new(src: Path, dest: Path) -> bool:
@@ -60,12 +65,12 @@ def make_copies() -> dict:
         copied, updated, changed, unknown = [], [], [], []
         for lesson in ws.shipped():
             key = ws.key_of(lesson)
-            dest, now, was = ws.WORK_DIR / key, ws.sha256_file(lesson), manifest.get(key)
+            dest, now, was = ws.WORK_DIR / key, sha256_file(lesson), manifest.get(key)
             if _copy_new(lesson, dest):
                 copied.append(dest)
                 ws.record({key: now})
             elif was is None:
-                if not _vouch(key, dest, now, ws.sha256_file):
+                if not _vouch(key, dest, now, sha256_file):
                     unknown.append(dest)
             elif was != now:
                 (updated if _replace_untouched(lesson, dest, was, now) else changed).append(dest)
@@ -100,7 +105,7 @@ def _replace_untouched(lesson: Path, dest: Path, was: str, now: str) -> bool:
     try:
         shutil.copyfile(lesson, tmp)
         shutil.copymode(dest, tmp)  # the copy's mode stays the student's, not mkstemp's 0600
-        if ws.sha256_file(dest) != was:
+        if sha256_file(dest) != was:
             return False
         os.replace(tmp, dest)
     finally:
@@ -141,7 +146,7 @@ def reset_lesson(which: str | int) -> tuple[Path, Path | None]:
     old = ws.move_to_old(dest, stem, lesson.suffix) if dest.exists() else None
     if not _copy_new(lesson, dest):  # another process made a copy in between: keep theirs
         raise FileExistsError(errno.EEXIST, "a new working copy appeared during the reset; run it again", str(dest))
-    ws.record({ws.key_of(lesson): ws.sha256_file(lesson)})
+    ws.record({ws.key_of(lesson): sha256_file(lesson)})
     return dest, old
 
 

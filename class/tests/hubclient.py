@@ -1,4 +1,4 @@
-"""A small client of a JupyterHub for tests/test_class.py: a browser's login form (cookies, the
+"""A small client of a JupyterHub for class/tests/test_hub.py: a browser's login form (cookies, the
 _xsrf field), the hub's REST API, and one Jupyter kernel driven through the hub's proxy over its
 websocket, as JupyterLab drives it. Standard library plus tornado (which Jupyter brings)."""
 from __future__ import annotations
@@ -22,8 +22,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 class Browser:
     """One person's browser session on the hub at ``base`` (http://127.0.0.1:PORT)."""
 
-    def __init__(self, base: str):
+    def __init__(self, base: str, language: str | None = None):
         self.base = base
+        self.language = language  # the browser's Accept-Language header, if any
         self.jar = http.cookiejar.CookieJar()
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect)
         self.token = None
@@ -40,6 +41,8 @@ class Browser:
         elif data is not None:
             body = json.dumps(data).encode()
             headers["Content-Type"] = "application/json"
+        if self.language:
+            headers["Accept-Language"] = self.language
         if self.token:
             headers["Authorization"] = f"token {self.token}"
         elif method != "GET" and self._xsrf():
@@ -63,10 +66,12 @@ class Browser:
         assert status == 302, f"login of {name}: {status} {re.sub(rb'<[^>]+>', b' ', body)[:400]!r}"
         return headers.get("Location", "")
 
-    def change_password(self, old: str, new: str) -> None:
-        status, _, body = self.request("POST", "/hub/change-password", form={
+    def change_password(self, old: str, new: str) -> str:
+        """The change-password form; returns where the hub sends the browser next."""
+        status, headers, body = self.request("POST", "/hub/change-password", form={
             "old_password": old, "new_password": new, "new_password_confirmation": new})
-        assert status == 200 and b"changed successfully" in body, body[:500]
+        assert status == 302, f"password change: {status} {re.sub(rb'<[^>]+>', b' ', body)[:400]!r}"
+        return headers.get("Location", "")
 
     def start_server(self, name: str, timeout_s: float = 180) -> dict:
         status, _, body = self.request("POST", f"/hub/api/users/{name}/server")
@@ -96,7 +101,7 @@ class Browser:
 
     def make_token(self, name: str) -> None:
         """An API token of this user; later requests use it instead of the cookie."""
-        self.token = self.json("POST", f"/hub/api/users/{name}/tokens", data={"note": "tests/test_class.py"})["token"]
+        self.token = self.json("POST", f"/hub/api/users/{name}/tokens", data={"note": "class/tests/test_hub.py"})["token"]
 
 
 class Kernel:

@@ -5,8 +5,10 @@ serve class/demo-roster.csv, remove the demo accounts on SIGTERM), from a clone 
 HEAD (so that a test can publish an update without touching the checkout), with the Unix user prefix
 ``fatest-`` and a 1 GiB memory cap per student. Then, through the hub's own pages and API:
 
-- three students log in at once, are sent to change their first password, cannot start a server
-  before they do, and then start it;
+- every roster person is on the teacher's admin list before their first login;
+- three students log in at once, are sent to change their first password (a page in their roster
+  language), cannot start a server before they do, and are sent on to their server once they have;
+  the login page speaks the browser's language;
 - each server has a Chinese JupyterLab and lands on the Chinese lesson 00; the teacher's (roster
   language en) is English and lands on the English one;
 - lesson 00 runs in each student's server, its check cell passing, on the kernel built once for all;
@@ -14,10 +16,15 @@ HEAD (so that a test can publish an update without touching the checkout), with 
 - one student's kernel that crashes, one that eats memory past the cap and one that forks without
   end leave the others running;
 - an update published while a student has edited lesson 02 reaches the others and keeps the edit;
-- the demo's stop ends every process and removes every account it made.
+- the demo's stop ends every process and removes every account it made, and /etc/cron.deny and
+  /etc/at.deny are again what they were: one absent, one present with its content (where the machine
+  has neither, the test makes a cron.deny for the run and removes it after).
+
+The machine is left as it was found: the class folder CLASS_DIR (about 600 MB) goes too if this run
+made it (CLASS_TEST_KEEP=1 keeps it, and a later run then skips most of the install).
 
 Needs: root (useradd, one cgroup per student), Linux, npm or a wheelhouse (CLASS_WHEELHOUSE), and
-pip's index or that wheelhouse; about two minutes when pip's cache is warm.
+pip's index or that wheelhouse; a few minutes when pip's cache is warm.
 """
 from __future__ import annotations
 
@@ -46,6 +53,9 @@ CLASS_DIR = Path(os.environ.get("CLASS_TEST_DIR", "/srv/flash-attn-class-test"))
 STUDENTS = {"ming": "demo-ming-pw", "hua": "demo-hua-pw", "lan": "demo-lan-pw"}
 TEACHER = ("teacher", "demo-teacher-pw")
 LESSON_ZH = "flash-attn-q8/my-work/zh/00_start_here.ipynb"
+ZH_BROWSER, EN_BROWSER = "zh-CN,zh;q=0.9,en;q=0.8", "en-US,en;q=0.9"  # Accept-Language headers
+DENY_FILES = (Path("/etc/cron.deny"), Path("/etc/at.deny"))
+DENY_STATE = Path("/var/lib/flash-attn-class")  # class/denyfiles.py's record
 
 if sys.platform != "linux" or os.geteuid() != 0 or not shutil.which("useradd"):
     pytest.skip("the class hub test needs Linux and root: it makes one Unix user per student "
@@ -80,8 +90,52 @@ def git(*args, cwd):
                           capture_output=True, text=True).stdout
 
 
+def _file(path: Path):
+    """A file as the test compares it: its bytes, mode and owner; None for no file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return path.read_bytes(), st.st_mode & 0o7777, st.st_uid, st.st_gid
+
+
+def _outermost_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist (what making ``path`` makes), if any."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            return missing
+        missing = folder
+    return missing
+
+
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+def machine():
+    """What the machine had before the class (the deny files, the class folders), put back after."""
+    made = []
+    if not any(p.exists() for p in DENY_FILES):
+        # the case "a deny file that was there" too: a cron.deny for the run, mode 0640 to show that
+        # the mode is kept. It loosens nothing: with no cron.deny Debian's cron lets every user in,
+        # and crontab(1) denies everyone while the file is not world-readable
+        DENY_FILES[0].write_text("# made by make test-class for its run\nnobody\n")
+        os.chmod(DENY_FILES[0], 0o640)
+        made.append(DENY_FILES[0])
+    found = {"deny": {p: _file(p) for p in DENY_FILES}, "state": DENY_STATE.exists(),
+             "made": _outermost_missing(CLASS_DIR)}  # /srv too, on a machine that had none
+    try:
+        yield found
+    finally:
+        # the demo's stop removes its accounts and denials; after a failed run, this teardown does
+        subprocess.run([sys.executable, str(REPO / "class" / "classroom.py"), "teardown", "--prefix", PREFIX],
+                       capture_output=True)
+        for path in made:
+            path.unlink(missing_ok=True)
+        if found["made"] is not None and not os.environ.get("CLASS_TEST_KEEP"):
+            shutil.rmtree(found["made"], ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory, machine):
     source = tmp_path_factory.mktemp("class") / "workbook"
     git("clone", "--quiet", str(REPO), str(source), cwd=REPO)
     port = free_ports()
@@ -99,7 +153,8 @@ def hub(tmp_path_factory):
         ready = next((m.group(1) for line in lines if (m := re.match(r"class ready: (\S+)", line))), None)
         time.sleep(0.2)
     if ready is None:
-        demo.kill()
+        os.killpg(demo.pid, signal.SIGTERM)  # its stop removes what it made so far
+        demo.wait(120)
         log.seek(0)
         pytest.fail("the demo did not print 'class ready' in time:\n" + "".join(lines) + log.read()[-4000:])
     state = {"base": ready.rstrip("/"), "demo": demo, "lines": lines, "log": log, "source": source,
@@ -110,16 +165,41 @@ def hub(tmp_path_factory):
         demo.wait(120)
 
 
+def test_every_roster_person_is_on_the_admin_list_before_their_first_login(hub):
+    teacher = Browser(hub["base"], language=ZH_BROWSER)  # the page follows the roster (en), not the browser
+    assert teacher.log_in(*TEACHER).endswith("/hub/change-password")
+    status, _, page = teacher.request("GET", "/hub/change-password")
+    assert status == 200 and b"Current password:" in page, page[:500]
+    new = "Teacher-Own-Pass-2026!"
+    assert teacher.change_password(TEACHER[1], new).endswith("/hub/spawn")
+    teacher.make_token("teacher")
+    users = {u["name"]: u for u in teacher.json("GET", "/hub/api/users")}  # what /hub/admin lists
+    assert set(STUDENTS) <= set(users), f"not on the admin list: {set(STUDENTS) - set(users)}"
+    for name in STUDENTS:
+        assert users[name]["last_activity"] is None and not users[name].get("servers"), users[name]
+    hub["teacher"], hub["passwords"]["teacher"] = teacher, new
+
+
 def _first_login(base: str, name: str, first: str) -> tuple[Browser, str]:
-    b = Browser(base)
+    b = Browser(base, language=EN_BROWSER)  # the pages follow the roster (zh), not the browser
     assert b.log_in(name, first).endswith("/hub/change-password"), "the first login did not ask for a new password"
+    status, _, page = b.request("GET", "/hub/change-password")
+    assert status == 200 and "现在的密码".encode() in page, page[:500]
     status, _, body = b.request("POST", f"/hub/api/users/{name}/server")
     assert status >= 400 and b"change-password" in body, f"a server started before the first password changed: {status}"
     new = f"{name}-Own-Pass-2026!"
-    b.change_password(first, new)
+    for old, typed, says in ((first + "x", new, "现在的密码不对"), (first, first, "新密码和现在的密码一样")):
+        status, _, page = b.request("POST", "/hub/change-password", form={
+            "old_password": old, "new_password": typed, "new_password_confirmation": typed})
+        assert status == 200 and says.encode() in page, page[:500]
+    # a password changed: on to the student's own server, which starts and lands on their lesson
+    assert b.change_password(first, new).endswith("/hub/spawn")
+    status, headers, _ = b.request("GET", "/hub/spawn")
+    assert status == 302 and re.search(rf"/hub/spawn-pending/{name}|/user/{name}/", headers.get("Location", "")), \
+        (status, headers.get("Location"))
+    b.wait_ready(name)
     again = Browser(base)
     assert not again.log_in(name, new).endswith("change-password")
-    again.start_server(name)
     again.make_token(name)
     return again, new
 
@@ -132,11 +212,15 @@ def test_three_students_log_in_at_once_and_change_their_first_password(hub):
     for name in STUDENTS:
         entry = pwd.getpwnam(PREFIX + name)
         assert os.stat(entry.pw_dir).st_mode & 0o777 == 0o700, f"{entry.pw_dir} is readable by others"
+    # the login page speaks the browser's language (the class's default, zh, when it names neither);
     # a wrong password is refused with the form's message, not an error page
-    stranger = Browser(hub["base"])
-    stranger.request("GET", "/hub/login")
-    status, _, body = stranger.request("POST", "/hub/login", form={"username": "ming", "password": "wrong"})
-    assert status == 200 and b"Invalid username or password" in body
+    for language, sign_in, refused in ((ZH_BROWSER, "登录", "用户名或密码不对"), (EN_BROWSER, "Sign in", "Invalid username or password"),
+                                       ("fr-FR,fr;q=0.9", "登录", "用户名或密码不对")):
+        stranger = Browser(hub["base"], language=language)
+        status, _, page = stranger.request("GET", "/hub/login")
+        assert status == 200 and f"<h1>{sign_in}</h1>".encode() in page, (language, page[:500])
+        status, _, body = stranger.request("POST", "/hub/login", form={"username": "zhang", "password": "wrong"})
+        assert status == 200 and refused.encode() in body, (language, body[:500])
 
 
 def test_each_server_has_a_chinese_interface_and_opens_the_chinese_lesson_00(hub):
@@ -148,21 +232,18 @@ def test_each_server_has_a_chinese_interface_and_opens_the_chinese_lesson_00(hub
         status, headers, _ = b.request("GET", f"/user/{name}/")
         assert status == 302 and headers.get("Location", "").rstrip("?").endswith("/lab/tree/" + LESSON_ZH), headers.get("Location")
     # the teacher's roster language is en: the English interface, the English lesson 00; the hub's admin
-    teacher = Browser(hub["base"])
-    teacher.log_in(*TEACHER)
-    teacher.change_password(TEACHER[1], "Teacher-Own-Pass-2026!")
-    teacher = Browser(hub["base"])
-    teacher.log_in("teacher", "Teacher-Own-Pass-2026!")
-    teacher.make_token("teacher")
+    teacher = hub["teacher"]
     assert teacher.json("GET", "/hub/api/users/teacher")["admin"] is True
     # a sign-up waits for the teacher's approval (NativeAuthenticator's /hub/authorize)
-    late = Browser(hub["base"])
+    late = Browser(hub["base"], language=EN_BROWSER)
     late.request("GET", "/hub/signup")
     late.request("POST", "/hub/signup", form={"username": "late", "signup_password": "Late-Pass-2026!",
                                               "signup_password_confirmation": "Late-Pass-2026!"})
-    late.request("GET", "/hub/login")
-    status, _, body = late.request("POST", "/hub/login", form={"username": "late", "password": "Late-Pass-2026!"})
-    assert status == 200 and b"has not been authorized" in body, (status, body[:300])
+    for language, waits in ((EN_BROWSER, "has not been authorized"), (ZH_BROWSER, "还没有得到老师批准")):
+        late.language = language
+        late.request("GET", "/hub/login")
+        status, _, body = late.request("POST", "/hub/login", form={"username": "late", "password": "Late-Pass-2026!"})
+        assert status == 200 and waits.encode() in body, (status, body[:300])
     assert teacher.request("GET", "/hub/authorize/late")[0] == 302  # the teacher approves
     assert not Browser(hub["base"]).log_in("late", "Late-Pass-2026!").endswith("/hub/login")
     services = teacher.json("GET", "/hub/api/services")
@@ -329,16 +410,18 @@ def test_the_systemd_path_sets_the_same_limits(hub):
                                   f"{PREFIX}{{USERNAME}} True ['--KernelManager.transport=ipc']"), out.stdout
 
 
-def test_the_demo_stops_everything_and_removes_its_accounts(hub):
+def test_the_demo_stops_everything_and_removes_its_accounts(hub, machine):
     demo = hub["demo"]
     os.killpg(demo.pid, signal.SIGTERM)
     assert demo.wait(120) == 0
     assert "demo accounts removed" in "".join(hub["lines"]), "".join(hub["lines"])
     left = [u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(PREFIX)]
     assert not left, f"accounts left behind: {left}"
-    for deny in ("/etc/cron.deny", "/etc/at.deny"):
-        if Path(deny).exists():
-            assert PREFIX not in Path(deny).read_text(), f"{deny} still names the demo's accounts"
+    # the deny files as they were: absent again (not empty: an empty at.deny lets every user use at),
+    # or the same bytes, mode and owner
+    for deny, before in machine["deny"].items():
+        assert _file(deny) == before, f"{deny} is not what it was before the class: {_file(deny)!r}, was {before!r}"
+    assert DENY_STATE.exists() == machine["state"], f"{DENY_STATE}: the class's record is left behind"
     procs = subprocess.run(["ps", "-eo", "pid,user:32,args"], capture_output=True, text=True).stdout
     assert PREFIX not in procs and str(CLASS_DIR / "env") not in procs, procs
     with socket.socket() as s:

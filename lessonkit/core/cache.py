@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import threading
-import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -29,6 +27,7 @@ from . import native
 from . import validate as check
 from .header import KVQ_INV
 from .language import _
+from .processes import fork_safe_lock
 
 N_KV_HEADS_MAX = 256        # kv heads per cache
 BLOCK_SIZE_MAX = 65536      # tokens per block
@@ -150,8 +149,7 @@ class KVCacheQ8:
         self._shape = (nkv, hd, bs)
         self._huge = huge
         self._max_tokens = C_INT_MAX // nkv
-        self._lock = threading.Lock()       # serializes appends; readers never take it
-        _caches.add(self)                   # so that a forked child gets a free lock (below)
+        self._lock = fork_safe_lock(self, "_lock")  # serializes appends; readers never take it
         self._k_blocks: list[np.ndarray] = []  # every block allocated, in token order; only grows
         self._v_blocks: list[np.ndarray] = []
         k_scale = np.zeros((bs, nkv), np.float32)
@@ -240,7 +238,7 @@ class KVCacheQ8:
         ffi, lib = native.load()
         # Row r of x is (token r // nkv, head r % nkv): the same order as the block rows and the
         # [token][kv_head] scales, so one call quantizes a run of tokens of one block. The buffers
-        # are sized here, so the C quantizer is called directly (as quant.quantize_kv_rows_into does).
+        # are sized here, so the C quantizer is called directly, writing into the blocks and scales themselves.
         hd, kv_dim, nkv = self.head_dim, self.kv_dim, self.n_kv_heads
         xk, xv = ffi.from_buffer("float[]", k), ffi.from_buffer("float[]", v)
 
@@ -440,18 +438,6 @@ class KVCacheQ8:
 
 # A child forked while another thread of the parent was appending would inherit that cache's lock
 # held, by a thread that does not exist in the child: its first append would wait forever.
-_caches: weakref.WeakSet = weakref.WeakSet()
-
-
-def _free_locks_in_child() -> None:
-    for cache in list(_caches):
-        cache._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_free_locks_in_child)
-
-
 def _table_with(table: _BlockTable, n_used: int, n_blocks: int, blocks: list) -> _BlockTable:
     """A table with entries for blocks 0 ... n_blocks - 1: ``table`` itself if it has room (entries
     past n_used are read by no one yet), else a copy of twice the size."""

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import os
 import platform
-import re
-import shutil
 import subprocess
 import sys
-import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,20 +15,32 @@ from pathlib import Path
 
 from . import native
 from .language import _
-from ..display.table import Table, show
-
-
-@dataclass
-class Check:
-    what: str
-    ok: bool
-    found: str      # what was found, or "missing"
-    needed_for: str
-    install: str    # how to get it, when missing
+from .processes import fork_safe_lock
 
 
 CPUINFO = Path("/proc/cpuinfo")
 DEVICE_TREE_MODEL = Path("/proc/device-tree/model")
+
+
+SYS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")  # Linux's description of CPU 0's caches
+
+
+def size_bytes(text: str) -> int:
+    """A sysfs cache size ("48K", "3M" or "512") in bytes."""
+    text = text.strip().upper()
+    return int(text.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+
+
+def last_level_bytes(sysfs: Path | str = SYS_CACHE) -> int | None:
+    """The largest CPU cache (its last level) in bytes, as Linux's sysfs lists CPU 0's; None where it lists
+    none (macOS)."""
+    sizes = []
+    for f in Path(sysfs).glob("index*/size"):
+        try:
+            sizes.append(size_bytes(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    return max(sizes) if sizes else None
 
 
 def cpu_name(cpuinfo_path: Path | str | None = None, model_path: Path | str | None = None) -> str:
@@ -178,17 +187,7 @@ def timing_cores(cores: str | TimingCores | None = None, cpuinfo_path: Path | st
     return TimingCores(name, types[name], types)
 
 
-_pin_lock = threading.RLock()
-
-
-def _free_pin_lock_in_child() -> None:
-    """A child forked while a thread of the parent held the lock gets a free one (see KVCacheQ8's)."""
-    global _pin_lock
-    _pin_lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_free_pin_lock_in_child)
+_pin_lock = fork_safe_lock(sys.modules[__name__], "_pin_lock", reentrant=True)
 
 
 def _thread_ids() -> list[int]:
@@ -258,107 +257,3 @@ def machine_label(cores: str | None = None, cpuinfo_path: Path | str | None = No
         name = f"{name} ({plan.name})"
     return f"{name}, {platform.machine()}, " + _("kernel backend ") + native.backend()
 
-
-def _version(cmd: list[str]) -> str | None:
-    if shutil.which(cmd[0]) is None:
-        return None
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):  # a tool that does not answer is as good as missing
-        return None
-    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else cmd[0]
-
-
-def check_setup() -> list[Check]:
-    """Check the compiler, the compiled backend, SIMDe or NEON, and the tools later lessons use."""
-    inst = "brew install" if sys.platform == "darwin" else "sudo apt install"
-    checks = []
-    every = _("every lesson")
-    missing = _("missing")
-    try:
-        cc = native.compiler()
-        checks.append(Check(_("C compiler"), True, _version([*cc.split(), "--version"]) or cc,
-                            every, ""))
-    except native.BuildError as e:
-        checks.append(Check(_("C compiler"), False, missing, every, str(e)))
-    try:
-        name = native.backend()
-        checks.append(Check(_("kernel build"), True, name, every, ""))
-    except native.BuildError as e:
-        checks.append(Check(_("kernel build"), False, _("failed"), every,
-                            str(e).splitlines()[0]))
-    if native.is_arm64():
-        checks.append(Check("NEON", True, _("arm_neon.h (native)"), every, ""))
-    else:
-        inc = native.simde_include_dir()
-        checks.append(Check(_("SIMDe headers"), inc is not None,
-                            _("found") if inc else missing,
-                            _("every lesson (NEON off ARM)"),
-                            _("pip install cmeel-simde  (or conda install -c conda-forge simde)")))
-    # Homebrew's gdb cannot debug native programs on Apple Silicon; lldb (Xcode's command line
-    # tools) does (docs/references.md, "Debuggers on macOS")
-    gdb_install = (_("gdb cannot debug native programs on Apple Silicon: use lldb in lesson 06 (xcode-select "
-                     "--install)")
-                   if sys.platform == "darwin" else f"{inst} gdb")
-    lldb_install = "xcode-select --install" if sys.platform == "darwin" else f"{inst} lldb"
-    optional = _("make test-aarch64 (optional)")
-    tools = [("gdb", ["gdb", "--version"], _("lesson 06 (debugger exercise)"), gdb_install),
-             ("lldb", [lldb_path() or "lldb", "--version"], _("lesson 06 (the lldb track)"),
-              lldb_install),
-             ("llvm-mca-19", ["llvm-mca-19", "--version"],
-              _("lesson 09 (A76 estimates, make bench-a76)"),
-              f"{inst} llvm-19" if sys.platform != "darwin" else
-              _("not packaged as llvm-mca-19 on macOS: lesson 09 shows saved estimates")),
-             ("valgrind", ["valgrind", "--version"], _("lesson 05 (cache simulation)"),
-              _("sudo apt install valgrind  (not available on macOS: lesson 05 shows saved results)")),
-             (_("aarch64 cross compiler"), ["aarch64-linux-gnu-gcc", "--version"],
-              optional, "sudo apt install gcc-aarch64-linux-gnu"),
-             ("qemu-aarch64", ["qemu-aarch64", "--version"], optional,
-              "sudo apt install qemu-user")]
-    for what, cmd, needed_for, install in tools:
-        v = _version(cmd)
-        checks.append(Check(what, v is not None, v or missing, needed_for, install))
-    return checks
-
-
-def lldb_path() -> str | None:
-    """Where lldb is: ``lldb`` on PATH; else the newest versioned ``lldb-NN`` on PATH (Debian and
-    Ubuntu install e.g. ``lldb-14`` and ``lldb-19`` side by side, the plain name only with the
-    ``lldb`` package); on macOS, Xcode's (``xcrun -f lldb``). None when there is none."""
-    found = shutil.which("lldb")
-    if found:
-        return found
-    versioned = []
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        try:
-            names = os.listdir(d or ".")
-        except OSError:
-            continue
-        for n in names:
-            m = re.fullmatch(r"lldb-(\d+)", n)
-            full = os.path.join(d, n)
-            if m and os.access(full, os.X_OK):
-                versioned.append((int(m.group(1)), full))
-    if versioned:
-        return max(versioned)[1]
-    if sys.platform == "darwin" and shutil.which("xcrun"):
-        try:
-            out = subprocess.run(["xcrun", "-f", "lldb"], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        path = out.stdout.strip()
-        if out.returncode == 0 and path and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def print_setup(checks: list[Check] | None = None) -> None:
-    """Show check_setup() as a table, then what to install for anything missing."""
-    checks = check_setup() if checks is None else checks
-    show(Table([(_("ok") if c.ok else _("MISSING"), c.what, c.found, c.needed_for) for c in checks],
-               header=[_("status"), _("what"), _("what was found"), _("needed for")]))
-    for c in checks:
-        if not c.ok:
-            print(f"\n-> {c.what}{_(': ')}{c.install}")
-    if all(c.ok for c in checks):
-        print(_("\nEverything the workbook uses is here."))

@@ -19,11 +19,7 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -31,11 +27,11 @@ from pathlib import Path
 import cffi
 
 from . import validate as check
-from . import check_report
-from .interrupt import BuildInterrupted, compile_stoppably, stopped  # noqa: F401
+from .check import failure_lines, judge, refusal, smoke
+from .processes import BuildInterrupted, compile_stoppably, fork_safe_lock, stopped  # noqa: F401
 from .files import write_atomic
 from .header import cdef
-from .language import N_, _
+from .language import _
 from .toolchain import (  # noqa: F401
     AARCH64_MARCH,
     DEFINES,
@@ -71,16 +67,6 @@ from .toolchain import (  # noqa: F401
     simde_include_dir,
     source_dir,
 )
-
-SMOKE_SCRIPT = Path(__file__).resolve().parent / "smoke.py"
-# How long the check of a new build may run in its child process before it counts as a hang
-# (LESSONKIT_SMOKE_TIMEOUT, seconds). It takes a few seconds; the margin is for a slow board, a loaded
-# machine or a sanitizer build.
-SMOKE_TIMEOUT_S = 60.0
-
-
-def smoke_timeout() -> float:
-    return seconds_setting("LESSONKIT_SMOKE_TIMEOUT", SMOKE_TIMEOUT_S, 1, 3600)
 
 
 KEEP_BUILDS = 6          # newest libraries kept per kind (fast, debug, ...); older ones are pruned
@@ -132,11 +118,19 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
         return out, record
     if record is None and (shared := _prebuilt(out.name, verify)):
         return shared
+    cache = _build_cache(out.name)
+    if record is None and cache and (cached := _read_record(cache)) is not None and _level_ok(cached, verify):
+        with _workspace(build_dir) as work:  # the tests' compiler cache: the same bytes, checked before
+            shutil.copyfile(cache, work / "lib.so")
+            _publish(work / "lib.so", out)
+            _write_record(out, cached)
+        _prune(build_dir, stem)
+        return out, cached
     if record is not None:  # built and intact, but checked less than now asked: check it again
-        result = _smoke(out, header, verify)
+        result = smoke(out, header, verify)
         record = {**record, **result}
         _write_record(out, record)
-        _judge(result, verify)
+        judge(result, verify)
         return out, record
 
     with _workspace(build_dir) as work:
@@ -145,11 +139,16 @@ def _library(flags: list[str], stem: str, src_dir, build_dir, verify: str) -> tu
         with stopped(_("the build of the kernel (the compiler)")):
             messages = compile_stoppably(_run_compiler, cc, flags, tmp_src, _c_files(tmp_src, sources),
                                          tmp_lib, src_dir)
-        result = _smoke(tmp_lib, header, verify)
-        _judge(result, verify)  # raises before anything is published
+        result = smoke(tmp_lib, header, verify)
+        judge(result, verify)  # raises before anything is published
         _publish(tmp_lib, out)
         record = {"sha256": _sha256(out), "warnings": messages, "header": header, **result}
         _write_record(out, record)
+        if cache and not result.get("failures") and not messages:  # warnings name the folder compiled: not shared
+            with contextlib.suppress(OSError):  # a cache that cannot be written only costs a build later
+                shutil.copyfile(out, work / "shared.so")
+                os.replace(work / "shared.so", cache)
+                write_atomic(_record_path(cache), json.dumps(record, indent=1))
     _prune(build_dir, stem)
     return out, record
 
@@ -181,6 +180,14 @@ def _prebuilt(name: str, verify: str) -> tuple[Path, dict] | None:
     return (lib, record) if record is not None and _level_ok(record, verify) else None
 
 
+def _build_cache(name: str) -> Path | None:
+    """Where the tests' compiler cache keeps a library of this name (``$LESSONKIT_BUILD_CACHE``, which
+    tests/conftest.py sets): test builds of the same sources, flags and compiler in other folders (a clone, a
+    copy of native/) take it from there instead of compiling again. None without a cache."""
+    folder = os.environ.get("LESSONKIT_BUILD_CACHE", "").strip()
+    return Path(folder) / name if folder and Path(folder).is_dir() else None
+
+
 def _read_record(lib: Path) -> dict | None:
     """The record written when ``lib`` passed its check, if ``lib`` is still exactly those bytes.
     An empty, truncated or replaced library (or one without a record) gives None: rebuild it."""
@@ -206,96 +213,6 @@ def _level_ok(record: dict, verify: str) -> bool:
     if VERIFY_LEVELS.index(done) < VERIFY_LEVELS.index(verify):
         return False
     return verify != "results" or not record.get("failures")
-
-
-# The check's progress lines (tests/conftest.py has nbval compare outputs without them: whether a
-# cell checks a build depends on what this checkout built before, not on the lesson)
-CHECKING_NEW = N_("Checking the new build in a separate process (up to {timeout:.0f} s) ...")
-CHECKING_LONGER = N_("Checking this build on a cache of {n} tokens in a separate process (up to {timeout:.0f} s) ...")
-
-
-def _smoke(lib: Path, header: str, verify: str, shape: list | None = None) -> dict:
-    """Run lessonkit/smoke.py on ``lib`` in a child process (``shape``: only one case, ``[seq_len,
-    n_kv_heads, head_dim, block_size]``). Returns ``{"verified": level, "failures": [...], "crash":
-    str|None, "output": str, "covered": [shape, ...]}`` (failures as smoke.py codes them; output: what
-    the kernel itself printed, cut to a few lines; covered: the cache shapes it ran on)."""
-    if verify == "skip":
-        return {"verified": "skip", "failures": [], "crash": None, "output": "", "covered": []}
-    with tempfile.TemporaryDirectory(prefix="lessonkit-check-") as tmp:
-        report, out, err = (Path(tmp) / name for name in ("report", "stdout", "stderr"))
-        request = json.dumps({"library": str(lib), "header": header, "report": str(report), "shape": shape})
-        timeout = smoke_timeout()
-        # one line while it runs: a hung edit makes the student wait up to the timeout
-        print(CHECKING_NEW.format(timeout=timeout) if shape is None else
-              CHECKING_LONGER.format(n=shape[0], timeout=timeout), flush=True)
-        with stopped(_("the check of the build in a separate process (its processes were ended)")), \
-                open(out, "wb") as fo, open(err, "wb") as fe:
-            code = _run_check(request, fo, fe, timeout)
-        steps = check_report.text(report).splitlines()
-        # what the kernel printed: the first lines of its stdout, then of its stderr
-        printed = "\n".join(part for part in map(check_report.cut, map(check_report.text, (out, err))) if part)
-    result = {"verified": verify, "failures": [], "crash": None, "output": printed, "covered": []}
-    if code is None:
-        result["crash"] = check_report.while_running(
-            _("did not finish in {SMOKE_TIMEOUT_S:.0f} s (a hang: an endless loop?)").format(
-              SMOKE_TIMEOUT_S=timeout), steps)
-    elif code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        what = {"SIGSEGV": _("segmentation fault: a read or write outside the memory it owns"),
-                "SIGBUS": _("bus error: a bad address"), "SIGILL": _("illegal instruction"),
-                "SIGFPE": _("arithmetic exception"), "SIGABRT": _("abort")}.get(name)
-        crash = _("crashed with {name} ({what})").format(name=name, what=what) if what else \
-            _("crashed with {name}").format(name=name)
-        result["crash"] = check_report.while_running(crash, steps) + (f":\n{printed}" if printed else "")
-    else:
-        try:
-            result["failures"], result["covered"] = check_report.read_report(steps)
-        except ValueError as e:
-            crash = (_("wrote a report of its check that cannot be read ({why})").format(why=e)
-                     if steps and steps[-1].startswith("report ") else
-                     check_report.while_running(_("stopped with exit code {returncode}").format(returncode=code), steps))
-            result["crash"] = crash + (f":\n{printed}" if printed else "")
-    return result
-
-
-def _run_check(request: str, stdout, stderr, timeout: float) -> int | None:
-    """smoke.py's exit code (negative: the signal that ended it), or None if it ran out of time. It runs
-    in a process group of its own, and the whole group is killed when it ends: a process the kernel
-    forked (or a hung one's) does not outlive the check."""
-    try:
-        proc = subprocess.Popen([sys.executable, "-I", str(SMOKE_SCRIPT)], stdin=subprocess.PIPE, stdout=stdout,
-                                stderr=stderr, start_new_session=True)
-    except OSError as e:
-        raise BuildError(_("Could not start the check of the new build ({executable}): {e}").format(
-                           executable=sys.executable, e=e)) from None
-    try:
-        proc.communicate(request.encode(), timeout=timeout)
-        return proc.returncode
-    except subprocess.TimeoutExpired:
-        return None
-    finally:  # also on an interrupt: nothing of the check keeps running
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def _judge(result: dict, verify: str) -> None:
-    """Raise KernelCheckError for a crash or hang (always) and for wrong results (verify="results").
-    Wrong results allowed by verify="crashes" are shown by load() as a warning."""
-    keep = _("Nothing new was loaded; what was loaded before keeps working. Fix the edit and run the cell again.")
-    if result.get("crash"):
-        raise KernelCheckError(_("The new build of the kernel {result}.\n{keep}").format(
-                                 result=result['crash'], keep=keep))
-    failures = result.get("failures") or []
-    if failures and verify == "results":
-        raise KernelCheckError(_("The new build of the kernel gives wrong results against the reference (the "
-                                 "engine's quantized math in numpy, float64):\n{failure_lines_failures}\n{keep} To "
-                                 "load a kernel you broke on purpose, pass verify='crashes' (crashes and hangs are "
-                                 "still caught; results are not).").format(
-                                 failure_lines_failures=check_report.failure_lines(failures), keep=keep))
 
 
 def _prune(build_dir: Path, stem: str) -> None:
@@ -484,7 +401,7 @@ def _warn_wrong(verify: str, failures: list, where: str = "") -> None:
     # named after the call, not the caller's file: a notebook's cell has a temporary path
     warnings.warn_explicit(BuildWarning(_("loaded with verify={verify!r}: this build computes wrong results (as "
                                           "you meant it to?):").format(verify=verify) + where
-                                        + f"\n{check_report.failure_lines(failures)}"),
+                                        + f"\n{failure_lines(failures)}"),
                            BuildWarning, "lessonkit.native.load", 0)
 
 
@@ -500,17 +417,7 @@ def _warn_wrong(verify: str, failures: list, where: str = "") -> None:
 # the library's record. A record from before shapes were kept covers nothing: its first call re-checks.
 ROUND_UP_TO = 1 << 22  # above this, the check runs at the call's own length (no rounding up)
 _covered: dict[tuple, tuple] = {}  # (id(lib), kv heads, head_dim, block) -> (record, verify, checked length)
-_cover_lock = threading.Lock()  # one check at a time: threads calling together wait for the first one
-
-
-def _free_cover_lock_in_child() -> None:
-    """A child forked while a thread of the parent was checking gets a free lock (as KVCacheQ8's)."""
-    global _cover_lock
-    _cover_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_free_cover_lock_in_child)
+_cover_lock = fork_safe_lock(sys.modules[__name__], "_cover_lock")  # one check at a time: threads calling together wait for the first one
 
 
 def _checked_length(record: dict, shape: tuple) -> int:
@@ -563,9 +470,9 @@ def _cover(lib, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int) -
     refused = record.get("refused", {}).get(shape[1:])  # this process saw it fail on that shape
     if refused and n >= refused[0]:
         raise KernelCheckError(refused[1])
-    result = _smoke(path, record["header"], verify, [n, *shape[1:]])
+    result = smoke(path, record["header"], verify, [n, *shape[1:]])
     if result["crash"] or (result["failures"] and verify == "results"):
-        message = _refusal(result, checked, n, shape)
+        message = refusal(result, checked, n, shape)
         record.setdefault("refused", {})[shape[1:]] = (n, message)
         raise KernelCheckError(message)
     if result["failures"]:
@@ -575,22 +482,6 @@ def _cover(lib, seq_len: int, n_kv_heads: int, head_dim: int, block_size: int) -
         _write_record(path, {k: v for k, v in record.items() if k != "refused"})
     except BuildError:
         pass  # a read-only folder (a class hub's prebuilt libraries): this process remembers it
-
-
-def _refusal(result: dict, checked: int, n: int, shape: tuple) -> str:
-    seq_len, nkv, hd, bs = shape
-    if result["crash"]:
-        what, why = result["crash"], _("A buffer sized for short caches (such as float seen[8192]), or by tokens x "
-                                       "head_dim, is the usual cause: size it by seq_len, or do without it.")
-    else:
-        what = _("computes wrong results against the reference:\n{lines}").format(
-                 lines=check_report.failure_lines(result["failures"]))
-        why = _("A counter or a sum that overflows or loses precision on long caches is the usual cause.")
-    return _("This build of the kernel passed its check on caches of up to {checked} tokens of this shape "
-             "({nkv} kv heads, head_dim {hd}, blocks of {bs}); checked now on a cache of {n} tokens (in a child "
-             "process, before your call on {seq_len} tokens), it {what}\nThe call was not made; your process and "
-             "what it holds are safe. {why} Calls on smaller caches still run.").format(
-             checked=checked, nkv=nkv, hd=hd, bs=bs, n=n, seq_len=seq_len, what=what, why=why)
 
 
 def library_path(debug: bool = False, dotprod: bool | None = None) -> Path:

@@ -44,20 +44,6 @@ def quantize_kv_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes, scales
 
 
-def quantize_kv_rows_into(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, ffi=None, lib=None) -> None:
-    """Write the codes of x float32 [n, hd] into ``codes`` (int8 [n, hd]) and the raw maxima into
-    ``scales`` (float32 [n]): writable, C-contiguous arrays of exactly those shapes, since C writes
-    wherever they point. ``ffi, lib``: a loaded library (``lessonkit.native.load()``), default the
-    workbook's."""
-    x = _rows(x)
-    n, hd = x.shape
-    codes = check.int8_array("codes", codes, (n, hd), writable=True)
-    scales = check.float32_array("scales", scales, (n,), writable=True)
-    if np.may_share_memory(codes, x) or np.may_share_memory(scales, x) or np.may_share_memory(codes, scales):
-        raise ValueError(_("x, codes and scales must not overlap: C reads x while it writes the others"))
-    _quantize_rows(x, codes, scales, *native.library(ffi, lib, ("kvq8_quantize_rows",)))
-
-
 def _rows(x) -> np.ndarray:
     x = check.float32_array("x", x, (None, None))
     check.c_int(_("x.shape[0] (rows)"), x.shape[0])  # C counts them with int

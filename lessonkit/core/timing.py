@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from . import validate as check
 from .cache import KVCacheQ8, attention_args
 from .language import _
 from .variants import BY_NAME
+from .env import last_level_bytes  # noqa: F401  (lesson 05b calls it timing.last_level_bytes)
 
 # backend name -> fa_time_calls index, from the one registry (native/fa_variants.h)
 VARIANTS = {name: v.version for name, v in BY_NAME.items()}
@@ -236,21 +236,9 @@ def kernel_contenders(names, q, cache, kv_head, number: int, cores=None) -> dict
     return {n: _kernel_sample(q, cache, kv_head, n, number, cores) for n in names}
 
 
-def last_level_bytes() -> int | None:
-    """The largest cache of CPU 0 that Linux's /sys lists (its last level), or None where it lists none."""
-    sizes = []
-    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        try:
-            text = f.read_text().strip()
-            sizes.append(int(text[:-1]) << {"K": 10, "M": 20}[text[-1]] if text[-1] in "KM" else int(text))
-        except (OSError, ValueError):
-            continue
-    return max(sizes) if sizes else None
-
-
 def _last_level_bytes() -> int:
     """The last level's bytes; 64 MiB where /sys lists no cache (macOS)."""
-    return last_level_bytes() or 64 << 20
+    return env.last_level_bytes() or 64 << 20
 
 
 _flush: list[np.ndarray] = []

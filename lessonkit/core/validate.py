@@ -186,16 +186,6 @@ def float32_like(name: str, a, shape: tuple) -> np.ndarray:
     return float32_array(name, a, shape)
 
 
-def int8_array(name: str, a, shape: tuple, writable: bool = False) -> np.ndarray:
-    """A C-contiguous int8 numpy array of the given shape, as a plain ndarray; ``writable``: C
-    writes into it."""
-    a = base_array(name, a)
-    _dtype(name, a, np.int8)
-    _shape(name, a, shape)
-    _layout(name, a, writable)
-    return a
-
-
 # ----------------------------------------------------------------------------- sizes
 
 def at_most(name: str, value: int, cap: int, why: str) -> int:

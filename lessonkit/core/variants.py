@@ -50,8 +50,3 @@ def adds_text(name: str) -> str:
     """What version ``name`` adds, in the current language (lessonkit.language)."""
     return from_c(BY_NAME[name].adds)
 
-
-def from_library(ffi, lib) -> tuple[Variant, ...]:
-    """The registry as a built library holds it (fa_variant_count, ...): what VARIANTS must equal."""
-    return tuple(Variant(lib.fa_variant_version(i), ffi.string(lib.fa_variant_name(i)).decode(), "",
-                         ffi.string(lib.fa_variant_adds(i)).decode()) for i in range(lib.fa_variant_count()))

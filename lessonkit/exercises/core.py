@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,8 +30,21 @@ MAX_ANSWER_DEPTH = 16       # nesting of lists and dicts in one answer
 MAX_WHOLE = 2**63           # |whole number| of any answer: line numbers, counts, bytes
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not attempted"
+# NOT_RUN: the grader's verdict on an exercise whose answer cell never ran (python -m workbench grade)
+NOT_RUN = "not run"
 STATUS_LABELS = {CORRECT: N_("Correct"), INCORRECT: N_("Incorrect"),
-                 NOT_ATTEMPTED: N_("Not attempted")}
+                 NOT_ATTEMPTED: N_("Not attempted"), NOT_RUN: N_("Not run")}
+
+# Graded mode: set by the teacher or the class hub (LESSONKIT_GRADED=1 in the environment of the
+# students' servers), solution() and answer() say that solutions are off instead of showing them.
+# Read at each call, so that a hub's setting reaches a kernel without a restart of anything else.
+GRADED_ENV = "LESSONKIT_GRADED"
+SOLUTIONS_OFF = N_("Your teacher has turned solutions off for graded work; check(answer) still says what is off.")
+
+
+def graded() -> bool:
+    """Is graded mode on (LESSONKIT_GRADED set to anything but "", "0", "false", "no" or "off")?"""
+    return os.environ.get(GRADED_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -312,13 +326,19 @@ class Exercise:
         print(_("Hint: ") + text(self._hint))
 
     def answer(self, **context):
-        """The right answer, computed now from the code and data."""
+        """The right answer, computed now from the code and data (None in graded mode, which says so)."""
+        if graded():
+            print(SOLUTIONS_OFF)
+            return None
         facts = self.facts(**context)
         if self._solution:
             return self._solution(facts)
         return {k: facts[k] for k in self.template}
 
     def solution(self, **context) -> None:
+        if graded():
+            print(SOLUTIONS_OFF)
+            return
         print(_("Solution: ") + f"answer = {self.answer(**context)!r}")
         if self._explain:
             print(text(self._explain))

@@ -1,8 +1,5 @@
-"""The benchmark's inputs and the machine's read bandwidth, which lessons 03, 08 and 09 use beside their
-timings (``make bench``'s command line and report are ``workbench/bench.py``): ``make_inputs`` (a cache with one
-random kv head of head_dim 128, and its fp32 K and V), ``group_queries`` (the four query heads of a GQA group),
-``read_bandwidth_gbps`` and ``read_bandwidth_2t_gbps`` (this machine's read bandwidth, one and two threads),
-``median_ns`` (a Python call timed, from ``lessonkit.timing``)."""
+"""The benchmark's inputs and this machine's read bandwidth, which lessons 03, 08 and 09 use beside their timings
+(``make bench``'s command line and report are ``workbench/bench.py``; ``median_ns`` is ``lessonkit.timing``'s)."""
 from __future__ import annotations
 
 import threading
@@ -31,15 +28,14 @@ def check_inputs(seq_len: int, n_kv_heads: int) -> None:
     # fp32 K and V of the head, the q8 cache of every head, one chunk of fp32 K and V of every head
     nbytes = (2 * seq_len * HEAD_DIM * 4 + seq_len * (2 * n_kv_heads * HEAD_DIM + 2 * 4 * n_kv_heads)
               + 2 * min(seq_len, CHUNK) * n_kv_heads * HEAD_DIM * 4)
-    check.memory(_("the inputs of seq_len {seq_len} with {n_kv_heads} kv heads").format(
-                   seq_len=seq_len, n_kv_heads=n_kv_heads), nbytes,
-                 MAX_BENCH_BYTES, _("use a shorter seq_len or fewer kv heads"))
+    check.memory(_("the inputs of seq_len {seq_len} with {n_kv_heads} kv heads").format(seq_len=seq_len,
+                 n_kv_heads=n_kv_heads), nbytes, MAX_BENCH_BYTES, _("use a shorter seq_len or fewer kv heads"))
 
 
 def make_inputs(seq_len: int, n_kv_heads: int = N_KV_HEADS, seed: int = 0, huge_pages: bool = True):
-    """``(cache, kv_head, q, K, V)``: a cache of ``n_kv_heads`` heads (only KV_HEAD random, the others
-    zero: cheap to build; on huge pages or 4 KiB ones, ``KVCacheQ8``'s ``huge_pages``) and that head's
-    fp32 K, V for the numpy reference."""
+    """``(cache, kv_head, q, K, V)``: a cache of ``n_kv_heads`` heads (only KV_HEAD random, the others zero: cheap
+    to build; on huge pages or 4 KiB ones, ``KVCacheQ8``'s ``huge_pages``) and that head's fp32 K, V for the numpy
+    reference."""
     seq_len = check.integer("seq_len", seq_len, minimum=1)
     n_kv_heads = check.integer("n_kv_heads", n_kv_heads, minimum=1)
     check_inputs(seq_len, n_kv_heads)
@@ -66,9 +62,8 @@ def _read_buffer(ffi, lib, nbytes, line: int, huge_pages: bool = True):
     nbytes = check.integer("nbytes", nbytes, minimum=line)
     check.at_most("nbytes", nbytes, MAX_READ_BYTES, _("bytes of the read-bandwidth buffer"))
     if nbytes % line:
-        raise ValueError(_("nbytes must be a multiple of {line} (the probe reads whole 64-byte lines); got "
-                           "{nbytes}: use {nbytes_line}").format(
-                           line=line, nbytes=nbytes, nbytes_line=nbytes - nbytes % line))
+        raise ValueError(_("nbytes must be a multiple of {line} (the probe reads whole 64-byte lines); got {nbytes}: "
+                           "use {nbytes_line}").format(line=line, nbytes=nbytes, nbytes_line=nbytes - nbytes % line))
     buf = mapped_zeros((nbytes,), np.uint8, check.flag("huge_pages", huge_pages))  # paged as a KVCacheQ8 is
     buf.fill(1)  # touched before it is timed: the pages exist
     return ffi, lib, nbytes, buf
@@ -76,9 +71,9 @@ def _read_buffer(ffi, lib, nbytes, line: int, huge_pages: bool = True):
 
 def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str | None = None,
                         huge_pages: bool = True) -> float:
-    """Single-thread read bandwidth in GB/s: the best of 5 sums (fa_read_gbps of ``lib``, default the
-    workbook's build) over ``nbytes`` (a multiple of 64, at most MAX_READ_BYTES), pinned like the timings;
-    the buffer on huge pages or 4 KiB ones (``huge_pages``, as ``KVCacheQ8`` takes it)."""
+    """Single-thread read bandwidth in GB/s: the best of 5 sums (fa_read_gbps of ``lib``, default the workbook's
+    build) over ``nbytes``, pinned like the timings; the buffer on huge pages or 4 KiB ones (``huge_pages``, as
+    ``KVCacheQ8`` takes it)."""
     ffi, lib, nbytes, buf = _read_buffer(ffi, lib, nbytes, 64, huge_pages)
     with env.pinned(cores):
         return float(lib.fa_read_gbps(ffi.from_buffer("unsigned char[]", buf), nbytes, 5))
@@ -86,9 +81,8 @@ def read_bandwidth_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, cores: str 
 
 def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: int = 5,
                            cores: str | None = None) -> float:
-    """Read bandwidth of 2 threads in GB/s, each summing half the buffer (cffi lets go of the GIL):
-    all the bytes over the first thread's start to the last one's end (each times itself), best of
-    ``reps`` passes."""
+    """Read bandwidth of 2 threads in GB/s, each summing half the buffer (cffi lets go of the GIL): all the bytes over
+    the first thread's start to the last one's end (each times itself), best of ``reps`` passes."""
     ffi, lib, nbytes, buf = _read_buffer(ffi, lib, nbytes, 128)
     reps = check.integer("reps", reps, minimum=1)
     check.at_most("reps", reps, 20, _("passes of the read-bandwidth probe"))
@@ -120,12 +114,14 @@ def read_bandwidth_2t_gbps(ffi=None, lib=None, nbytes: int = 256 << 20, reps: in
     return best
 
 
-def lengths(name: str, values) -> list[int]:
+def lengths(name: str, values, most: int = 64, why: str | None = None, longest: int | None = MAX_LENGTH) -> list[int]:
+    """``values`` as a list of at most ``most`` sequence lengths (``why``: the cap's reason), each at most ``longest``
+    (None: any); the benchmark's and the lessons' lists of lengths alike."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise TypeError(_("{name} must be a list of sequence lengths; got {values}").format(
                           name=name, values=type(values).__name__))
-    check.at_most(f"len({name})", len(values), 64, _("lengths of one benchmark run"))
+    check.at_most(f"len({name})", len(values), most, why or _("lengths of one benchmark run"))
     out = [check.integer(name[:-1] if name.endswith("s") else name, T, minimum=1) for T in values]
-    for T in out:
-        check.at_most(name, T, MAX_LENGTH, _("tokens of one benchmark row"))
+    for T in out if longest else ():
+        check.at_most(name, T, longest, _("tokens of one benchmark row"))
     return out

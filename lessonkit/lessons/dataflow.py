@@ -1,6 +1,6 @@
-"""The kernel's single pass, segment by segment, from one traced call (lesson 04): a SIMD helper's
-compile-time branches and the one compiled, segment 2's scores replayed in float32 from the
-kernel's own int32 block dots, what each segment read and computed, and the data-flow figure."""
+"""The kernel's single pass, segment by segment, from one traced call (lesson 04): a SIMD helper's compile-time
+branches and the one compiled, segment 2's scores replayed in float32 from the kernel's own int32 block dots, what
+each segment read and computed, and the data-flow figure."""
 from __future__ import annotations
 
 import re
@@ -25,8 +25,7 @@ class Branch:
 
 
 def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER) -> list[Branch]:
-    """The ``#if / #elif / #else`` branches of the first conditional in lines first..last (nested
-    conditionals stay inside their branch)."""
+    """The ``#if / #elif / #else`` branches of the first conditional in lines first..last (nested ones stay inside)."""
     lines = Path(path).read_text().splitlines()
     marks: list[tuple[str, int]] = []
     depth = 0
@@ -50,8 +49,7 @@ def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER)
 
 
 # the macro that selects each branch of i8x16_dot_s32, by lessonkit.native.simd_paths()["dot"]
-DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "avx2": "__AVX2__",
-                      "simde": "#else"}
+DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "avx2": "__AVX2__", "simde": "#else"}
 
 
 def compiled_branch(branches: list[Branch], dot_path: str) -> int:
@@ -76,9 +74,8 @@ def marked_lines(first: int, last: int, marked: tuple[int, int], path: Path | st
 
 
 def replay_scores(dots, q_scales, k_scales_raw, scale: float, fused: bool = False) -> np.ndarray:
-    """Segment 2's float part in numpy float32 from the int32 block dots ``[T, nblk]``:
-    ``s += (float)dot32 * qsc[b]``, then ``s = s * ks * scale`` with ``ks = kscale * (1/127)``.
-    ``fused`` rounds ``s + dot32 * qsc[b]`` once, as the fmadd aarch64 GCC emits for that line."""
+    """Segment 2's float part in numpy float32 from the int32 block dots ``[T, nblk]``. ``fused`` rounds
+    ``s + dot32 * qsc[b]`` once, as the fmadd aarch64 GCC emits for that line."""
     dots, qsc = np.asarray(dots, np.int32), np.asarray(q_scales, np.float32)
     s = np.zeros(dots.shape[0], np.float32)
     for b in range(dots.shape[1]):
@@ -91,8 +88,7 @@ def replay_scores(dots, q_scales, k_scales_raw, scale: float, fused: bool = Fals
 
 
 def score_magnitude(dots, q_scales, k_scales_raw, scale: float) -> np.ndarray:
-    """``sum_b |dot32_b * qsc[b]| * ks * scale`` per token: the size of the terms of a score, which
-    sets how far two summation orders can drift apart."""
+    """The size of the terms of each score, which sets how far two summation orders can drift apart."""
     terms = np.abs(np.asarray(dots, np.float64) * np.asarray(q_scales, np.float64))
     return terms.sum(axis=1) * np.asarray(k_scales_raw, np.float64) / 127.0 * check.scale(scale)
 
@@ -140,10 +136,17 @@ class PassCounts:
     def kv_bytes(self) -> int:
         return self.k_bytes + self.v_bytes + self.k_scale_bytes + self.v_scale_bytes
 
+    def fields(self) -> dict:
+        """What the table's and the figure's messages name: every count, its short name, the bytes in KiB."""
+        kibs = {f"kib_{n}_c": kib(getattr(self, n)) for n in ("k_bytes", "v_bytes", "k_scale_bytes", "v_scale_bytes",
+                                                             "kv_bytes")}
+        return {**vars(self), **kibs, "hd": self.head_dim, "T": self.seq_len, "nblk": self.n_blocks_q,
+                "block_dots_c": 2 * self.block_dots}
+
 
 def pass_counts(trace, cache) -> PassCounts:
-    """Count one traced call over ``cache``: bytes from the distinct row addresses it recorded, dots
-    from its dot array, expf calls and rescales from its rescale flags."""
+    """One traced call over ``cache`` counted: bytes from the distinct row addresses it recorded, dots from its dot
+    array, expf calls and rescales from its rescale flags."""
     T, hd = trace.seq_len, cache.head_dim
     k_rows, v_rows = int(np.unique(trace.k_rows).size), int(np.unique(trace.v_rows).size)
     rescales, nq = int(trace.n_rescales), int(trace.n_q_quantized)
@@ -159,29 +162,21 @@ def kib(n: int) -> str:
 
 
 def cost_table(c: PassCounts, segments: dict) -> Table:
-    """Per segment of the kernel, what it read and computed in this call."""
-    s1, s2, s3, s4 = (segments[i] for i in (1, 2, 3, 4))
     once, per_token = _("once"), _("per token")
-    rows = [
-        (_("1 Q -> int8 (lines {begin}-{end})").format(begin=s1.begin, end=s1.end), once,
-         _("reads Q: {q_bytes} B fp32; {n_blocks_q} max-abs scales, {head_dim} codes; ran {n_q_quantized} time(s)").format(
-           q_bytes=c.q_bytes, n_blocks_q=c.n_blocks_q, head_dim=c.head_dim, n_q_quantized=c.n_q_quantized)),
-        (_("2 score (lines {begin}-{end})").format(begin=s2.begin, end=s2.end), per_token,
-         _("reads K: {k_rows_read} rows x {head_dim} B = {kib_k_bytes_c} + scales {kib_k_scale_bytes_c}; "
-           "{block_dots} int32 block dots ({block_dots_c} i8x16_dot_s32)").format(
-           k_rows_read=c.k_rows_read, head_dim=c.head_dim, kib_k_bytes_c=kib(c.k_bytes),
-           kib_k_scale_bytes_c=kib(c.k_scale_bytes), block_dots=c.block_dots, block_dots_c=2 * c.block_dots)),
-        (_("3 online softmax (lines {begin}-{end})").format(begin=s3.begin, end=s3.end), per_token,
-         _("reads V: {v_rows_read} rows x {head_dim} B = {kib_v_bytes_c} + scales {kib_v_scale_bytes_c}; "
-           "{expf_calls} expf; {rescales} rescales ({rescale_multiplies} multiplies); {v_fmas} FMAs").format(
-           v_rows_read=c.v_rows_read, head_dim=c.head_dim, kib_v_bytes_c=kib(c.v_bytes),
-           kib_v_scale_bytes_c=kib(c.v_scale_bytes), expf_calls=c.expf_calls, rescales=c.rescales,
-           rescale_multiplies=c.rescale_multiplies, v_fmas=c.v_fmas)),
-        (_("4 normalize (lines {begin}-{end})").format(begin=s4.begin, end=s4.end), once,
-         _("{divisions} division (1/S), {out_multiplies} multiplies").format(
-           divisions=c.divisions, out_multiplies=c.out_multiplies))]
-    return Table(rows, header=[_("segment"), _("runs"),
-                               _("what it read and computed in this call")])
+    rows = [(_("1 Q -> int8 (lines {begin}-{end})"), once,
+             _("reads Q: {q_bytes} B fp32; {n_blocks_q} max-abs scales, {head_dim} codes; ran {n_q_quantized} "
+               "time(s)")),
+            (_("2 score (lines {begin}-{end})"), per_token,
+             _("reads K: {k_rows_read} rows x {head_dim} B = {kib_k_bytes_c} + scales {kib_k_scale_bytes_c}; "
+               "{block_dots} int32 block dots ({block_dots_c} i8x16_dot_s32)")),
+            (_("3 online softmax (lines {begin}-{end})"), per_token,
+             _("reads V: {v_rows_read} rows x {head_dim} B = {kib_v_bytes_c} + scales {kib_v_scale_bytes_c}; "
+               "{expf_calls} expf; {rescales} rescales ({rescale_multiplies} multiplies); {v_fmas} FMAs")),
+            (_("4 normalize (lines {begin}-{end})"), once,
+             _("{divisions} division (1/S), {out_multiplies} multiplies"))]
+    return Table([(name.format(begin=segments[i].begin, end=segments[i].end), runs, what.format(**c.fields()))
+                  for i, (name, runs, what) in enumerate(rows, 1)],
+                 header=[_("segment"), _("runs"), _("what it read and computed in this call")])
 
 
 SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
@@ -189,18 +184,16 @@ SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
 
 def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = None,
                   final_S: float | None = None):
-    """Boxes and arrows of the single pass with this call's shapes and counts; each segment's box
-    names its segment and lines (no legend needed). Drawn in inches on the style's 10-inch width,
-    so the text fits its boxes at 12 pt. Returns the Axes."""
+    """Boxes and arrows of the single pass with this call's shapes and counts; each segment's box names its lines
+    (no legend needed). Drawn in inches on the style's 10-inch width, so the text fits its boxes at 12 pt."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
     plotstyle.use()
     if ax is None:
         unused, ax = plt.subplots(figsize=(10, 7))
-    ax.set_xlim(0, 10)
-    ax.set_ylim(0, 7)
+    ax.set(xlim=(0, 10), ylim=(0, 7))
     ax.axis("off")
-    hd, T, nblk, pt = c.head_dim, c.seq_len, c.n_blocks_q, plotstyle.MIN_PT
+    f, hd, T, pt = c.fields(), c.head_dim, c.seq_len, plotstyle.MIN_PT
     lines = {n: _("lines {begin_segments_n}-{end_segments_n}").format(
                   begin_segments_n=segments[n].begin, end_segments_n=segments[n].end)
              for n in (1, 2, 3, 4)}
@@ -218,7 +211,7 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     # segment 1, once
     box(0.1, 6.0, 1.7, 0.8, f"q  fp32 [{hd}]\n{c.q_bytes} B")
     box(2.3, 5.85, 4.5, 1.1, _("segment 1 ({lines}), once\nQ -> int8 codes [{hd}]\n+ {nblk} block scales qsc").format(
-                               lines=lines[1], hd=hd, nblk=nblk), seg=1)
+                               **f, lines=lines[1]), seg=1)
     arrow(1.85, 6.4, 2.25, 6.4)
     arrow(3.4, 5.8, 3.4, 4.3)
     ax.text(3.55, 5.35, _("int8 Q codes + qsc,\nkept for the whole loop"),
@@ -226,68 +219,55 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     # the token loop: segments 2 and 3, once per token
     ax.add_patch(FancyBboxPatch((0.05, 1.75), 9.9, 3.1, boxstyle="round,pad=0.05", fc="none", ec="0.35", lw=1.4,
                                 ls="--"))
-    ax.text(9.85, 4.55, _("for t = 0 ... {t}: each K and V row read once").format(t=T - 1), fontsize=pt, weight="bold", ha="right",
-            va="center")
+    ax.text(9.85, 4.55, _("for t = 0 ... {t}: each K and V row read once").format(t=T - 1), fontsize=pt, weight="bold",
+            ha="right", va="center")
     box(0.2, 2.1, 1.7, 2.1, _("K row t\nint8 [{hd}]\n= {hd} B\n+ kscale 4 B").format(hd=hd))
-    box(2.3, 2.1, 2.3, 2.1, _("segment 2\n({lines})\n{nblk} int32 dots\ns += dot32 * qsc[b]\ns *= ks * scale").format(
-                              lines=lines[2], nblk=nblk),
-        seg=2)
-    box(5.0, 2.1, 2.3, 2.1, _("segment 3\n({lines})\nnew max: rescale\n({rescales} of {T} tokens)\n1 expf per token").format(
-                              lines=lines[3], rescales=c.rescales, T=T), seg=3)
-    box(7.7, 2.1, 2.15, 2.1, _("VKQ += V row t\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B").format(
-                               hd=hd), seg=3)
+    box(2.3, 2.1, 2.3, 2.1, _("segment 2\n({lines})\n{nblk} int32 dots\ns += dot32 * qsc[b]\n"
+                              "s *= ks * scale").format(**f, lines=lines[2]), seg=2)
+    box(5.0, 2.1, 2.3, 2.1, _("segment 3\n({lines})\nnew max: rescale\n({rescales} of {T} tokens)\n"
+                              "1 expf per token").format(**f, lines=lines[3]), seg=3)
+    box(7.7, 2.1, 2.15, 2.1, _("VKQ += V row t\n* (vsf * vs)\nV int8 [{hd}]\n= {hd} B\n+ vscale 4 B").format(hd=hd),
+        seg=3)
     arrow(1.95, 3.15, 2.25, 3.15)
     arrow(4.65, 3.15, 4.95, 3.15, text="s")
     arrow(7.35, 3.15, 7.65, 3.15, text="w")
     # after the loop: what it read, and segment 4, once
     ax.text(0.1, 0.85, _("K read: {T} x {hd} B = {kib_k_bytes_c} + {kib_k_scale_bytes_c} scales\n          "
                          "{block_dots} int32 block dots\nV read: {T} x {hd} B = {kib_v_bytes_c} + "
-                         "{kib_v_scale_bytes_c} scales\n          {expf_calls} expf, {rescales} rescales").format(
-                         T=T, hd=hd, kib_k_bytes_c=kib(c.k_bytes), kib_k_scale_bytes_c=kib(c.k_scale_bytes),
-                         block_dots=c.block_dots, kib_v_bytes_c=kib(c.v_bytes),
-                         kib_v_scale_bytes_c=kib(c.v_scale_bytes), expf_calls=c.expf_calls, rescales=c.rescales),
+                         "{kib_v_scale_bytes_c} scales\n          {expf_calls} expf, {rescales} rescales").format(**f),
             fontsize=pt, color="0.1", va="center")
     sval = "" if final_S is None else f" (S = {final_S:.4g})"
     box(6.3, 0.1, 3.55, 1.35, _("segment 4 ({lines}), once\nx 1/S{sval}: {divisions} division\n+ {out_multiplies} "
-                                "multiplies\n-> attn_out fp32 [{hd}]").format(
-                                lines=lines[4], sval=sval, divisions=c.divisions, out_multiplies=c.out_multiplies,
-                                hd=hd), seg=4)
+                                "multiplies\n-> attn_out fp32 [{hd}]").format(**f, lines=lines[4], sval=sval), seg=4)
     arrow(8.8, 2.0, 8.8, 1.5)
     kh = "" if kv_head is None else _(", kv head {kv_head}").format(kv_head=kv_head)
     ax.set_title(_("One traced call of the kernel (head_dim {hd}, seq_len {T}{kh}):\n{kib_kv_bytes_c} of K, V and "
-                   "scales read, once").format(hd=hd, T=T, kh=kh, kib_kv_bytes_c=kib(c.kv_bytes)), fontsize=13)
+                   "scales read, once").format(**f, kh=kh), fontsize=13)
     return ax
 
 
 # (n_kv_heads, head_dim, kv_bs, seq_len, kv_head, zero_q_block): lesson 04's call (a part-filled last
 # block, kh_off != 0), one token, the largest head (HD_MAX = 256) with blocks of 7, a Q block of zeros
-WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False),
-              (2, 64, 5, 33, 1, True))
+WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False), (2, 64, 5, 33, 1, True))
 
 
 def check_walkthrough(seed: int = 0):
-    """Lesson 04's check on ``WALK_CASES``: each segment of the compiled kernel's traced call against
-    numpy. Exact where the arithmetic is integer or a maximum (Q codes, block dots, M, the rescaled
-    tokens, traced == untraced, out == VKQ * (1/S)); to float32 rounding elsewhere: scores within 1e-6
-    of the size of their terms, S and VKQ within 1e-5 after every token (a thousand roundings). Plus
-    segment 4's guard: scores below -1e9 give zeros, not NaN."""
+    """Lesson 04's check on ``WALK_CASES``: each segment of the compiled kernel's traced call against numpy. Exact
+    where the arithmetic is integer or a maximum; to float32 rounding elsewhere: scores within 1e-6 of the size of
+    their terms, S and VKQ within 1e-5 after every token (a thousand roundings)."""
     from ..core import quant
-    from ..core.cache import KVCacheQ8
     from ..display.checks import Checks
     from ..core.attention import attend
     from .softmax import online
-    from .synthetic import cache_with_scores
+    from .synthetic import cache_of, cache_with_scores
     rng = np.random.default_rng(seed)
     out = Checks()
     for nkv, hd, kv_bs, T, kh, zero_block in WALK_CASES:
         case = f"hd={hd} kv_bs={kv_bs} T={T} kh={kh}" + (_(" zero Q block") if zero_block else "")
-        K = rng.standard_normal((T, nkv, hd), dtype=np.float32)
-        V = rng.standard_normal((T, nkv, hd), dtype=np.float32)
-        q = rng.standard_normal(hd, dtype=np.float32)
+        K, V = (rng.standard_normal((T, nkv, hd), dtype=np.float32) for unused in range(2))
+        cache, q = cache_of(K, V, kv_bs), rng.standard_normal(hd, dtype=np.float32)
         if zero_block:
             q[:32] = 0
-        cache = KVCacheQ8(nkv, hd, kv_bs)
-        cache.append(K, V)
         scale = float(np.float32(1 / np.sqrt(hd)))
         res, trc = attend(q, cache, kh, scale=scale, trace=True)
         codes, qsc = quant.quantize_q(q)
@@ -318,8 +298,7 @@ def check_walkthrough(seed: int = 0):
             out.add(f"{name} ({case})", ok, _("differs from the numpy replay"))
     low_cache, low_q, low_scale = cache_with_scores(np.array([-2e9, -3e9], np.float32), head_dim=32)
     low_out = attend(low_q, low_cache, 0, scale=low_scale)
-    out.add(_("segment 4 guard: scores below -1e9 give zeros, not NaN"),
-            (low_out == 0).all(), f"out {low_out[:4]}")
+    out.add(_("segment 4 guard: scores below -1e9 give zeros, not NaN"), (low_out == 0).all(), f"out {low_out[:4]}")
     return out
 
 
@@ -338,9 +317,9 @@ class LineCode:
 
 def aarch64_line_code(text: str, segment: int | None = None, function: str = "flash_attn_single_q_q8_neon",
                       dotprod: bool = True) -> LineCode | None:
-    """The instructions GCC's line table (``.loc``) gives the kernel line containing ``text``, inside
-    ``function``, cross-compiled for aarch64 with lessonkit's ARM flags plus ``-g -S``; None without
-    the cross-compiler (the lesson then says so instead of a claim it cannot check)."""
+    """The instructions GCC's line table (``.loc``) gives the kernel line containing ``text`` inside ``function``,
+    cross-compiled for aarch64 with lessonkit's ARM flags; None without the cross-compiler (the lesson then says
+    so instead of a claim it cannot check)."""
     import shutil
     import subprocess
     import tempfile
@@ -357,7 +336,8 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
         subprocess.run([toolchain.AARCH64_CC, *flags, "-g", f"-I{source.KERNEL_FILE.parent}", "-S",
                         str(source.KERNEL_FILE), "-o", str(out)], check=True, capture_output=True, timeout=300)
         asm = out.read_text()
-    version = subprocess.run([toolchain.AARCH64_CC, "-dumpfullversion"], capture_output=True, text=True, timeout=60).stdout.strip()
+    version = subprocess.run([toolchain.AARCH64_CC, "-dumpfullversion"], capture_output=True, text=True,
+                             timeout=60).stdout.strip()
     files = dict(re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]+)"\s*$', asm, flags=re.M))
     index = next(i for i, name in files.items() if Path(name).name == source.KERNEL_FILE.name)
     body = asm.split(f"\n{function}:\n", 1)[1].split(f"\t.size\t{function},", 1)[0]

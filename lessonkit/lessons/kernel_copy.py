@@ -1,9 +1,7 @@
-"""Editing a copy of the kernel: "break it, rebuild, see" (article 9-2, section 3; lessons 04 and 06).
-The student edits ``my-work/native/`` (``workspace.student_native()``), a lesson a temporary copy
-(``copy_native``, ``edit_line``, ``break_kernel``). ``lessonkit.native.load(src_dir=copy)`` builds it and
-checks the build in a child process before loading it: an edit that does not compile, crashes, hangs
-or computes wrong results is refused, and the student's process keeps its state and its library.
-``call_kernel``, ``trace_with`` and ``kernel_weights`` run an edited copy's kernel."""
+"""Editing a copy of the kernel: "break it, rebuild, see" (article 9-2, section 3; lessons 04 and 06), a temporary
+copy or the student's ``my-work/native/``. ``native.load(src_dir=copy)`` checks the build in a child process first:
+an edit that does not compile, crashes, hangs or computes wrong results is refused, and the student's process keeps
+its state and its library. Also tier B's copy of the kernel without its segment markers (lesson 06)."""
 from __future__ import annotations
 
 import math
@@ -26,13 +24,12 @@ from ..core import attention
 from ..core.language import _
 from .synthetic import cache_with_scores
 from ..core.trace import TRACED_FUNCTIONS, Trace, run_traced
-
-KERNEL = attention.KERNELS["neon"]   # flash_attn_single_q_q8_neon
+from .toy import KERNEL
 
 
 def copy_native(parent: Path | str | None = None) -> Path:
-    """Copy native/ (not its tests/) into ``parent`` (default: a new temporary folder); its builds go to
-    ``<copy>/../.build``. Returns the copy's path."""
+    """native/ (not its tests/) copied into ``parent`` (default: a new temporary folder); its builds go to
+    ``<copy>/../.build``."""
     parent = Path(tempfile.mkdtemp(prefix="native_copy_") if parent is None else parent)
     dest = parent / "native"
     shutil.copytree(native.NATIVE_DIR, dest, ignore=shutil.ignore_patterns("tests"))
@@ -58,7 +55,7 @@ class Change:
 
 
 def edit_line(copy: Path | str, edit: Edit) -> Change:
-    """Apply one Edit to a copy of native/ (never to native/ itself) and return what changed."""
+    """One Edit applied to a copy of native/, never to native/ itself."""
     if not isinstance(edit, Edit):
         raise TypeError(_("edit must be a lessonkit.debug.Edit; got {edit}").format(edit=type(edit).__name__))
     copy = Path(copy).resolve()
@@ -92,24 +89,17 @@ class BrokenKernel:
     changes: list[Change]
     ffi: object
     lib: object
-    folder: tempfile.TemporaryDirectory   # removed with the process, or by restore()
-
-    def restore(self) -> None:
-        """Delete the copy (the library already loaded stays usable until the process ends)."""
-        self.folder.cleanup()
-        _broken.pop(self.kind, None)
+    folder: tempfile.TemporaryDirectory   # removed with the process; removed sooner, the next break_kernel builds anew
 
 
 _broken: dict[str, BrokenKernel] = {}
 
 
 def break_kernel(kind: str) -> BrokenKernel:
-    """Copy native/, apply ``BREAKS[kind]``, build and load the copy, once per kind and process (a
-    notebook and the exercise checks share it). Loaded with ``verify="crashes"``: its check in a
-    child process still refuses a crash or a hang, and lets the wrong results through."""
-    if kind not in BREAKS:
-        raise ValueError(_("kind must be one of {map_breaks}; got {short_kind_check}").format(
-                           map_breaks=', '.join(map(repr, BREAKS)), short_kind_check=check.short(kind)))
+    """``BREAKS[kind]`` in a copy of native/, built and loaded once per kind and process (a notebook and the
+    exercise checks share it). Loaded with ``verify="crashes"``: its check in a child process still refuses a
+    crash or a hang, and lets the wrong results through."""
+    check.one_of("kind", kind, BREAKS)
     if kind not in _broken or not _broken[kind].copy.is_dir():
         folder = tempfile.TemporaryDirectory(prefix="native_copy_")
         copy = copy_native(folder.name)
@@ -121,49 +111,41 @@ def break_kernel(kind: str) -> BrokenKernel:
     return _broken[kind]
 
 
-def _checked_call(q, cache: KVCacheQ8, kv_head: int, scale: float) -> tuple:
+def _checked_call(ffi, lib, functions, q, cache: KVCacheQ8, kv_head: int, scale: float) -> tuple:
+    ffi, lib = native.library(ffi, lib, functions)
     kv_head, scale = attention_call(cache, kv_head, scale)   # the cache first: q's shape is its head_dim
-    return check.float32_like("q", q, (cache.head_dim,)), cache, kv_head, scale
+    return ffi, lib, np.empty(cache.head_dim, np.float32), check.float32_like("q", q, (cache.head_dim,)), kv_head, scale
 
 
 def call_kernel(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> np.ndarray:
-    """One call of ``flash_attn_single_q_q8_neon`` of a library (an edited copy's; ``None, None``: the
-    workbook's) through ``lessonkit.kernels.attention``, after the checks: the kernel keeps the
-    workbook's signature, q (converted to float32) is finite with head_dim values, kv_head is one of
-    the cache's, scale is finite in float32."""
-    ffi, lib = native.library(ffi, lib, (KERNEL,))
-    q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
-    return attention.call_kernel(ffi, lib, np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale)
+    """The kernel of a library (an edited copy's; ``None, None``: the workbook's), after the checks: it keeps the
+    workbook's signature, q (converted to float32) is finite with head_dim values, kv_head is one of the
+    cache's, scale is finite in float32."""
+    ffi, lib, out, q, kv_head, scale = _checked_call(ffi, lib, (KERNEL,), q, cache, kv_head, scale)
+    return attention.call_kernel(ffi, lib, out, q, cache, kv_head, scale)
 
 
 def trace_with(ffi, lib, q, cache: KVCacheQ8, kv_head: int, scale: float) -> Trace:
-    """The traced build of a library (an edited copy's is built from its edited source), checked as
-    ``call_kernel``."""
-    ffi, lib = native.library(ffi, lib, TRACED_FUNCTIONS)
-    q, cache, kv_head, scale = _checked_call(q, cache, kv_head, scale)
-    return run_traced(np.empty(cache.head_dim, np.float32), q, cache, kv_head, scale, ffi, lib)
+    """The traced build of a library (an edited copy's from its edited source), checked as ``call_kernel``."""
+    ffi, lib, out, q, kv_head, scale = _checked_call(ffi, lib, TRACED_FUNCTIONS, q, cache, kv_head, scale)
+    return run_traced(out, q, cache, kv_head, scale, ffi, lib)
 
 
-def _weights_case(scores) -> tuple:
-    """(cache, q, scale) whose kernel scores are ``scores`` and whose V rows are one-hot (V[t] = e_t),
-    so that output element t of a call IS the softmax weight the kernel gave token t."""
+def kernel_weights(ffi, lib, scores) -> np.ndarray:
+    """The weights a library's kernel gives ``scores`` (float32 [n], 1 <= n <= 256): a cache whose scores are these
+    and whose V rows are one-hot (V[t] = e_t), so that output element t IS the weight the kernel gave token t."""
+    ffi, lib = native.library(ffi, lib, (KERNEL,))
     s = check.float32_like("scores", scores, (None,))
     if not 1 <= s.shape[0] <= 256:
         raise ValueError(_("kernel_weights takes 1 to 256 scores; got {shape_s}").format(shape_s=s.shape[0]))
     hd = 32 * math.ceil(s.shape[0] / 32)   # one column per token
-    return cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32), seed=0)
-
-
-def kernel_weights(ffi, lib, scores) -> np.ndarray:
-    """The weights a library's kernel gives ``scores`` (float32 [n], 1 <= n <= 256), read from its output."""
-    ffi, lib = native.library(ffi, lib, (KERNEL,))
-    cache, q, scale = _weights_case(scores)
-    out = np.empty(cache.head_dim, np.float32)
-    return attention.call_kernel(ffi, lib, out, q, cache, 0, scale)[:cache.seq_len]
+    cache, q, scale = cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32),
+                                        seed=0)
+    return attention.call_kernel(ffi, lib, np.empty(hd, np.float32), q, cache, 0, scale)[:cache.seq_len]
 
 
 def softmax_weights(scores) -> np.ndarray:
-    """The right weights, float64: exp(s - max) / sum."""
+    """The right ones, float64."""
     s = np.asarray(scores, np.float64)
     w = np.exp(s - s.max())
     return w / w.sum()
@@ -176,8 +158,8 @@ _MARKER = re.compile(r"^\s*/\* == (end )?segment \d")
 
 
 def _unmarked(path: Path) -> tuple[list[str], dict[int, int]]:
-    """The kernel's lines without the segment markers (and the header's sentence about them), and the
-    map old line number -> new line number of every kept line."""
+    """The kernel's lines without the segment markers (and the header's sentence about them), and the map old
+    line number -> new line number of every kept line."""
     kept, new_of = [], {}
     for n, line in enumerate(path.read_text().splitlines(), start=1):
         if _MARKER.search(line) or "segment N ==" in line or "lessons' line ranges through them" in line:
@@ -190,9 +172,8 @@ def _unmarked(path: Path) -> tuple[list[str], dict[int, int]]:
 
 
 def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KERNEL_FILE) -> Path:
-    """The kernel file without its ``== segment N ==`` comments, for tier B (lesson 06): the parts are
-    found by reading the code. Default ``dest``: ``my-work/06_kernel_without_markers.c``, written whole
-    or not at all."""
+    """The kernel file without its ``== segment N ==`` comments, for tier B (lesson 06): the parts are found by
+    reading the code. Default ``dest``: ``my-work/06_kernel_without_markers.c``, written whole or not at all."""
     dest = Path(dest) if dest is not None else workspace.WORK_DIR / UNMARKED_NAME
     dest.parent.mkdir(parents=True, exist_ok=True)
     kept, unused = _unmarked(Path(path))
@@ -200,19 +181,14 @@ def unmarked_kernel(dest: Path | str | None = None, path: Path | str = source.KE
 
 
 def unmarked_segments(path: Path | str = source.KERNEL_FILE) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
-    """For each part, in ``unmarked_kernel``'s line numbers: the accepted start lines and end lines
-    (inclusive ranges); a blank line, a comment or a TRACE_ hook at a part's edge may be in or out."""
-    lines = Path(path).read_text().splitlines()
+    """For each part, in ``unmarked_kernel``'s line numbers: the accepted start lines and end lines (inclusive
+    ranges); a blank line, a comment or a TRACE_ hook at a part's edge may be in or out."""
+    lines = [line.strip() for line in Path(path).read_text().splitlines()]
     unused, new_of = _unmarked(Path(path))
-
-    def edge(line: str) -> bool:
-        s = line.strip()
-        return not s or s.startswith(("/*", "//", "*", "TRACE_"))
-
     out = {}
     for n, seg in source.kernel_segments(path).items():
         inner = list(range(seg.begin + 1, seg.end))
-        core = [k for k in inner if not edge(lines[k - 1])]
+        core = [k for k in inner if lines[k - 1] and not lines[k - 1].startswith(("/*", "//", "*", "TRACE_"))]
         if not core:
             raise ValueError(_("segment {n} of {path} has no code").format(n=n, path=Path(path).name))
         out[n] = ((new_of[inner[0]], new_of[core[0]]), (new_of[core[-1]], new_of[inner[-1]]))

@@ -1,7 +1,5 @@
-"""The q8 KV cache's layout, read and drawn (lesson 03). The kernel finds token ``t`` of kv head
-``kh`` in block ``t / kv_bs`` of the pointer table, row ``t % kv_bs`` (``kv_dim = nkv * hd`` int8
-values a row), ``kh_off = kh * hd`` values in; its scale is ``kscale[t * nkv]``, where the caller
-passed ``kscale = k_scale + kh`` (article 8-3's layout, used in article 9-2 section 2)."""
+"""The q8 KV cache's layout, read and drawn (lesson 03): where the kernel finds each token's codes and scale
+(``Where``: article 8-3's layout, used in article 9-2 section 2), read back through the raw pointer table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,6 +12,7 @@ from ..core import validate as check
 from ..core.cache import KVCacheQ8, kv_cache
 from ..display.checks import Checks
 from ..core.language import _
+from .bench import lengths
 
 MAX_GROW_BYTES = 4 << 30  # what grow_layer may allocate: the cache at its last checkpoint and one fp32 chunk
 MAX_DRAWN_ROWS = 48
@@ -47,9 +46,7 @@ def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=Non
     """Token ``t`` of ``kv_head`` read through the raw pointer table as the kernel reads it:
     ``(codes int8 [head_dim], raw scale)``, the scale from the pointer the kernel is handed."""
     kv_cache(cache)
-    if which not in ("k", "v"):
-        raise ValueError(_("which must be 'k' or 'v'; got {short_which_check}").format(
-                           short_which_check=check.short(which)))
+    check.one_of("which", which, ("k", "v"))
     t = check.integer("t", t, minimum=0, below=cache.seq_len)
     if ffi is None:
         ffi = native.load()[0]
@@ -66,8 +63,8 @@ def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=Non
 
 
 def kernel_reads(addresses, cache: KVCacheQ8, which: str = "k"):
-    """Row addresses (``trace.k_rows`` / ``v_rows``) as ``(block, byte offset in it)``, -1 outside
-    every block: the same on every run, unlike the addresses."""
+    """Row addresses (``trace.k_rows`` / ``v_rows``) as ``(block, byte offset in it)``, -1 outside every block: the
+    same on every run, unlike the addresses."""
     size = cache.block_size * cache.kv_dim
     a = np.asarray(addresses, np.uint64).astype(np.int64)
     blocks, offsets = np.full(a.shape, -1, np.int64), np.full(a.shape, -1, np.int64)
@@ -78,14 +75,9 @@ def kernel_reads(addresses, cache: KVCacheQ8, which: str = "k"):
 
 
 def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chunk: int = 1024, seed: int = 0):
-    """Grow one layer's real ``KVCacheQ8`` with random K, V (one chunk appended again and again) up to
-    each of the increasing ``checkpoints``: ``(cache, rows)``, one dict per checkpoint with
-    ``seq_len, n_blocks, nbytes`` (codes + scales held), ``block_bytes``, ``allocated_nbytes``."""
-    if isinstance(checkpoints, (str, bytes)) or not hasattr(checkpoints, "__len__"):
-        raise TypeError(_("checkpoints must be a list of sequence lengths; got {checkpoints}").format(
-                          checkpoints=type(checkpoints).__name__))
-    check.at_most("len(checkpoints)", len(checkpoints), 1000, "checkpoints of one growth")
-    points = [check.integer("checkpoint", c, minimum=1) for c in checkpoints]
+    """``(cache, rows)``: one layer's real ``KVCacheQ8`` grown with random K, V (one chunk appended again and again)
+    up to each of the increasing ``checkpoints``, and its sizes at each (``nbytes``: codes and scales held)."""
+    points = lengths("checkpoints", checkpoints, 1000, "checkpoints of one growth", longest=None)
     if not points or any(b <= a for a, b in zip(points, points[1:])):
         raise ValueError(_("checkpoints must be a non-empty increasing list of sequence lengths"))
     chunk = check.integer("chunk", chunk, minimum=1)
@@ -98,8 +90,7 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
                  _("use a shorter last checkpoint, fewer kv heads or a smaller chunk"))
     cache = KVCacheQ8(nkv, hd, bs)
     rng = np.random.default_rng(seed)
-    K = rng.standard_normal((chunk, nkv, hd), dtype=np.float32)
-    V = rng.standard_normal((chunk, nkv, hd), dtype=np.float32)
+    K, V = (rng.standard_normal((chunk, nkv, hd), dtype=np.float32) for unused in range(2))
     rows = []
     for target in points:
         while cache.seq_len < target:
@@ -112,15 +103,13 @@ def grow_layer(n_kv_heads: int, head_dim: int, block_size: int, checkpoints, chu
 
 
 def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10, 7.6)):
-    """A small cache drawn from its own data: the pointer table (by block, never by address), the
-    blocks as rows of tokens with the kv heads side by side (colour = code; unused rows grey), the
-    scales ``[token][kv head]`` with their values, and the same scales in memory by index with the
-    kernel's stride nkv; token t of kv head kh (``highlight``) framed everywhere. Returns the figure."""
+    """A small cache drawn from its own data: the pointer table (by block, never by address), the blocks as rows of
+    tokens with the kv heads side by side, the scales ``[token][kv head]`` with their values, and the same scales in
+    memory with the kernel's stride nkv; token t of kv head kh (``highlight``) framed everywhere."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import ConnectionPatch, Rectangle
     plotstyle.use()
-    if which not in ("k", "v"):
-        raise ValueError(_("which must be 'k' or 'v'; got {which!r}").format(which=which))
+    check.one_of("which", which, ("k", "v"))
     if cache.seq_len == 0:
         raise ValueError(_("the cache is empty: append at least one token before drawing it"))
     bs, nkv, hd, T, kv_dim, nb = (cache.block_size, cache.n_kv_heads, cache.head_dim, cache.seq_len, cache.kv_dim,
@@ -165,13 +154,10 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
         ax_b.text((kh + 0.5) * hd, -0.35, _("head {kh}").format(kh=kh), ha="center", va="bottom", fontsize=pt,
                   color=red if kh == w.kv_head else "black")
     ax_b.add_patch(Rectangle((w.kh_off, top(w.block) + w.row), hd, 1, fill=False, edgecolor=red, lw=3.5))
-    ax_b.set_xlim(0, kv_dim * 1.17)
-    ax_b.set_ylim(height + 0.2, -1.6)
-    ax_b.set_xticks([kh * hd for kh in range(nkv + 1)])
+    ax_b.set(xlim=(0, kv_dim * 1.17), ylim=(height + 0.2, -1.6), xticks=[kh * hd for kh in range(nkv + 1)], yticks=[])
     ax_b.spines["bottom"].set_bounds(0, kv_dim)
     ax_b.set_xlabel(_("byte offset in a row (kv_dim = {nkv} x {hd} = {kv_dim} bytes)").format(
                       nkv=nkv, hd=hd, kv_dim=kv_dim), fontsize=pt)
-    ax_b.set_yticks([])
     cax = ax_p.inset_axes((0.62, 0.0, 0.1, 0.24))
     cb = fig.colorbar(im, cax=cax, orientation="vertical")
     cax.yaxis.set_ticks_position("left")
@@ -191,8 +177,7 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
                                        color=red if hit else "0.3"))
     ax_p.text(0.5, y0 - 0.3, _("{name}\n(one pointer\nper block)").format(name=name), ha="center",
               va="bottom", fontsize=pt)
-    ax_p.set_xlim(0, 1)
-    ax_p.set_ylim(height + 0.2, -1.6)
+    ax_p.set(xlim=(0, 1), ylim=(height + 0.2, -1.6))
     ax_p.axis("off")
 
     # the scales [token][kv head], values written in plain cells; pink: the kernel's column (kv head kh)
@@ -203,8 +188,7 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
             ax_s.text(kh + 0.5, t + 0.5, f"{scales[t, kh]:.2f}", ha="center", va="center", fontsize=pt,
                       **hot((t, kh) == (w.t, w.kv_head)))
     ax_s.add_patch(Rectangle((w.kv_head, w.t), 1, 1, fill=False, edgecolor=red, lw=3.5))
-    ax_s.set_xlim(0, nkv)
-    ax_s.set_ylim(T, 0)
+    ax_s.set(xlim=(0, nkv), ylim=(T, 0))
     ax_s.set_xticks(np.arange(nkv) + 0.5, [f"{kh}" for kh in range(nkv)], fontsize=pt)
     ax_s.set_yticks(np.arange(T) + 0.5, [f"t={t}" for t in range(T)], fontsize=pt)
     ax_s.tick_params(axis="y", labelright=True, labelleft=False, right=True, left=False)
@@ -215,8 +199,7 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     n = T * nkv
     for i in range(n):
         t, kh = divmod(i, nkv)
-        ax_f.add_patch(Rectangle((i, 0), 1, 1, facecolor=pink if kh == w.kv_head else "white", edgecolor="0.4",
-                                 lw=0.8))
+        ax_f.add_patch(Rectangle((i, 0), 1, 1, facecolor=pink if kh == w.kv_head else "white", edgecolor="0.4", lw=0.8))
         ax_f.text(i + 0.5, 0.5, f"{i}", ha="center", va="center", fontsize=pt,
                   color=red if i == w.flat_scale_index else "black")
         if kh == w.kv_head and t + 1 < T:
@@ -225,18 +208,16 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
         if t != (i + 1) // nkv or i + 1 == n:
             ax_f.axvline(i + 1, ymin=0.0, ymax=0.5, color="black", lw=1.5)
     ax_f.add_patch(Rectangle((w.flat_scale_index, 0), 1, 1, fill=False, edgecolor=red, lw=3))
-    ax_f.set_xlim(-0.5, n + 0.5)
-    ax_f.set_ylim(-0.1, 2.1)
-    ax_f.set_yticks([])
+    ax_f.set(xlim=(-0.5, n + 0.5), ylim=(-0.1, 2.1), yticks=[])
     ax_f.set_xticks(np.arange(0, n, nkv) + nkv / 2, [f"t={t}" for t in range(T)], fontsize=pt)
     ax_f.tick_params(axis="x", length=0)
     for ax in (ax_b, ax_f):
-        for s in ("left", "right", "top"):
-            ax.spines[s].set_visible(False)
+        ax.spines[["left", "right", "top"]].set_visible(False)
     for ax in (ax_s, ax_f):
         ax.grid(False)
     ax_f.set_title(_("{which}_scale in memory, by index; red arcs: the kernel's steps of nkv = {nkv} from {sname} "
-                     "= {which}_scale + {kv_head}").format(which=which, nkv=nkv, sname=sname, kv_head=w.kv_head), fontsize=pt, pad=12)
+                     "= {which}_scale + {kv_head}").format(which=which, nkv=nkv, sname=sname, kv_head=w.kv_head),
+                   fontsize=pt, pad=12)
     fig.suptitle(_("{T} tokens, {nkv} kv heads x {hd}, kv_bs {bs}: token {t} of kv head {kv_head} in red\n").format(
                    T=T, nkv=nkv, hd=hd, bs=bs, t=w.t, kv_head=w.kv_head)
                  + f"{name}[{w.t} / {bs} = {w.block}] + ({w.t} % {bs} = {w.row}) * {kv_dim} + {w.kh_off}"
@@ -245,28 +226,26 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     return fig
 
 
-# (n_kv_heads, head_dim, kv_bs, seq_len): a half-filled last block, one token per block, one block
-# larger than the context, the largest head the kernel's buffers take (HD_MAX = 256), one kv head
+# (n_kv_heads, head_dim, kv_bs, seq_len): a half-filled last block, one token per block, one block larger than the
+# context, the largest head the kernel's buffers take (HD_MAX = 256), one kv head
 LAYOUT_CASES = ((3, 32, 4, 10), (2, 64, 1, 5), (4, 128, 64, 7), (2, 256, 5, 13), (1, 32, 3, 1))
 
 
 def check_layout(ffi=None, seed: int = 0) -> Checks:
-    """Lesson 03's check on ``LAYOUT_CASES`` through the compiled kernel's trace: rows read where
-    ``locate`` says; codes and raw scales read back through the pointer table equal the C quantizer's;
-    scores ``dots * qsc * (raw max / 127) * scale`` (rtol 1e-6; a scale off by 127 misses by 100x);
-    an all-zero row; the half-step bound of the dequantization error."""
+    """Lesson 03's check on ``LAYOUT_CASES`` through the compiled kernel's trace: rows read where ``locate`` says,
+    codes and raw scales through the pointer table, the scores (rtol 1e-6; a scale off by 127 misses by 100x), an
+    all-zero row, the half-step bound of the dequantization error."""
     from ..core.attention import attend
     from ..core.quant import quantize_kv_rows
+    from .dataflow import replay_scores
+    from .synthetic import cache_of
     ffi = ffi if ffi is not None else native.load()[0]
     rng = np.random.default_rng(seed)
     out = Checks()
     for nkv, hd, kv_bs, T in LAYOUT_CASES:
         case = f"nkv={nkv} hd={hd} kv_bs={kv_bs} T={T}"
-        K = rng.standard_normal((T, nkv, hd), dtype=np.float32)
-        V = rng.standard_normal((T, nkv, hd), dtype=np.float32)
-        cache = KVCacheQ8(nkv, hd, kv_bs)
-        cache.append(K, V)
-        q = rng.standard_normal(hd, dtype=np.float32)
+        K, V = (rng.standard_normal((T, nkv, hd), dtype=np.float32) for unused in range(2))
+        cache, q = cache_of(K, V, kv_bs), rng.standard_normal(hd, dtype=np.float32)
         tt = np.arange(T)
         addr_ok = read_ok = score_ok = True
         for kh in range(nkv):
@@ -279,10 +258,7 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
                 for t in range(T):
                     c, s = read_token(cache, t, kh, which, ffi)
                     read_ok &= bool((c == codes[t]).all()) and s == scales[t]
-            s = np.zeros(T, np.float32)
-            for blk in range(hd // 32):
-                s += trc.dots[:, blk].astype(np.float32) * trc.q_scales[blk]
-            s = s * (cache.k_scales(kh) / np.float32(127)) * np.float32(1 / np.sqrt(hd))
+            s = replay_scores(trc.dots, trc.q_scales, cache.k_scales(kh), 1 / np.sqrt(hd))
             score_ok &= bool(np.allclose(trc.s, s, rtol=1e-6, atol=1e-7))
         out.add(_("rows read at the layout's address ({case})").format(case=case), addr_ok,
                 _("a K or V row was read elsewhere"))
@@ -293,8 +269,7 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
     # an all-zero K row: the quantizer's guard writes scale 0 and codes 0; the kernel needs no guard
     K = rng.standard_normal((6, 2, 32), dtype=np.float32)
     K[2, 1] = 0.0
-    zc = KVCacheQ8(2, 32, 4)
-    zc.append(K, K)
+    zc = cache_of(K, K, 4)
     zout, ztr = attend(rng.standard_normal(32, dtype=np.float32), zc, 1, trace=True)
     out.add(_("all-zero row: scale 0 and codes 0"),
             zc.k_scales(1)[2] == 0 and not zc.k_codes(1)[2].any(), f"scale {float(zc.k_scales(1)[2])}")
@@ -303,8 +278,7 @@ def check_layout(ffi=None, seed: int = 0) -> Checks:
     # the error bound, with a channel 20x louder than the rest (it sets every row's step)
     X = rng.standard_normal((256, 1, 128), dtype=np.float32)
     X[:, 0, 7] *= 20
-    ec = KVCacheQ8(1, 128, 16)
-    ec.append(X, X)
+    ec = cache_of(X, X, 16)
     err = np.abs(ec.dequantized(0)[0] - X[:, 0]) / (ec.k_scales(0)[:, None] / 127)
     out.add(_("|error| <= half a step (+1e-5 for float32 rounding)"),
             err.max() <= 0.5 + 1e-5, f"max |error| / step = {err.max():.6f}")

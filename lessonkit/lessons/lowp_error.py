@@ -1,32 +1,23 @@
-"""The error of lesson 09's version lowp (flash_attn_q8_v14_lowp) against the article kernel's, case by
-case (lessons 07 and 09).
+"""The error of lesson 09's version lowp (flash_attn_q8_v14_lowp) against the article kernel's, case by case
+(lessons 07 and 09).
 
-lowp departs from the article in one place: where V meets the softmax weights, each 16 tokens' weights
-are 14-bit integer codes with one fp32 step (M and S stay fp32). What that costs is measured with lesson
-07's metric: the relative L2 error of the output against float64 attention on the UNQUANTIZED K and V
-(``lessonkit.precision.rel_error``), for lowp and for the article's kernel ("neon") on the same cache.
-Their ratio says how much of the error lowp adds to what int8 K, V and Q already cost.
-
-``error_table(cases)`` runs the cases and returns a ``Table`` (kind, tokens, head_dim, the two errors,
-the ratio); ``ratio_summary`` its median and worst ratio. ``FULL_CASES`` is the stated study, ``CI_CASES``
-the subset the tests run. The kinds:
-
-- ``normal``: q, K, V random normal, scale 1/sqrt(head_dim);
-- ``realistic``: lesson 02's made-up decode scores (``rescales.realistic_scores``: a drifting level,
-  spikes, a recency rise, an attention sink), made the kernel's scores by ``synthetic.cache_with_scores``'s
-  construction (K rows multiples of all-ones, q all ones), V random normal;
-- ``dominant``: ``normal``, with one token (the middle one) scoring 20 above the others' ~N(0, 1);
-- ``uniform``: ``normal`` with q shrunk 100 times: nearly uniform attention."""
+lowp departs from the article in one place: where V meets the softmax weights, each 16 tokens' weights are 14-bit
+integer codes with one fp32 step (M and S stay fp32). Both kernels' error is lesson 07's metric (``rel_error``
+against float64 attention on the UNQUANTIZED K and V) on the same cache; their ratio says how much lowp adds to what
+int8 K, V and Q already cost. ``error_table`` runs ``FULL_CASES`` (the stated study) or ``CI_CASES`` (the tests'
+subset), of four kinds: ``normal`` (q, K, V random normal, scale 1/sqrt(head_dim)); ``realistic`` (lesson 02's
+made-up decode scores, made the kernel's by ``synthetic.cache_with_scores``'s construction); ``dominant`` (the middle
+token scoring 20 above the others' ~N(0, 1)); ``uniform`` (q shrunk 100 times: nearly uniform attention)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..core import validate as check
-from ..core.cache import KVCacheQ8
 from ..core.attention import attend
 from ..core.language import _
 from .precision import rel_error
 from .rescales import realistic_scores
+from .synthetic import cache_of
 from ..display.table import Table
 
 KINDS = ("normal", "realistic", "dominant", "uniform")
@@ -34,12 +25,11 @@ KINDS = ("normal", "realistic", "dominant", "uniform")
 # fp32 K and V alone are 0.5 GB, beside the cache and the float64 reference)
 FULL_CASES = tuple((kind, T, hd) for kind in KINDS for T in (1, 17, 1000, 16384, 262144) for hd in (64, 128, 256)
                    if not (T == 262144 and hd == 256))
-# The tests' subset: every kind and head_dim, at 1 token (one weight: its code is exact), 1000 and 8192.
-# Why it stands for the study: lowp's added error comes from each group of 16 tokens' codes, and depends on
-# how the weights are spread within a group (the kind) and on head_dim through V's own quantization error
-# (the article kernel's error, the ratio's denominator); beyond a few dozen groups both errors are sums of
-# many independent group terms, so their ratio no longer moves with the length (the full study's 16K and
-# 256K rows agree with its 1000-token rows).
+# The tests' subset: every kind and head_dim, at 1 token (one weight: its code is exact), 1000 and 8192. Why it
+# stands for the study: lowp's added error comes from each group of 16 tokens' codes, and depends on how the weights
+# are spread within a group (the kind) and on head_dim through V's own quantization error (the article kernel's
+# error, the ratio's denominator); beyond a few dozen groups both errors are sums of many independent group terms,
+# so their ratio no longer moves with the length (the full study's 16K and 256K rows agree with its 1000-token rows).
 CI_CASES = tuple((kind, T, hd) for kind in KINDS for T in (1, 1000, 8192) for hd in (64, 128, 256))
 MAX_TOKENS = 1 << 18
 BLOCK_SIZE = 64
@@ -78,19 +68,14 @@ def reference(q, K, V, scale: float) -> np.ndarray:
 def case_errors(kind: str, seq_len: int, head_dim: int, seed: int = 0) -> tuple[float, float]:
     """(the article kernel's error, lowp's error) of one case, lesson 07's metric."""
     q, K, V, scale = case_inputs(kind, seq_len, head_dim, seed)
-    cache = KVCacheQ8(1, head_dim, BLOCK_SIZE)
-    for t in range(0, seq_len, CHUNK):
-        cache.append(np.ascontiguousarray(K[t:t + CHUNK, None]), np.ascontiguousarray(V[t:t + CHUNK, None]))
-    ref = reference(q, K, V, scale)
+    cache, ref = cache_of(K, V, BLOCK_SIZE), reference(q, K, V, scale)
     return tuple(rel_error(attend(q, cache, 0, scale=scale, backend=b), ref) for b in ("neon", "lowp"))
 
 
 def error_table(cases=CI_CASES, seed: int = 0) -> Table:
     """One row per case ``(kind, seq_len, head_dim)``: both errors and lowp's / the article kernel's."""
-    rows = []
-    for kind, T, hd in cases:
-        article, lowp = case_errors(kind, T, hd, seed)
-        rows.append((kind, T, hd, article, lowp, lowp / article))
+    rows = [(kind, T, hd, article, lowp, lowp / article) for kind, T, hd in cases
+            for article, lowp in [case_errors(kind, T, hd, seed)]]
     return Table(rows, header=["kind", "tokens", "head_dim", "article kernel's error", "lowp's error",
                                "lowp / article"],
                  caption="relative L2 error against float64 attention on the unquantized K, V",

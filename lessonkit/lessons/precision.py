@@ -1,12 +1,10 @@
-"""How precise is q8 KV? (lesson 07, a preview of article 9-3): error metrics, the kernel's error
-split into Q's part and K/V's part, and K/V quantized other ways in numpy.
+"""How precise is q8 KV? (lesson 07, a preview of article 9-3): error metrics, the kernel's error split into Q's part
+and K/V's part, and K/V quantized other ways in numpy.
 
-Only the engine's scheme runs in the compiled kernel: one raw ``max|x|`` per (token, kv head),
-codes ``floor(x * 127 / max + 0.5)``. The others are numpy what-ifs: "q8_0" (llama.cpp's reference
-quantizer: per 32 values ``d = max|x|/127``, ``roundf(x / d)``, d stored as float16), "fp16", and
-"fp16_channels" (named channels kept in float16 and out of the row's max; no engine here does it).
-``attend_scheme`` over the engine's scheme and Q codes reproduces the kernel to float32 rounding,
-which makes a comparison of schemes through it fair."""
+Only the engine's scheme (one raw ``max|x|`` per token and kv head) runs in the compiled kernel; the others are numpy
+what-ifs: llama.cpp's "q8_0", "fp16", and "fp16_channels" (named channels kept in float16 and out of the row's max;
+no engine here does it). ``attend_scheme`` over the engine's scheme reproduces the kernel to float32 rounding, which
+makes a comparison of schemes through it fair."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +18,6 @@ from ..core.language import _
 from ..core.quant import KVQ_INV
 from ..core.reference import attention
 from .rounding import q_block_scaled, round_codes
-from ..core.validate import QBLOCK
 
 SCHEMES = ("engine", "q8_0", "fp16_channels", "fp16")
 
@@ -41,8 +38,8 @@ def log_softmax(s) -> np.ndarray:
 
 
 def kl_from_scores(s_p, s_q) -> float:
-    """KL(softmax(s_p) || softmax(s_q)) in nats, through log-softmax: finite even where a weight
-    of softmax(s_q) underflows to 0 (very peaked attention)."""
+    """KL(softmax(s_p) || softmax(s_q)) in nats, through log-softmax: finite even where a weight of softmax(s_q)
+    underflows to 0 (very peaked attention)."""
     lp, lq = log_softmax(s_p), log_softmax(s_q)
     if lp.shape != lq.shape:
         raise ValueError(_("the score vectors must have the same shape; got {shape} and {shape2}").format(
@@ -52,8 +49,8 @@ def kl_from_scores(s_p, s_q) -> float:
 
 @dataclass
 class ErrorSplit:
-    """float64 ``[n, hd]``: ``ref`` (attention on unquantized q, K, V), ``float_q`` (unquantized q
-    over the cache's int8 K, V), ``kernel``; ``total = q_part + kv_part`` by construction."""
+    """float64 ``[n, hd]``: ``ref`` (attention on unquantized q, K, V), ``float_q`` (unquantized q over the cache's
+    int8 K, V), ``kernel``; ``total = q_part + kv_part`` by construction."""
     ref: np.ndarray
     float_q: np.ndarray
     kernel: np.ndarray
@@ -69,8 +66,8 @@ class ErrorSplit:
 
 
 def split_error(Q, cache: KVCacheQ8, kv_head: int, K, V, scale: float | None = None) -> ErrorSplit:
-    """The compiled kernel for every query of ``Q [n, hd]``, its error against float64 attention on
-    the rows ``K, V`` the cache was filled with, split into Q's and K/V's parts."""
+    """The compiled kernel's error for every query of ``Q [n, hd]`` against float64 attention on the rows ``K, V``
+    the cache was filled with, split into Q's and K/V's parts."""
     kv_cache(cache)
     Q = check.float32_like("Q", np.atleast_2d(Q), (None, cache.head_dim))
     scale = check.scale(scale, cache.head_dim)
@@ -80,8 +77,7 @@ def split_error(Q, cache: KVCacheQ8, kv_head: int, K, V, scale: float | None = N
 
 
 def quantize_rows_engine(x) -> tuple[np.ndarray, np.ndarray]:
-    """The engine's K/V quantizer in numpy (C: ``kvq8_quantize_rows``): (codes int8, raw max float32);
-    a zero row gets scale 0 and codes 0."""
+    """The engine's K/V quantizer (C: ``kvq8_quantize_rows``) in numpy: (codes int8, raw max float32)."""
     x = np.asarray(x, np.float32)
     amax = np.abs(x).max(axis=-1)
     safe = np.where(amax > 0, amax, np.float32(1)).astype(np.float64)
@@ -92,44 +88,38 @@ def quantize_rows_engine(x) -> tuple[np.ndarray, np.ndarray]:
 def dequantized(x, scheme: str = "engine", channels=()) -> np.ndarray:
     """Rows ``x [..., hd]`` quantized with ``scheme`` (one of SCHEMES) and read back, float32."""
     x = np.asarray(x, np.float32)
-    if scheme == "engine":
+    if check.one_of("scheme", scheme, SCHEMES) == "engine":
         codes, amax = quantize_rows_engine(x)
         return codes.astype(np.float32) * (amax * KVQ_INV)[..., None]
     if scheme == "q8_0":
         return dequantize_q8_0(*quantize_q8_0(x))
     if scheme == "fp16":
         return x.astype(np.float16).astype(np.float32)
-    if scheme == "fp16_channels":
-        ch = np.asarray(channels, int)
-        rest = np.setdiff1d(np.arange(x.shape[-1]), ch)
-        out = np.empty_like(x)
-        out[..., ch] = x[..., ch].astype(np.float16).astype(np.float32)
-        out[..., rest] = dequantized(x[..., rest], "engine")
-        return out
-    raise ValueError(_("scheme must be one of {map_schemes}; got {scheme!r}").format(
-                       map_schemes=', '.join(map(repr, SCHEMES)), scheme=scheme))
+    ch = np.asarray(channels, int)  # "fp16_channels"
+    rest = np.setdiff1d(np.arange(x.shape[-1]), ch)
+    out = np.empty_like(x)
+    out[..., ch] = x[..., ch].astype(np.float16).astype(np.float32)
+    out[..., rest] = dequantized(x[..., rest], "engine")
+    return out
 
 
 def bytes_per_row(head_dim: int, scheme: str, n_fp16_channels: int = 0) -> int:
-    """Bytes of one (token, kv head) row of K or V under ``scheme`` (or "fp32"); the list of the
-    fp16 channels, once per layer, is not counted."""
-    sizes = {"engine": head_dim + 4, "q8_0": head_dim + 2 * (head_dim // QBLOCK),
+    """Bytes of one (token, kv head) row of K or V under ``scheme`` (or "fp32"); the fp16 channels' list is not."""
+    sizes = {"engine": head_dim + 4, "q8_0": head_dim + 2 * (head_dim // check.QBLOCK),
              "fp16_channels": head_dim + n_fp16_channels + 4, "fp16": 2 * head_dim, "fp32": 4 * head_dim}
-    if scheme not in sizes:
-        raise ValueError(_("unknown scheme {scheme!r}").format(scheme=scheme))
-    return sizes[scheme]
+    return sizes[check.one_of("scheme", scheme, sizes)]
 
 
 def dequantized_q(Q) -> np.ndarray:
     """The query the kernel uses, float64: segment 1's codes times their block scales."""
     v, scales = q_block_scaled(np.asarray(Q, np.float32))
-    return round_codes(v, "engine").astype(np.float64) * np.repeat(scales.astype(np.float64), QBLOCK, axis=-1)
+    return round_codes(v, "engine").astype(np.float64) * np.repeat(scales.astype(np.float64), check.QBLOCK, axis=-1)
 
 
 def attend_scheme(Q, K, V, scheme: str = "engine", scale: float | None = None, quantize_query: bool = True,
                   channels=(), v_scheme: str | None = None) -> np.ndarray:
-    """float64 attention of ``Q`` (``[hd]`` or ``[n, hd]``; the engine's int8 Q with
-    ``quantize_query``) over K, V ``[seq_len, hd]`` quantized with ``scheme`` (V: ``v_scheme``)."""
+    """float64 attention of ``Q`` (``[hd]`` or ``[n, hd]``; the engine's int8 Q with ``quantize_query``) over K, V
+    ``[seq_len, hd]`` quantized with ``scheme`` (V: ``v_scheme``)."""
     Kd = dequantized(K, scheme, channels)
     Vd = dequantized(V, scheme if v_scheme is None else v_scheme, channels)
     Q = dequantized_q(Q) if quantize_query else np.asarray(Q, np.float64)
@@ -139,8 +129,8 @@ def attend_scheme(Q, K, V, scheme: str = "engine", scale: float | None = None, q
 
 def outlier_rows(n: int, head_dim: int, rng: np.random.Generator, channels=(11, 64, 97),
                  factor: float = 20.0, signs=None) -> np.ndarray:
-    """Rows like a real model's K, float32 ``[n, head_dim]``: N(0, 1), plus a constant offset of
-    ``factor`` (sign per channel, default +, -, +, ...) on ``channels``."""
+    """Rows like a real model's K, float32 ``[n, head_dim]``: N(0, 1), plus a constant offset of ``factor`` (sign per
+    channel, default +, -, +, ...) on ``channels``."""
     x = rng.standard_normal((n, head_dim), dtype=np.float32)
     ch = np.asarray(channels, int)
     if signs is None:
@@ -149,14 +139,12 @@ def outlier_rows(n: int, head_dim: int, rng: np.random.Generator, channels=(11, 
     return x
 
 
-# ----------------------------------------------------------------------------- llama.cpp's q8_0, in numpy
-
 QK8_0 = 32                 # values per q8_0 block (ggml-common.h, block_q8_0)
 
 
 def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:
-    """llama.cpp's q8_0 in numpy, as its reference quantizer ``quantize_row_q8_0_ref`` makes it: per 32
-    values ``d = max|x| / 127``, codes ``roundf(x * (1/d))``; (codes int8, scales float16 ``[..., hd/32]``)."""
+    """llama.cpp's q8_0 in numpy, as its reference quantizer ``quantize_row_q8_0_ref`` makes it: per 32 values
+    ``d = max|x| / 127``, codes ``roundf(x * (1/d))``; (codes int8, scales float16 ``[..., hd/32]``)."""
     x = np.asarray(x, np.float32)
     hd = x.shape[-1]
     if hd % QK8_0:
@@ -171,7 +159,6 @@ def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dequantize_q8_0(codes, d) -> np.ndarray:
-    """float32 ``code * float(d)`` per 32 values."""
     codes = np.asarray(codes)
     blocks = codes.reshape(*codes.shape[:-1], -1, QK8_0).astype(np.float32)
     return (blocks * np.asarray(d).astype(np.float32)[..., None]).reshape(codes.shape)

@@ -24,7 +24,6 @@ from ..core import validate as check
 from ..core.cache import KVCacheQ8, attention_call, kv_cache
 from ..core.language import _
 from ..display.table import Table
-from .traffic import SYS_CACHE, size_bytes
 from ..core.variants import BY_NAME, VARIANTS  # noqa: F401  (lesson 09 calls it here)
 from ..core.variants import adds_text as what_it_adds  # noqa: F401  (lesson 09 calls it here)
 
@@ -152,17 +151,6 @@ def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, 
     return passed, failures
 
 
-def cache_bytes(sysfs: Path | str = SYS_CACHE) -> int | None:
-    """The largest CPU cache (its last level) in bytes from Linux's sysfs, None where it does not say."""
-    sizes = []
-    for f in Path(sysfs).glob("index*/size"):
-        try:
-            sizes.append(size_bytes(f.read_text()))
-        except ValueError:
-            continue
-    return max(sizes) if sizes else None
-
-
 def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
     """ns/token of each version at each length (one kv head of head_dim 128), the minimum of ``rounds``
     interleaved rounds; the single-thread read bandwidth (highest of the probes) and the largest CPU
@@ -171,7 +159,7 @@ def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
     from ..core import timing
     names = path() if names is None else list(names)
     res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
-               read_gbps=bench.read_bandwidth_gbps(), cache_bytes=cache_bytes(), rounds=rounds, rows={}, extra={},
+               read_gbps=bench.read_bandwidth_gbps(), cache_bytes=env.last_level_bytes(), rounds=rounds, rows={}, extra={},
                skipped={})
     for T in bench.lengths("lengths", list(lengths)):
         cache, kh, q = bench.make_inputs(T)[:3]

@@ -1,5 +1,5 @@
-"""Softmax-weighted sums in numpy, to set beside the kernel's trace (lessons 02 and 04): the
-three-pass textbook version and the kernel's online one-pass update."""
+"""Softmax-weighted sums in numpy, to set beside the kernel's trace (lessons 02 and 04): the three-pass textbook
+version and the kernel's online one-pass update."""
 from __future__ import annotations
 
 import re
@@ -9,9 +9,9 @@ import numpy as np
 
 from ..core import validate as check
 from ..core.language import _
+from ..core.reference import M_START
 
 MAX_ONLINE = 1 << 20  # scores online() replays one by one in Python (about a second per 10^6)
-M_START = -1e9  # the kernel's start value of M (llama.cpp starts at -INFINITY)
 
 
 def three_pass(s, V) -> np.ndarray:

@@ -1,28 +1,16 @@
-"""Split-KV (introduced in lesson 08): the partial state of a run of tokens, its merge, and the
-split over threads.
+"""Split-KV (introduced in lesson 08): the partial state of a run of tokens, its merge, the split over threads and
+its timing (``parallel_capacity``, ``split_times``).
 
-**Partial states and their merge.** After any run of tokens the online softmax holds an
-unnormalized state: M (the largest score seen), S (the sum of exp(s - M)) and acc (the sum of
-exp(s - M) * v). Two states of disjoint runs merge into the state of both, as Flash-Decoding (2023)
-merges its split-KV partial results:
+After any run of tokens the online softmax holds an unnormalized state: M (the largest score seen), S (the sum of
+exp(s - M)) and acc (the sum of exp(s - M) * v). Two states of disjoint runs merge as Flash-Decoding (2023) merges
+its split-KV partial results:
 
-    M = max(M1, M2),  S = S1 e^(M1 - M) + S2 e^(M2 - M),  acc = acc1 e^(M1 - M) + acc2 e^(M2 - M),
-    out = acc / S.
+    M = max(M1, M2),  S = S1 e^(M1 - M) + S2 e^(M2 - M),  acc = acc1 e^(M1 - M) + acc2 e^(M2 - M),  out = acc / S.
 
-The merge runs in Python, in float64, once per chunk on head_dim values (nothing next to the scan of
-thousands of tokens); lessons 05 and 08 use this one implementation. The C test
-(native/tests/test_kernel.c) has its own merge, written from the same formula.
-
-**Split-KV** (``attend_split``, ``attend_chunks``): the engine has no split over the KV of one long
-sequence. ``flash_attn_partial_q8_neon`` (native/flash_attn_q8_partial.c) runs the single pass over
-a token range and returns its state instead of the output; chunks run in parallel on threads (cffi
-releases the GIL during a C call) and their states are merged. One pool serves the whole process:
-``POOL_WORKERS = os.cpu_count() - 1`` workers plus the calling thread, never more threads than the
-cores this process may use (``usable_cores()``); it ends at interpreter exit or ``shutdown_pool()``.
-
-**Timing** (lesson 08): ``parallel_capacity`` (what a second thread gets on this machine now) and
-``split_times`` (the parts of a 2-chunk split call timed apart: each half alone and at once, the
-hand-off, the merge)."""
+The merge runs in Python, in float64, once per chunk on head_dim values (nothing next to the scan of thousands of
+tokens); lessons 05 and 08 use this one implementation. The engine has no split over the KV of one long sequence:
+here ``flash_attn_partial_q8_neon`` runs the single pass over a token range and returns its state, and the chunks
+run in parallel on one pool's threads (cffi releases the GIL during a C call), never more than the usable cores."""
 from __future__ import annotations
 
 import atexit
@@ -30,6 +18,7 @@ import concurrent.futures
 import itertools
 import math
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,14 +30,13 @@ import numpy as np
 from ..core import env, native, timing
 from ..core import validate as check
 from ..core.cache import KVCacheQ8, attention_args
+from ..core.processes import after_fork_in_child, fork_safe_lock
 from ..core.language import _
 from ..core.attention import kernel_inputs, out_buffer
 
 MAX_CHUNKS = 1 << 16  # chunks of one split call: each is a Python object and one merge step
 MAX_CAPACITY_THREADS = 64  # threads parallel_capacity starts (each a real thread, started per repeat)
 
-
-# ----------------------------------------------------------------------------- partial states
 
 @dataclass(frozen=True)
 class Partial:
@@ -65,8 +53,7 @@ def empty(head_dim: int) -> Partial:
 
 
 def merge(a: Partial, b: Partial) -> Partial:
-    """The state of the tokens of ``a`` and of ``b`` together (Flash-Decoding's merge), in float64.
-    Order does not matter: merge(a, b) == merge(b, a)."""
+    """The state of the tokens of ``a`` and of ``b`` together, in float64; merge(a, b) == merge(b, a)."""
     if a.acc.shape != b.acc.shape:
         raise ValueError(_("states of different head_dim: {shape} and {shape2}").format(
                            shape=a.acc.shape, shape2=b.acc.shape))
@@ -78,7 +65,6 @@ def merge(a: Partial, b: Partial) -> Partial:
 
 
 def merge_all(parts) -> Partial:
-    """Merge a sequence of states, left to right."""
     parts = list(parts)
     if not parts:
         raise ValueError(_("no state to merge"))
@@ -91,11 +77,8 @@ def finish(state: Partial) -> np.ndarray:
     return out.astype(np.float32)
 
 
-# ----------------------------------------------------------------------------- chunk boundaries
-
 def split_points(seq_len: int, n_chunks: int) -> list[int]:
-    """The chunk boundaries ``[0, b1, ..., seq_len]`` of ``n_chunks`` chunks of (nearly) equal size.
-    n_chunks must be between 1 and seq_len: more chunks than tokens would leave a chunk empty."""
+    """The chunk boundaries ``[0, b1, ..., seq_len]`` of ``n_chunks`` chunks of (nearly) equal size."""
     seq_len = check.integer("seq_len", seq_len, minimum=1)
     n_chunks = check.integer("n_chunks", n_chunks, minimum=1)
     check.at_most("n_chunks", n_chunks, MAX_CHUNKS, "chunks of one split call")
@@ -129,12 +112,9 @@ def chunk_bounds(bounds, seq_len: int) -> list[int]:
     return cuts
 
 
-# ----------------------------------------------------------------------------- split-KV
-
 def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: int,
             scale: float | None = None) -> Partial:
-    """The unnormalized state (M, S, acc) of tokens ``[t_begin, t_end)`` for query ``q``, from one
-    call of flash_attn_partial_q8_neon (acc in float64)."""
+    """The state (M, S, acc in float64) of tokens ``[t_begin, t_end)``, from one call of flash_attn_partial_q8_neon."""
     q, kv_head, scale = attention_args(q, cache, kv_head, scale)
     t_begin = check.integer("t_begin", t_begin, minimum=0)
     t_end = check.integer("t_end", t_end, below=cache.seq_len + 1)
@@ -146,10 +126,8 @@ def partial(q: np.ndarray, cache: KVCacheQ8, kv_head: int, t_begin: int, t_end: 
 
 def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threads: int = 1,
                   scale: float | None = None) -> tuple[np.ndarray, list[Partial]]:
-    """Split the tokens before each index of ``bounds`` (strictly increasing, strictly between 0 and
-    seq_len; at most MAX_CHUNKS chunks), compute every chunk's state with flash_attn_partial_q8_neon
-    on up to ``n_threads`` threads, merge the states in order and divide.
-    Returns (output float32 ``[head_dim]``, the chunks' states)."""
+    """(output float32 ``[head_dim]``, the chunks' states): the tokens split before each index of ``bounds``, every
+    chunk's state from flash_attn_partial_q8_neon on up to ``n_threads`` threads, merged in order."""
     q, kv_head, scale = attention_args(q, cache, kv_head, scale)
     cuts = chunk_bounds(bounds, cache.seq_len)
     parts = _run_chunks(q, cache, kv_head, scale, cuts, check.integer("n_threads", n_threads, minimum=1))
@@ -158,32 +136,40 @@ def attend_chunks(q: np.ndarray, cache: KVCacheQ8, kv_head: int, bounds, n_threa
 
 def attend_split(q: np.ndarray, cache: KVCacheQ8, kv_head: int, n_chunks: int, n_threads: int,
                  scale: float | None = None) -> np.ndarray:
-    """Attention output float32 ``[head_dim]`` of query ``q`` over kv head ``kv_head``, with the
-    tokens cut into ``n_chunks`` chunks of (nearly) equal size (1 <= n_chunks <= seq_len, at most
-    MAX_CHUNKS) run on ``n_threads`` threads (>= 1; more than ``usable_cores()`` runs on that many)
-    and merged: equal to ``lk.attend(q, cache, kv_head)`` up to float rounding."""
+    """``lk.attend(q, cache, kv_head)`` up to float rounding, with the tokens cut into ``n_chunks`` chunks of (nearly)
+    equal size run on ``n_threads`` threads (more than ``usable_cores()`` run on that many) and merged."""
     q, kv_head, scale = attention_args(q, cache, kv_head, scale)
-    cuts = split_points(cache.seq_len, n_chunks)
-    n_threads = check.integer("n_threads", n_threads, minimum=1)
+    cuts, n_threads = split_points(cache.seq_len, n_chunks), check.integer("n_threads", n_threads, minimum=1)
     return finish(merge_all(_run_chunks(q, cache, kv_head, scale, cuts, n_threads)))
 
 
-def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
-    """Each chunk [cuts[j], cuts[j+1]) through flash_attn_partial_q8_neon, on up to n_threads
-    threads (the calling thread one of them); each chunk writes its own output buffers."""
+def _chunk_calls(q, cache, kv_head, scale, cuts):
+    """(call(j), states()): ``call(j)`` runs flash_attn_partial_q8_neon on chunk [cuts[j], cuts[j+1]) into that
+    chunk's own output buffers (so that chunks may run on several threads), ``states()`` reads their states."""
     ffi, lib = native.load()
     n = len(cuts) - 1
     vkq = np.empty((n, cache.head_dim), np.float32)
     ms, ss = ffi.new("float[]", n), ffi.new("float[]", n)
-    qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(ffi, q, cache, kv_head, lib)
+    qbuf, k, v, ks, vs, unused, *layout = kernel_inputs(ffi, q, cache, kv_head, lib)
     rows = [out_buffer(ffi, vkq[j]) for j in range(n)]
+
+    def call(j: int) -> None:
+        lib.flash_attn_partial_q8_neon(rows[j], ms + j, ss + j, qbuf, k, v, ks, vs, cuts[j], cuts[j + 1], *layout,
+                                       cache.head_dim, scale)
+    return call, lambda: [Partial(float(ms[j]), float(ss[j]), vkq[j].astype(np.float64), cuts[j + 1] - cuts[j])
+                          for j in range(n)]
+
+
+def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
+    """Every chunk's state, on up to n_threads threads (the calling thread one of them)."""
+    call, states = _chunk_calls(q, cache, kv_head, scale, cuts)
+    n = len(cuts) - 1
     stop = threading.Event()
     next_chunk = itertools.count()  # next() on it is atomic under the GIL: each chunk runs once
 
     def worker() -> None:
         while not stop.is_set() and (j := next(next_chunk)) < n:
-            lib.flash_attn_partial_q8_neon(rows[j], ms + j, ss + j, qbuf, k, v, ks, vs, cuts[j], cuts[j + 1],
-                                           kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
+            call(j)
 
     helpers = []
     for unused in range(min(n_threads, n, usable_cores()) - 1):
@@ -200,18 +186,16 @@ def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
         concurrent.futures.wait(helpers)
     for h in helpers:
         h.result()  # re-raise any error of a helper
-    return [Partial(float(ms[j]), float(ss[j]), vkq[j].astype(np.float64), cuts[j + 1] - cuts[j])
-            for j in range(n)]
+    return states()
 
 
 POOL_WORKERS = max(0, (os.cpu_count() or 1) - 1)  # + the calling thread = os.cpu_count() threads
-_pool_lock = threading.Lock()
+_pool_lock = fork_safe_lock(sys.modules[__name__], "_pool_lock")
 _pool_now: list[ThreadPoolExecutor] = []  # the one pool, once started
 
 
 def usable_cores() -> int:
-    """How many threads a split call runs on at most: the cores this process may use (its CPU
-    set, e.g. the cores a timing is pinned to), never more than os.cpu_count()."""
+    """The most threads a split call runs on: the cores this process may use (e.g. those a timing is pinned to)."""
     total = os.cpu_count() or 1
     try:
         return max(1, min(total, len(os.sched_getaffinity(0))))
@@ -220,31 +204,21 @@ def usable_cores() -> int:
 
 
 def _pool() -> ThreadPoolExecutor:
-    """The process's one pool, started on first use: starting threads on every call would cost more
-    than a chunk of a few thousand tokens."""
+    """The process's one pool, started on first use: threads started per call would cost more than a short chunk."""
     with _pool_lock:
         if not _pool_now:
             _pool_now.append(ThreadPoolExecutor(max(1, POOL_WORKERS), thread_name_prefix="lessonkit-split"))
         return _pool_now[0]
 
 
-def _forget_pool_in_child() -> None:
-    """A forked child (os.fork, multiprocessing's fork start method) inherits the pool object but none of
-    its threads: work submitted there would wait forever. The child starts a pool of its own instead,
-    with a lock no thread of the parent can be holding."""
-    global _pool_lock
-    _pool_lock = threading.Lock()
-    _pool_now.clear()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_forget_pool_in_child)
+# A forked child (os.fork, multiprocessing's fork start method) inherits the pool object but none of its
+# threads: work submitted there would wait forever. The child starts a pool of its own instead.
+after_fork_in_child(_pool_now.clear)
 
 
 @atexit.register
 def shutdown_pool() -> None:
-    """End the split pool's threads (waiting for running chunks); the next split call starts a
-    new pool. Runs at interpreter exit."""
+    """End the split pool's threads (waiting for running chunks), at interpreter exit; the next split starts another."""
     with _pool_lock:
         pools = list(_pool_now)
         _pool_now.clear()
@@ -252,16 +226,11 @@ def shutdown_pool() -> None:
         p.shutdown(wait=True)
 
 
-# ----------------------------------------------------------------------------- timing
-
 def parallel_capacity(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, n_threads: int = 2,
                       number: int = 20, repeats: int = 5, cores: str | None = None) -> float:
-    """How many times more kernel calls per second ``n_threads`` threads complete than one thread,
-    each running ``number`` calls of flash_attn_single_q_q8_neon in a C loop (fa_time_calls): what
-    the machine offers for parallel work right now (about n_threads on free cores; less when another
-    program, or a virtual machine's host, takes a core). The median of ``repeats`` measurements,
-    pinned to one core type (``cores``, as in ``lessonkit.timing.time_kernel``). At most
-    MAX_CAPACITY_THREADS threads and the caps of ``lessonkit.timing``. Lesson 08."""
+    """How many times more kernel calls per second ``n_threads`` threads complete than one thread (each ``number``
+    calls in a C loop): what the machine offers for parallel work right now (about n_threads on free cores; less
+    when another program, or a virtual machine's host, takes a core). Pinned as ``lessonkit.timing.time_kernel``."""
     q, kv_head, scale = attention_args(q, cache, kv_head, None)
     n_threads = check.integer("n_threads", n_threads, minimum=1)
     check.at_most("n_threads", n_threads, MAX_CAPACITY_THREADS, "threads started per measurement")
@@ -311,8 +280,6 @@ def _refuse_long(repeats: int, number: int, call_s: float, calls_per_repeat: flo
                            fit=f'number <= {fit}' if fit >= 1 else _('fewer repeats or a shorter cache')))
 
 
-# ----------------------------------------------------------------------------- where the time goes
-
 @dataclass(frozen=True)
 class SplitTimes:
     """Where the time of a 2-chunk split call goes (``split_times``), in ms, medians over repeats."""
@@ -332,32 +299,25 @@ class SplitTimes:
 
 
 def split_times(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, repeats: int = 11) -> SplitTimes:
-    """Time the parts of ``attend_split(q, cache, kv_head, 2, n)`` apart (lesson 08): each half's C
-    call alone and while the other half runs on a second thread (started together at a barrier, each
-    thread timing its own call), the pool's hand-off, a new pool's start, the merge, and the whole
-    split call on 1 and on 2 threads. Each repeat runs every part once, interleaved, so a disturbance
-    of the shared machine hits all parts alike; the result holds the medians. Needs 2 usable cores."""
+    """Time the parts of ``attend_split(q, cache, kv_head, 2, n)`` apart: each half's C call alone and while the
+    other half runs on a second thread (started together at a barrier, each thread timing its own call), the
+    pool's hand-off, a new pool's start, the merge, and the whole split call on 1 and on 2 threads. Each repeat
+    runs every part once, interleaved, so a disturbance of the shared machine hits all parts alike."""
     q, kv_head, scale = attention_args(q, cache, kv_head, None)
     if cache.seq_len < 2:
         raise ValueError(_("split_times needs at least 2 tokens (one per half); the cache holds {n}").format(
                            n=cache.seq_len))
     if usable_cores() < 2:
-        raise ValueError(_("split_times needs 2 cores this process may use; it may use {n}").format(
-                           n=usable_cores()))
+        raise ValueError(_("split_times needs 2 cores this process may use; it may use {n}").format(n=usable_cores()))
     repeats, unused, unused2 = timing.check_counts(repeats, 1, 0.0)
     ffi, lib = native.load()
-    cuts = split_points(cache.seq_len, 2)
-    vkq = np.empty((2, cache.head_dim), np.float32)
-    ms, ss = ffi.new("float[]", 2), ffi.new("float[]", 2)
-    qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(ffi, q, cache, kv_head, lib)
-    rows = [out_buffer(ffi, vkq[j]) for j in range(2)]
+    call, states = _chunk_calls(q, cache, kv_head, scale, split_points(cache.seq_len, 2))
 
     def half(j: int) -> tuple[int, int, int]:
         """(start, end, CPU time of this thread), ns, of one C call on half j."""
         t0 = time.perf_counter_ns()
         c0 = time.thread_time_ns()  # inside the wall-clock span: the CPU time cannot exceed it
-        lib.flash_attn_partial_q8_neon(rows[j], ms + j, ss + j, qbuf, k, v, ks, vs, cuts[j], cuts[j + 1],
-                                       kv_dim, kv_bs, nkv, kh_off, cache.head_dim, scale)
+        call(j)
         c1 = time.thread_time_ns()
         return t0, time.perf_counter_ns(), c1 - c0
 
@@ -403,8 +363,7 @@ def split_times(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, repeats: int 
         t0 = time.perf_counter_ns()
         _pool().submit(int).result()
         got.setdefault("handoff", []).append(ms_of(t0, time.perf_counter_ns()))
-        parts = [Partial(float(ms[j]), float(ss[j]), vkq[j].astype(np.float64), cuts[j + 1] - cuts[j])
-                 for j in range(2)]
+        parts = states()
         t0 = time.perf_counter_ns()
         finish(merge_all(parts))
         got.setdefault("merge", []).append(ms_of(t0, time.perf_counter_ns()))

@@ -1,19 +1,14 @@
 """Streaming the single pass, and lesson 05's saved cache simulations (introduced in lesson 05).
 
-**Partial states** (``partial_state``, ``attend_in_chunks``): the compiled kernel returns only
-``out``; its traced build records M, S and the accumulator after every token, so a cache holding one
-chunk of tokens gives that chunk's state, and the states merge as ``lessonkit.kernels.split.merge``
-(Flash-Decoding's merge, re-exported here) does.
+**Partial states** (``partial_state``, ``attend_in_chunks``): the compiled kernel returns only ``out``, but its
+traced build records M, S and the accumulator after every token, so a cache of one chunk gives that chunk's state;
+the states merge as ``lessonkit.kernels.split.merge`` (re-exported here) does.
 
-**The streaming experiment** (``run_stream``, lesson 05b): a producer thread writes K and V chunk
-by chunk into a memory-mapped file, announcing each chunk when it is written; the consumer
-quantizes each chunk into a q8 cache as it arrives and runs on it whatever pass can run before
-the last chunk (``ChunkedAttention``, the compiled passes of flash_attn_q8_two_pass_parts.c), or,
-for reference, nothing until the whole kernel runs at the end. The latency after the last chunk
-then differs only by the attention work left to do.
+**The streaming experiment** (``run_stream``, lesson 05b): when the KV arrives chunk by chunk, the latency after the
+last chunk differs between the single pass and its two-pass variants only by the attention work left to do.
 
-**Saved simulations** (``simulations``): valgrind's cache simulation where valgrind runs, the
-results saved next to the notebook where it does not (macOS)."""
+**Saved simulations** (``simulations``): valgrind's cache simulation where valgrind runs, the results saved next to
+the notebook where it does not (macOS)."""
 from __future__ import annotations
 
 import errno
@@ -36,8 +31,9 @@ from . import traffic
 from ..core import validate as check
 from ..core.cache import KVCacheQ8, kv_cache
 from ..core.files import write_atomic
-from ..core.attention import KERNELS, call_kernel, kernel_inputs
+from ..core.attention import KERNELS, call_kernel, kernel_inputs, out_buffer
 from .split import Partial, chunk_bounds, empty, finish, merge, merge_all  # noqa: F401 (lesson 05's names)
+from .synthetic import cache_of  # lessons 05b and 08 call it streaming.cache_of
 from ..core.language import _
 from ..core.trace import run_traced
 
@@ -50,40 +46,26 @@ MAX_SIMULATED_TOKENS = 1 << 20
 
 
 def partial_state(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: float | None = None) -> Partial:
-    """The state (M, S, acc) of all tokens of ``cache``, read from the compiled kernel's trace
-    after its last token (the trace records only M, S and VKQ here)."""
+    """The state (M, S, acc) of all tokens of ``cache``, read from the compiled kernel's trace after its last token."""
     trace = run_traced(np.empty(kv_cache(cache).head_dim, np.float32), q, cache, kv_head, scale,
                        fields=("M", "S", "vkq"))
     return Partial(float(trace.M[-1]), float(trace.S[-1]), trace.vkq[-1].astype(np.float64), trace.seq_len)
 
 
-def cache_of(K: np.ndarray, V: np.ndarray, block_size: int = 64) -> KVCacheQ8:
-    """A one-kv-head cache holding K, V float32 ``[n, head_dim]``."""
-    K = check.float32_array("K", K, (None, None))
-    V = check.float32_array("V", V, K.shape)
-    cache = KVCacheQ8(1, K.shape[1], block_size)
-    cache.append(K[:, None, :], V[:, None, :])
-    return cache
-
-
 def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_size: int = 64,
                      scale: float | None = None) -> tuple[np.ndarray, list[Partial]]:
-    """Split K, V ``[n, head_dim]`` before each index in ``bounds`` (strictly increasing, 0 < b < n),
-    compute each chunk's state with the traced kernel on a cache of that chunk alone, merge them in
-    order. Returns (output float32, the chunks' states)."""
+    """(output float32, the chunks' states): K, V ``[n, head_dim]`` split before each index in ``bounds``, each
+    chunk's state from the traced kernel on a cache of that chunk alone, merged in order."""
     cuts = chunk_bounds(bounds, check.float32_array("K", K, (None, None)).shape[0])
     parts = [partial_state(q, cache_of(K[a:b], V[a:b], block_size), 0, scale) for a, b in zip(cuts[:-1], cuts[1:])]
     return finish(merge_all(parts)), parts
 
 
-# ----------------------------------------------------------------------------- the streaming experiment
-
-# "streaming" and "*_streamed": the compiled first pass folds each chunk in as it arrives
-# (ChunkedAttention); the others run the whole kernel once the last chunk is there.
-MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed",
-         "neon", "two_pass_scores", "two_pass_recompute")
-_PASSES_OF = {"streaming": "single", "two_pass_scores_streamed": "two_pass_scores",
-              "two_pass_recompute_streamed": "two_pass_recompute"}
+# "streaming" and "*_streamed" fold each chunk in as it arrives (ChunkedAttention); the others wait for the last
+MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed", "neon", "two_pass_scores",
+         "two_pass_recompute")
+PASSES = ("single", "two_pass_scores", "two_pass_recompute")
+_PASSES_OF = dict(zip(MODES, PASSES))  # the first three modes' passes
 
 
 @dataclass
@@ -100,12 +82,9 @@ class StreamRun:
 
 def _producer(kv: np.memmap, K: np.ndarray, V: np.ndarray, chunk: int, interval_s: float,
               announce: queue.Queue, stop: threading.Event) -> None:
-    """Write chunk after chunk of K and V into the writer's mapping ``kv`` [2, seq_len, head_dim]
-    of the file (all K rows, then all V rows), one every interval_s, and announce each as
-    ("chunk", index, time it was written); an error is announced as ("error", chunks written, the
-    exception) instead of ending the thread silently. ``stop`` ends it early (the consumer gave
-    up). The caller unmaps the file once the consumer is done: unmapping a large mapping here
-    would stall the consumer's page faults in the same process."""
+    """Write a chunk of K and V into ``kv`` every interval_s and announce ("chunk", index, time written); an error is
+    announced as ("error", chunks written, exception), not lost with the thread. The caller unmaps the file once the
+    consumer is done: unmapping a large mapping here would stall the consumer's page faults."""
     written = 0
     try:
         for i, a in enumerate(range(0, K.shape[0], chunk)):
@@ -122,8 +101,8 @@ def _producer(kv: np.memmap, K: np.ndarray, V: np.ndarray, chunk: int, interval_
 
 def _next_chunk(announce: queue.Queue, producer: threading.Thread, i: int, n_chunks: int,
                 wait_s: float) -> tuple[int, float]:
-    """The next announcement: (chunk index, time written). A producer that failed, ended early or
-    announced nothing for ``wait_s`` seconds becomes a RuntimeError that says which."""
+    """The next (chunk index, time written). A producer that failed, ended early or announced nothing for
+    ``wait_s`` seconds becomes a RuntimeError that says which."""
     deadline = time.perf_counter() + wait_s
     while True:
         try:
@@ -142,16 +121,15 @@ def _next_chunk(announce: queue.Queue, producer: threading.Thread, i: int, n_chu
                                      "an error").format(i=i, n_chunks=n_chunks)) from None
         if msg[0] == "error":
             e = msg[2]
-            raise RuntimeError(_("the producer thread failed after writing {msg} of {n_chunks} chunks: {e}: {e2}").format(
-                                 msg=msg[1], n_chunks=n_chunks, e=type(e).__name__, e2=e)) from e
+            raise RuntimeError(_("the producer thread failed after writing {msg} of {n_chunks} chunks: "
+                                 "{e}: {e2}").format(msg=msg[1], n_chunks=n_chunks, e=type(e).__name__, e2=e)) from e
         return msg[1], msg[2]
 
 
 def _file_of(path: Path, nbytes: int) -> None:
-    """Create the file at its full size with its blocks reserved: a write through a memory map into
-    a sparse file on a full disk is a SIGBUS, which would end the notebook's process; a refused
-    reservation is an OSError here instead. Where the system cannot reserve (macOS), the file is
-    only sized."""
+    """Create the file at its full size with its blocks reserved: a write through a memory map into a sparse
+    file on a full disk is a SIGBUS, which would end the notebook's process; a refused reservation is an
+    OSError here instead. Where the system cannot reserve (macOS), the file is only sized."""
     with open(path, "wb") as f:
         try:
             os.posix_fallocate(f.fileno(), 0, nbytes)
@@ -169,24 +147,12 @@ def _file_of(path: Path, nbytes: int) -> None:
 def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024,
                interval_s: float = 0.003, scale: float | None = None, directory: str | None = None,
                block_size: int = 4096) -> StreamRun:
-    """One run of the streaming experiment over K, V float32 ``[seq_len, head_dim]``.
-
-    A producer thread writes the chunks into a memory-mapped file (np.memmap) in a temporary
-    directory; the consumer (this thread) opens its own mapping of the file and, per chunk as it is
-    announced, reads it and appends it to one q8 cache of all tokens (blocks of ``block_size``
-    tokens: KVCacheQ8.append touches every block's pointer, so few blocks keep that cost small).
-    Modes "streaming", "two_pass_scores_streamed" and "two_pass_recompute_streamed" then run
-    their first pass on the chunk at once (``ChunkedAttention.fold``: the single pass's token
-    loop, or a two-pass variant's pass 1) and, after the last chunk, what waits for it
-    (``finish``). Modes "neon", "two_pass_scores", "two_pass_recompute" run that whole kernel
-    once the last chunk has come. Python's garbage collector is paused during the run
-    (as ``timeit`` does), so that a collection does not land in one run's latency. The file is
-    removed afterwards.
-
-    Bounds: 1 <= chunk <= seq_len with at most MAX_STREAM_CHUNKS chunks; 0 <= interval_s <=
-    MAX_INTERVAL_S and chunks x interval_s <= MAX_STREAM_S; 1 <= block_size <= max(seq_len, 4096).
-    Every wait is bounded: a producer that fails, ends early or stalls (nothing announced for
-    interval_s + STALL_S seconds) becomes a RuntimeError that says what happened."""
+    """One run of the streaming experiment over K, V float32 ``[seq_len, head_dim]``: a producer thread writes the
+    chunks into a memory-mapped file; this thread reads each one through its own mapping as it is announced and
+    appends it to one q8 cache (of few blocks: KVCacheQ8.append touches every block's pointer), then folds it in
+    or waits for the last. The garbage collector is paused during the run (as ``timeit`` does), so that no
+    collection lands in one run's latency. The caps keep one run short, and every wait is bounded: a producer that
+    fails, ends early or stalls (nothing announced for interval_s + STALL_S seconds) becomes a RuntimeError."""
     check.one_of("mode", mode, MODES)
     K = check.float32_array("K", K, (None, None))
     V = check.float32_array("V", V, K.shape)
@@ -198,9 +164,8 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     scale = check.scale(scale, hd)
     chunk = check.integer("chunk", chunk, minimum=1, below=T + 1)
     n_chunks = -(-T // chunk)
-    check.at_most(_("the number of chunks (seq_len {T} / chunk {chunk})").format(T=T, chunk=chunk),
-                  n_chunks, MAX_STREAM_CHUNKS,
-                  _("chunks of one streaming run; use a larger chunk"))
+    check.at_most(_("the number of chunks (seq_len {T} / chunk {chunk})").format(T=T, chunk=chunk), n_chunks,
+                  MAX_STREAM_CHUNKS, _("chunks of one streaming run; use a larger chunk"))
     interval_s = check.finite_float("interval_s", interval_s, minimum=0.0, maximum=MAX_INTERVAL_S)
     if n_chunks * interval_s > MAX_STREAM_S:
         raise ValueError(_("{n_chunks} chunks x interval_s {interval_s:g} s = {n_chunks_interval_s:.0f} s, above "
@@ -251,26 +216,14 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, done_prev - t_ingested, kept_up, out)
 
 
-# ----------------------------------------------------------------------------- passes over chunks, compiled
-
-PASSES = ("single", "two_pass_scores", "two_pass_recompute")
-
 
 class ChunkedAttention:
     """One query's attention over a cache that grows chunk by chunk, with the compiled passes of
-    native/flash_attn_q8_two_pass_parts.c (lesson 05b).
-
-    ``fold(t1)`` runs, on tokens [tokens folded so far, t1), what can run before the last chunk:
-    for "single" the article's token loop (the online state M, S, VKQ continues); for
-    "two_pass_scores" pass 1 (scores stored, running max); for "two_pass_recompute" pass 1 (M and
-    S online). ``finish()`` runs what must wait for M (and S) over all tokens: "single" divides
-    VKQ by S; "two_pass_scores" runs passes 2 and 3 over all stored scores; "two_pass_recompute"
-    its pass 2 over all K and V rows. Folded over consecutive ranges, each gives the result of
-    its whole kernel (``attend(..., backend=variant)``, "neon" for "single").
-
-    Every argument is checked here before C is called: the cache may grow between folds, t1 must
-    lie above the tokens already folded and at most at the cache's seq_len, and the score array
-    is this object's own, grown as tokens come. After ``finish()`` the object refuses more folds."""
+    native/flash_attn_q8_two_pass_parts.c (lesson 05b): ``fold(t1)`` runs on the tokens up to t1 what can run
+    before the last chunk (the article's token loop, or a two-pass variant's pass 1), ``finish()`` what must wait
+    for M (and S) over all tokens. Folded over consecutive ranges, each gives its whole kernel's result
+    (``attend(..., backend=variant)``, "neon" for "single"). Every argument is checked before C is called, since
+    the cache may grow between folds; the score array is this object's own."""
 
     def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0,
                  scale: float | None = None):
@@ -287,8 +240,8 @@ class ChunkedAttention:
         self.scores = np.empty(0, np.float32)
 
     def _args(self):
-        qbuf, k, v, ks, vs, unused, kv_dim, kv_bs, nkv, kh_off = kernel_inputs(self.ffi, self.q, self.cache, self.kv_head, self.lib)
-        return qbuf, k, v, ks, vs, (kv_dim, kv_bs, nkv, kh_off, self.cache.head_dim)
+        qbuf, k, v, ks, vs, unused, *layout = kernel_inputs(self.ffi, self.q, self.cache, self.kv_head, self.lib)
+        return qbuf, k, v, ks, vs, (*layout, self.cache.head_dim)
 
     def fold(self, t1: int) -> None:
         """Run the first pass on tokens [n_folded, t1) of the cache."""
@@ -302,15 +255,15 @@ class ChunkedAttention:
         ffi, lib = self.ffi, self.lib
         qbuf, k, v, ks, vs, layout = self._args()
         if self.variant == "single":
-            lib.flash_attn_single_pass_fold_q8(ffi.from_buffer("float[]", self.vkq, require_writable=True),
-                                               self._m, self._s, qbuf, k, v, ks, vs, t0, t1, *layout, self.scale)
+            lib.flash_attn_single_pass_fold_q8(out_buffer(ffi, self.vkq), self._m, self._s, qbuf, k, v, ks, vs, t0, t1,
+                                               *layout, self.scale)
         elif self.variant == "two_pass_scores":
             if t1 > self.scores.size:  # grown by doubling: a chunk costs one copy now and then
                 grown = np.empty(max(t1, 2 * self.scores.size), np.float32)
                 grown[:t0] = self.scores[:t0]
                 self.scores = grown
-            lib.flash_attn_two_pass_scores_pass1_q8(ffi.from_buffer("float[]", self.scores, require_writable=True),
-                                                    self._m, qbuf, k, ks, t0, t1, *layout, self.scale)
+            lib.flash_attn_two_pass_scores_pass1_q8(out_buffer(ffi, self.scores), self._m, qbuf, k, ks, t0, t1, *layout,
+                                                    self.scale)
         else:
             lib.flash_attn_two_pass_recompute_pass1_q8(self._m, self._s, qbuf, k, ks, t0, t1, *layout, self.scale)
         self.n_folded = t1
@@ -323,14 +276,13 @@ class ChunkedAttention:
             raise ValueError(_("no token has been folded in: call fold(t1) first"))
         ffi, lib, T = self.ffi, self.lib, self.n_folded
         out = np.zeros(self.cache.head_dim, np.float32)
-        obuf = ffi.from_buffer("float[]", out, require_writable=True)
+        obuf = out_buffer(ffi, out)
         qbuf, k, v, ks, vs, layout = self._args()
         if self.variant == "single":
             s = float(self._s[0])  # segment 4, as the kernel does it: VKQ * (1 / S), 0 without weight
             out[:] = self.vkq * np.float32(1.0 / np.float32(s) if s > 0 else 0.0)
         elif self.variant == "two_pass_scores":
-            lib.flash_attn_two_pass_scores_rest_q8(obuf, ffi.from_buffer("float[]", self.scores, require_writable=True),
-                                                   self._m[0], v, vs, T, *layout)
+            lib.flash_attn_two_pass_scores_rest_q8(obuf, out_buffer(ffi, self.scores), self._m[0], v, vs, T, *layout)
         else:
             lib.flash_attn_two_pass_recompute_pass2_q8(obuf, qbuf, k, v, ks, vs, self._m[0], self._s[0], T,
                                                        *layout, self.scale)
@@ -338,26 +290,15 @@ class ChunkedAttention:
         return out
 
 
-# ----------------------------------------------------------------------------- work left after the last chunk
-
 FAIR_MODES = MODES  # the counted model and the timed run name the same modes
 
 
 def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 128,
                           n_kv_heads: int = 1) -> dict[str, int]:
-    """What a kernel must still do once the last chunk of KV has arrived, counted, not timed.
-
-    "streaming": the online state; the last chunk is scored and folded in, then one merge.
-    "two_pass_scores_streamed": pass 1 (score, store, running max) runs on each chunk as it
-    arrives; after the last one: its pass 1, then pass 2 (exp over all stored scores, their sum)
-    and pass 3 (all V rows). "two_pass_recompute_streamed": pass 1 (M and S, online, no V) runs
-    as chunks arrive; after the last one: its pass 1, then pass 2 (all K rows scored again, all
-    V rows). The fair comparison: only the passes that need M (and S) over all tokens wait.
-    "neon", "two_pass_scores", "two_pass_recompute": the whole kernel runs after the last chunk.
-
-    Returns K rows scored, V rows added, exps (one per weight; a new max's rescale not counted)
-    and bytes read from the KV and the score array (``lessonkit.traffic.bytes_per_token``'s
-    lines per token; the score array 4 bytes per token per pass)."""
+    """What a kernel must still do once the last chunk of KV has arrived, counted, not timed: K rows scored, V rows
+    added, exps (a new max's rescale not counted) and bytes read from the KV (``traffic.bytes_per_token``) and the
+    score array (4 bytes per token per pass). The streamed modes are left with their last chunk's first pass and the
+    passes that need M (and S) over all tokens; the others run their whole kernel after the last chunk."""
     check.one_of("mode", mode, FAIR_MODES)
     T = check.integer("seq_len", seq_len, minimum=1)
     c = check.integer("chunk", chunk, minimum=1, below=T + 1)
@@ -376,8 +317,6 @@ def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 1
                 bytes=scored * k_tok + v_rows * v_tok + score_bytes)
 
 
-# ----------------------------------------------------------------------------- saved simulations
-
 SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
 
 
@@ -390,52 +329,41 @@ def _valgrind_version() -> str:
 
 def simulations(configs, saved: Path | str, save: bool | None = None,
                 load_only: bool = False) -> tuple[dict, str]:
-    """valgrind cache simulations of ``configs``, a list of (variant, seq_len, preset_name), each
-    cold, one kv head of head_dim 128 (``traffic.simulate``'s defaults).
-
-    Where valgrind is installed, simulate every configuration; then, if ``save`` (default: the
-    environment variable LESSONKIT_SAVE_RESULTS is "1"), write the results to ``saved`` as JSON.
-    Where it is not (macOS), load the results saved in ``saved``. Returns ({(variant, seq_len,
-    preset): traffic.Simulated}, a note saying where the results came from). At most
-    MAX_SIMULATIONS configurations, each of at most MAX_SIMULATED_TOKENS tokens: a simulation
-    runs the kernel under valgrind, some 50 times slower than natively. A config may name
-    ``n_kv_heads`` as a fourth item (the engine's layout: that many heads interleaved per token;
-    default 1). ``load_only``: read the saved results even where valgrind is installed (the
-    long simulations a lesson does not recompute in CI)."""
+    """({config: traffic.Simulated}, a note saying where they came from) of ``configs``, each (variant, seq_len,
+    preset_name[, n_kv_heads]) one cold call. Where valgrind is installed and not ``load_only`` (the long ones a
+    lesson does not redo in CI) they run now, and with ``save`` (default: LESSONKIT_SAVE_RESULTS=1) are saved to
+    ``saved``; elsewhere (macOS) they are read from it. The caps: valgrind runs some 50 times slower than the CPU."""
     if isinstance(configs, (str, bytes)) or not hasattr(configs, "__len__"):
         raise TypeError(_("configs must be a list of (variant, seq_len, preset_name); got {configs}").format(
                           configs=type(configs).__name__))
-    check.at_most("len(configs)", len(configs), MAX_SIMULATIONS,
-                  _("valgrind simulations of one call"))
+    check.at_most("len(configs)", len(configs), MAX_SIMULATIONS, _("valgrind simulations of one call"))
     try:
         configs = [(c[0], check.integer("seq_len", c[1], minimum=1), c[2],
-                    *([check.integer("n_kv_heads", c[3], minimum=1, below=33)] if len(c) == 4 else []))
-                   for c in configs if len(c) in (3, 4)] if all(len(c) in (3, 4) for c in configs) else None
+                    *(check.integer("n_kv_heads", h, minimum=1, below=33) for h in c[3:]))
+                   for c in configs] if all(len(c) in (3, 4) for c in configs) else None
     except (TypeError, ValueError) as e:
-        raise type(e)(_("configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples: {e}").format(e=e)) from None
+        raise type(e)(_("configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples: "
+                        "{e}").format(e=e)) from None
     if configs is None:
         raise ValueError(_("configs must be (variant, seq_len, preset_name[, n_kv_heads]) tuples"))
     for c in configs:
-        check.at_most("seq_len", c[1], MAX_SIMULATED_TOKENS,
-                      _("tokens of one valgrind simulation"))
+        check.at_most("seq_len", c[1], MAX_SIMULATED_TOKENS, _("tokens of one valgrind simulation"))
     saved = Path(saved)
     if traffic.valgrind_available() and not load_only:
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
                    for c in configs}
-        note = _("simulated now with {valgrind_version} (callgrind --cache-sim=yes)").format(
-                 valgrind_version=_valgrind_version())
+        version = _valgrind_version()
+        note = _("simulated now with {valgrind_version} (callgrind --cache-sim=yes)").format(valgrind_version=version)
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
             saved.parent.mkdir(parents=True, exist_ok=True)
             # merged into what the file holds: a lesson saves its configurations in several calls,
             # and each call replaces only the entries it simulated
             key = lambda r: (r["variant"], r["seq_len"], r["preset"], r.get("n_kv_heads", 1))  # noqa: E731
-            kept = json.loads(saved.read_text())["results"] if saved.is_file() else []
             fresh = [r.as_dict() for r in results.values()]
-            new_keys = {key(r) for r in fresh}
-            data = dict(generated_by="lessonkit.streaming.simulations", valgrind=_valgrind_version(),
-                        machine=platform.machine(),
-                        results=[r for r in kept if key(r) not in new_keys] + fresh)
-            write_atomic(saved, json.dumps(data, indent=1) + "\n")  # the merge keeps earlier calls' results
+            kept = [r for r in (json.loads(saved.read_text())["results"] if saved.is_file() else [])
+                    if key(r) not in {key(f) for f in fresh}]
+            write_atomic(saved, json.dumps(dict(generated_by="lessonkit.streaming.simulations", valgrind=version,
+                                                machine=platform.machine(), results=kept + fresh), indent=1) + "\n")
             note += _("; saved to {name}").format(name=saved.name)
         return results, note
     if not saved.is_file():
@@ -444,21 +372,15 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
                              saved=saved))
     data = json.loads(saved.read_text())
     names = {f.name for f in fields(traffic.Simulated)}
-    have = {}
-    for r in data["results"]:
-        sim = traffic.Simulated(**{k: v for k, v in r.items() if k in names})
-        have[(sim.variant, sim.seq_len, sim.preset)
-             + ((sim.n_kv_heads,) if sim.n_kv_heads != 1 else ())] = sim
-        have[(sim.variant, sim.seq_len, sim.preset, sim.n_kv_heads)] = sim
+    sims = [traffic.Simulated(**{k: v for k, v in r.items() if k in names}) for r in data["results"]]
+    have = {(s.variant, s.seq_len, s.preset, s.n_kv_heads): s for s in sims}
+    have.update({k[:3]: s for k, s in have.items() if k[3] == 1})  # a config may leave out n_kv_heads 1
     missing = [c for c in configs if c not in have]
     if missing:
         raise RuntimeError(_("{name} has no saved results for {missing}; run the notebook where valgrind is "
                              "installed with {SAVE_ENV}=1 to save them").format(
                              name=saved.name, missing=missing, SAVE_ENV=SAVE_ENV))
-    if traffic.valgrind_available():
-        why = _("loaded as asked")
-    else:
-        why = _("valgrind is not installed here")
+    why = _("loaded as asked") if traffic.valgrind_available() else _("valgrind is not installed here")
     note = _("{why}: these are the results saved in {name} ({get_data} on {get_data2})").format(
              why=why, name=saved.name, get_data=data.get('valgrind', 'valgrind'),
              get_data2=data.get('machine', _('another machine')))

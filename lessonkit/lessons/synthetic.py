@@ -1,4 +1,5 @@
-"""Inputs with chosen properties for the lessons (introduced in lesson 02)."""
+"""Inputs with chosen properties for the lessons (introduced in lesson 02): a cache holding given K and V, and
+one whose kernel scores are given numbers."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,14 +11,21 @@ from ..core.language import _
 MAX_BYTES = 2 << 30  # K, V and the cache of one synthetic case
 
 
-def cache_with_scores(scores, head_dim: int = 64, block_size: int = 16, V=None, seed: int = 0):
-    """A one-kv-head cache and a query for which the kernel's scores are ``scores`` (to float32
-    rounding), with ``scale = 1 / head_dim``. Returns ``(cache, q, scale)``.
+def cache_of(K: np.ndarray, V: np.ndarray, block_size: int = 64) -> KVCacheQ8:
+    """A cache holding K, V float32 ``[n, n_kv_heads, head_dim]``, or ``[n, head_dim]`` for one kv head (lessons 05b
+    and 08: ``streaming.cache_of``)."""
+    K = check.float32_array("K", K, (None,) * (3 if getattr(K, "ndim", 2) == 3 else 2))
+    V = check.float32_array("V", V, K.shape)
+    K, V = (x if x.ndim == 3 else x[:, None, :] for x in (K, V))
+    cache = KVCacheQ8(K.shape[1], K.shape[2], block_size)
+    cache.append(K, V)
+    return cache
 
-    How: every K row is a multiple c_t of the all-ones vector and q is all ones. Then every code
-    of K and Q is +-127, each K row's scale is |c_t|, and the score is hd * c_t * scale = c_t.
-    V: float32 ``[n, head_dim]``, random normal from ``seed`` when not given. A masked array is
-    refused (use ``.filled(value)``); at most MAX_BYTES for K, V and the cache together."""
+
+def cache_with_scores(scores, head_dim: int = 64, block_size: int = 16, V=None, seed: int = 0):
+    """``(cache, q, scale)`` for which the kernel's scores are ``scores`` (to float32 rounding): every K row is a
+    multiple c_t of the all-ones vector and q is all ones, so every code is +-127, each K row's scale is |c_t|, and
+    with ``scale = 1 / head_dim`` the score is c_t. V: random normal from ``seed`` when not given."""
     head_dim = check.head_dim(head_dim)
     block_size = check.integer("block_size", block_size, minimum=1)
     try:
@@ -34,7 +42,4 @@ def cache_with_scores(scores, head_dim: int = 64, block_size: int = 16, V=None, 
     if V is None:
         V = np.random.default_rng(seed).standard_normal((n, head_dim), dtype=np.float32)
     V = check.float32_like("V", V, (n, head_dim))
-    K = np.repeat(c[:, None], head_dim, axis=1)
-    cache = KVCacheQ8(1, head_dim, block_size)
-    cache.append(np.ascontiguousarray(K[:, None, :]), np.ascontiguousarray(V[:, None, :]))
-    return cache, np.ones(head_dim, np.float32), 1.0 / head_dim
+    return cache_of(np.repeat(c[:, None], head_dim, axis=1), V, block_size), np.ones(head_dim, np.float32), 1 / head_dim

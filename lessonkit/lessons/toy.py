@@ -1,11 +1,7 @@
-"""A toy generation, so that "run one generation" means something (introduced in lesson 06): one
-attention layer with random weights (fixed seed), query heads sharing kv heads as under GQA, greedy
-decoding. Each step appends one token's K and V to a ``KVCacheQ8``, then calls the compiled kernel once
-per query head over the whole cache: the calls of a real decoder, with tokens that mean nothing.
-
-    generate(16)                    # the fast kernel; debug=True: the -O0 -g build lesson 06 debugs
-    generate(16, src_dir=copy)      # an edited copy of native/; trace=True: the traced build
-"""
+"""A toy generation, so that "run one generation" means something (lesson 06): one attention layer with random
+weights (fixed seed), query heads sharing kv heads as under GQA, greedy decoding. Each step appends one token's K
+and V to a ``KVCacheQ8``, then calls the compiled kernel once per query head over the whole cache: the calls of a
+real decoder, with tokens that mean nothing."""
 from __future__ import annotations
 
 import math
@@ -24,12 +20,12 @@ from ..core.trace import FIELDS, run_traced
 MAX_STEPS = 4096            # steps of one generation: one cache row and n_q_heads kernel calls each
 MAX_WEIGHTS = 1 << 26       # float32 weights of the toy model (256 MiB)
 TRACE_BYTES = 512 << 20     # the traces generate(trace=True) keeps
-KERNEL = KERNELS["neon"]   # flash_attn_single_q_q8_neon
+KERNEL = KERNELS["neon"]    # flash_attn_single_q_q8_neon, the kernel lesson 06 debugs
 
 
 @dataclass(frozen=True)
 class ToyConfig:
-    """The toy model's shape. Defaults: 2 kv heads x 2 query heads each = 4 kernel calls per step."""
+    """Defaults: 2 kv heads x 2 query heads each = 4 kernel calls per step."""
     vocab: int = 48
     d_model: int = 64
     n_kv_heads: int = 2
@@ -56,14 +52,12 @@ class ToyConfig:
         return self.n_kv_heads * self.group
 
     @property
-    def n_weights(self) -> int:
-        """float32 values of the model's weights (embedding, projections, unembedding)."""
+    def n_weights(self) -> int:   # embedding, projections, unembedding
         q, kv = self.n_q_heads * self.head_dim, self.n_kv_heads * self.head_dim
         return 2 * self.vocab * self.d_model + self.d_model * (q + 2 * kv) + q * self.d_model
 
 
 def checked_config(config) -> ToyConfig:
-    """``config`` itself, ``ToyConfig()`` for None; TypeError for anything else."""
     config = ToyConfig() if config is None else config
     if not isinstance(config, ToyConfig):
         raise TypeError(_("config must be a lessonkit.toy.ToyConfig; got {config}").format(
@@ -81,10 +75,9 @@ class KernelCall:
 
 @dataclass
 class Generation:
-    """What ``generate`` did: the token ids, and every kernel call in the order it was made."""
     prompt: list[int]
     tokens: list[int]                      # the generated ids, len == n_tokens
-    calls: list[KernelCall]
+    calls: list[KernelCall]                # every kernel call, in the order it was made
     config: ToyConfig
     traces: list | None = None             # lessonkit.trace.Trace per call, with trace=True
     kernel: str = "fast"                   # "fast", "debug", "traced" or "copy"
@@ -111,7 +104,7 @@ class ToyModel:
         self.scale = 1.0 / math.sqrt(c.head_dim)
 
     def position(self, pos: int) -> np.ndarray:
-        """Sinusoidal position code, so that the same token at two positions differs."""
+        """Sinusoidal, so that the same token at two positions differs."""
         d = self.config.d_model
         freq = 1.0 / (100.0 ** (np.arange(0, d, 2) / d))
         p = np.zeros(d, np.float32)
@@ -119,8 +112,8 @@ class ToyModel:
         return p
 
     def step(self, token: int, pos: int, cache: KVCacheQ8, kernel) -> tuple[int, list[np.ndarray]]:
-        """Feed one token: append its K, V to the cache, attend every query head through
-        ``kernel(q, cache, kv_head, scale)``, return (greedy next token, the heads' outputs)."""
+        """Append the token's K, V to the cache, attend every query head through ``kernel(q, cache, kv_head,
+        scale)``: (greedy next token, the heads' outputs)."""
         c = self.config
         x = (self.embedding[token] + self.position(pos)).astype(np.float32)
         q = (x @ self.wq).reshape(c.n_q_heads, c.head_dim)
@@ -133,7 +126,7 @@ class ToyModel:
 
 
 def trace_bytes(n_steps: int, config: ToyConfig, fields=FIELDS) -> int:
-    """Bytes of the traces of ``n_steps`` steps: step i's calls record i + 1 tokens each."""
+    """Of the traces of ``n_steps`` steps: step i's calls record i + 1 tokens each."""
     hd, nblk = config.head_dim, config.head_dim // 32
     per_token = {"dots": 4 * nblk, "k_rows": 8, "v_rows": 8, "s": 4, "M": 4, "S": 4, "ms": 4, "vkq": 4 * hd}
     fixed = {"q_codes": hd, "q_scales": 4 * nblk}
@@ -145,26 +138,21 @@ def trace_bytes(n_steps: int, config: ToyConfig, fields=FIELDS) -> int:
 def generate(n_tokens: int, prompt=(0,), config: ToyConfig | None = None, debug: bool = False,
              src_dir: Path | str | None = None, trace: bool = False, verbose: bool = True,
              trace_fields=None, verify: str = "results") -> Generation:
-    """Generate ``n_tokens`` ids greedily. Step ``i`` feeds token ``i`` of (prompt + generated), so each of
-    its ``n_q_heads`` calls has ``seq_len = i + 1``; ``len(prompt) + n_tokens - 1`` steps, at most MAX_STEPS.
-    The kernel: the fast build; ``debug=True`` the ``-O0 -g`` one (a debugger attached to this process
-    stops in it); ``src_dir`` a copy of native/ (``verify`` as in ``native.load``); ``trace=True`` the
-    traced build, one Trace per call of the fields ``trace_fields``, at most TRACE_BYTES."""
+    """Step ``i`` feeds token ``i`` of (prompt + generated), so each of its ``n_q_heads`` calls has ``seq_len =
+    i + 1``. The kernel: the fast build; ``debug=True`` the ``-O0 -g`` one (a debugger attached to this process
+    stops in it); ``src_dir`` a copy of native/ (``verify`` as in ``native.load``); ``trace=True`` the traced
+    build, one Trace per call of the fields ``trace_fields``, at most TRACE_BYTES."""
     n_tokens = check.at_most("n_tokens", check.integer("n_tokens", n_tokens, minimum=1), MAX_STEPS,
                              "steps of one toy generation")
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
-        raise TypeError(_("prompt must be a list of token ids; got {prompt}").format(
-                          prompt=type(prompt).__name__))
+        raise TypeError(_("prompt must be a list of token ids; got {prompt}").format(prompt=type(prompt).__name__))
     check.at_most("len(prompt)", len(prompt), MAX_STEPS - n_tokens + 1,
                   f"steps of one toy generation: len(prompt) + n_tokens - 1 <= {MAX_STEPS}")
     prompt = [check.integer("a prompt id", t, minimum=0) for t in prompt]
     config = checked_config(config)
     if not prompt or not all(t < config.vocab for t in prompt):
         raise ValueError(_("prompt must be a non-empty list of ids in [0, {vocab})").format(vocab=config.vocab))
-    for name, flag in (("debug", debug), ("trace", trace), ("verbose", verbose)):
-        if not isinstance(flag, bool):
-            raise TypeError(_("{name} must be True or False; got {short_flag_check}").format(
-                              name=name, short_flag_check=check.short(flag)))
+    debug, trace, verbose = check.flag("debug", debug), check.flag("trace", trace), check.flag("verbose", verbose)
     if trace and (debug or src_dir is not None):
         raise ValueError(_("trace=True runs the traced build of native/; leave debug and src_dir unset"))
     if trace_fields is not None and not trace:

@@ -1,36 +1,31 @@
-"""Memory traffic of the single pass and its two-pass alternatives (lesson 05): an analytic byte
-model, and valgrind's cache simulation of the kernel call alone.
+"""Memory traffic of the single pass and its two-pass alternatives (lesson 05): an analytic byte model, and valgrind's
+cache simulation of the kernel call alone.
 
-The simulation runs native/tools/fa_driver.c under ``valgrind --tool=callgrind --cache-sim=yes``
-with explicit cache sizes (a preset). Only the kernel call is counted: the driver switches
-collection on and off around it (``CALLGRIND_TOGGLE_COLLECT`` of ``<valgrind/callgrind.h>``, with
-``--collect-atstart=no``), or, built without that header, valgrind collects the measured function
-by name (``--toggle-collect``; see ``measure_method``). valgrind simulates a first-level data cache
+The simulation runs native/tools/fa_driver.c under ``valgrind --tool=callgrind --cache-sim=yes`` with a preset's
+cache sizes, counting only the kernel call (``measure_method`` says how). valgrind simulates a first-level data cache
 and one last level: last-level misses times the line size is the traffic to DRAM."""
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core import native
+from ..core import env, native
+from ..core import validate as check
 from ..core.language import N_, _
+from ..core.processes import run_bounded
 
 VARIANTS = ("single", "scalar", "two_pass_scores", "two_pass_recompute")
 # lesson 08: G query heads of one kv head, one grouped call ("group4") or G single-pass calls ("per_head4")
 GQA_VARIANTS = tuple(f"{kind}{g}" for kind in ("group", "per_head") for g in range(1, 9))
 SOFTMAXES = ("softmax_naive", "softmax_safe", "softmax_online")
 DRIVER_SOURCE = native.NATIVE_DIR / "tools" / "fa_driver.c"
-# valgrind runs a simulated call about 100 times slower than the CPU: a lesson's longest takes a minute
-SIMULATION_TIMEOUT_S = 900.0
-SYS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+SIMULATION_TIMEOUT_S = 900.0  # valgrind is about 100 times slower than the CPU: a lesson's longest takes a minute
 
 
 @dataclass(frozen=True)
@@ -61,53 +56,39 @@ PRESETS = {
 }
 
 
-def size_bytes(text: str) -> int:
-    """A sysfs cache size ("48K", "3M" or "512") in bytes."""
-    text = text.strip().upper()
-    return int(text.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-
-
 def host_preset() -> Preset:
     """This machine's L1d and last-level cache, read from /sys (Linux)."""
     levels = {}
-    for d in sorted(SYS_CACHE.glob("index*")):
+    for d in sorted(env.SYS_CACHE.glob("index*")):
         try:
             if (d / "type").read_text().strip() == "Instruction":
                 continue
             levels[int((d / "level").read_text())] = CacheLevel(
-                size_bytes((d / "size").read_text()), int((d / "ways_of_associativity").read_text()),
+                env.size_bytes((d / "size").read_text()), int((d / "ways_of_associativity").read_text()),
                 int((d / "coherency_line_size").read_text()))
         except (OSError, ValueError):
             continue
     if 1 not in levels or len(levels) < 2:
         raise RuntimeError(_("could not read this machine's caches from /sys; use the 'a76' preset"))
     last = levels[max(levels)]
-    return Preset(N_("this machine: L1d {size_levels} KiB, last level {size_last} MiB", size_levels=levels[1].size >> 10, size_last=last.size >> 20),
-                  levels[1], last)
+    return Preset(N_("this machine: L1d {size_levels} KiB, last level {size_last} MiB",
+                     size_levels=levels[1].size >> 10, size_last=last.size >> 20), levels[1], last)
 
 
 def preset(name: str) -> Preset:
-    if name == "host":
-        return host_preset()
-    if name not in PRESETS:
-        raise ValueError(_("preset must be one of {presets}; got {name!r}").format(
-                           presets=', '.join([*PRESETS, 'host']), name=name))
-    return PRESETS[name]
+    return host_preset() if check.one_of("preset", name, (*PRESETS, "host")) == "host" else PRESETS[name]
 
 
 def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
                 line: int = 64) -> dict[str, int]:
-    """Bytes each part of ``variant`` touches for one kv head, nothing reused from cache: int8 K and V
-    rows; one fp32 scale per token, ``nkv`` apart, so a scale read costs ``4 nkv`` bytes of its line
-    (at most the line); two_pass_scores' score array, 4 bytes a token, written in pass 1, read and
-    written in pass 2, read in pass 3. ``group<G>`` reads the single pass's bytes once for G query
-    heads, ``per_head<G>`` G times."""
+    """Bytes each part of ``variant`` touches for one kv head, nothing reused from cache: int8 K and V rows; one fp32
+    scale per token, ``nkv`` apart, so a scale read costs ``4 nkv`` bytes of its line (at most the line);
+    two_pass_scores' score array, 4 bytes a token, written in pass 1, read and written in pass 2, read in pass 3.
+    ``group<G>`` reads the single pass's bytes once for G query heads, ``per_head<G>`` G times."""
     if variant in GQA_VARIANTS:
         one = model_bytes("single", seq_len, head_dim, n_kv_heads, line)
         return one if variant.startswith("group") else {k: int(variant[-1]) * b for k, b in one.items()}
-    if variant not in VARIANTS:
-        raise ValueError(_("variant must be one of {variants}; got {variant!r}").format(
-                           variants=', '.join(VARIANTS), variant=variant))
+    check.one_of("variant", variant, VARIANTS)
     T, k_reads = seq_len, 2 if variant == "two_pass_recompute" else 1
     score = 2 * 4 * T if variant == "two_pass_scores" else 0
     parts = dict(k=k_reads * T * head_dim, v=T * head_dim, scales=(k_reads + 1) * min(4 * n_kv_heads, line) * T,
@@ -122,8 +103,8 @@ PARTS = ("k_first", "k_second", "v", "scales", "score_array")  # model_bytes' pa
 
 
 def bytes_per_token(head_dim: int = 128, n_kv_heads: int = 1, line: int = 64) -> dict[str, int]:
-    """Bytes of cache lines one token of one kv head occupies, K alone and K + V (its scale's share
-    of a line: ``4 * n_kv_heads`` bytes, at most the line): 264 for K + V at hd 128, 320 at 8 heads."""
+    """Bytes of cache lines one token of one kv head occupies, K alone and K + V (its scale's share of a line:
+    ``4 * n_kv_heads`` bytes, at most the line): 264 for K + V at hd 128, 320 at 8 heads."""
     scale = min(4 * n_kv_heads, line)
     return dict(k=head_dim + scale, kv=2 * (head_dim + scale))
 
@@ -166,14 +147,17 @@ def valgrind_available() -> bool:
 
 
 def driver() -> Path:
-    """The driver, -O2 -g, with only instructions valgrind 3.19 decodes: AVX2 at most on x86, and
-    ``-march=armv8-a`` on arm64 (valgrind stops at ``sdot``). Every path loads and stores the same
-    bytes, so the simulated traffic is the same; only instruction counts differ."""
+    """The driver, -O2 -g, with only instructions valgrind 3.19 decodes: AVX2 at most on x86, ``-march=armv8-a`` on
+    arm64 (valgrind stops at ``sdot``). Every path moves the same bytes; only instruction counts differ."""
     if native.is_arm64():
         arch = [native.AARCH64_MARCH[False]]
     else:
         arch = [f"-I{native.simde_include_dir()}"] if native.simde_include_dir() else []
-        if platform.machine().lower() in ("x86_64", "amd64") and _host_has("avx2"):
+        try:
+            avx2 = re.search(r"\bavx2\b", env.CPUINFO.read_text()) is not None
+        except OSError:
+            avx2 = False
+        if platform.machine().lower() in ("x86_64", "amd64") and avx2:
             arch += ["-mavx2", "-mfma"]
     return native.build_program(DRIVER_SOURCE, ["-O2", "-g", *arch], "fa_driver")
 
@@ -182,8 +166,8 @@ _methods: dict[Path, str] = {}
 
 
 def measure_method(program: Path | None = None) -> str:
-    """How the driver marks the measured call, as it says itself: "client-requests" or
-    "toggle-collect" (no header; on arm64 callgrind can then miss the function's return)."""
+    """How the driver marks the measured call, as it says itself: "client-requests" (``<valgrind/callgrind.h>``), or
+    "toggle-collect" without that header (by the function's name; on arm64 callgrind can then miss its return)."""
     program = Path(program or driver())
     if program not in _methods:
         proc = subprocess.run([str(program), "method"], capture_output=True, text=True, timeout=60)
@@ -195,24 +179,13 @@ def measure_method(program: Path | None = None) -> str:
 
 
 def collect_options(measured: str, program: Path | None = None) -> list[str]:
-    """callgrind's options that restrict collection to the measured call of ``measured``."""
-    if measure_method(program) == "client-requests":
-        return ["--collect-atstart=no"]
-    return [f"--toggle-collect={measured}"]
-
-
-def _host_has(flag: str) -> bool:
-    try:
-        return re.search(rf"\b{flag}\b", Path("/proc/cpuinfo").read_text()) is not None
-    except OSError:
-        return False
+    return ["--collect-atstart=no" if measure_method(program) == "client-requests" else f"--toggle-collect={measured}"]
 
 
 def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
              block_size: int = 64, preset_name: str = "a76", warm: bool = False) -> Simulated:
-    """One call of ``variant`` (a kernel of VARIANTS, a softmax of SOFTMAXES over ``seq_len`` floats,
-    or ``group<G>`` / ``per_head<G>``) under valgrind's cache simulation: cold (nothing of the data in
-    the simulated caches) or ``warm`` (after one call of the same)."""
+    """One call of ``variant`` (a kernel, a softmax over ``seq_len`` floats, or ``group<G>`` / ``per_head<G>``) under
+    valgrind's cache simulation: cold (nothing of the data in the simulated caches) or ``warm`` (after one call)."""
     if variant not in VARIANTS + SOFTMAXES + GQA_VARIANTS:
         raise ValueError(_("variant must be one of {variants_softmaxes}, group1..group8 or per_head1..per_head8; "
                            "got {variant!r}").format(
@@ -236,36 +209,18 @@ def simulate(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 
         with native.stopped(_("valgrind's simulation of {variant} over {seq_len} tokens (its processes were "
                               "ended; nothing was measured)").format(variant=variant, seq_len=seq_len),
                             _("The library loaded in this process is unchanged.")):
-            code, stderr = _run_group(cmd, {**os.environ, "LD_BIND_NOW": "1"}, Path(tmp))
-        if code is None:
+            done = run_bounded(cmd, SIMULATION_TIMEOUT_S, stdout=subprocess.DEVNULL,
+                               env={**os.environ, "LD_BIND_NOW": "1"})
+        if done.returncode is None:
             raise RuntimeError(_("valgrind's simulation of {variant} over {seq_len} tokens did not finish in "
                                  "{limit:.0f} s; try a shorter cache").format(
                                  variant=variant, seq_len=seq_len, limit=SIMULATION_TIMEOUT_S))
-        if code != 0:
+        if done.returncode != 0:
             raise RuntimeError(_("valgrind failed ({returncode}):\n{stderr_proc}").format(
-                                 returncode=code, stderr_proc=stderr[-2000:]))
+                                 returncode=done.returncode, stderr_proc=done.stderr[-2000:]))
         text = out.read_text()
     events = re.search(r"^events: (.*)$", text, re.M).group(1).split()
     totals = [int(x) for x in re.search(r"^totals: (.*)$", text, re.M).group(1).split()]
     c = dict(zip(events, totals + [0] * (len(events) - len(totals))))  # trailing zeros are omitted
     return Simulated(variant, seq_len, preset_name, c["Ir"], c["Dr"], c["Dw"],
                      c["D1mr"] + c["D1mw"], c["DLmr"] + c["DLmw"], p.ll.line, n_kv_heads)
-
-
-def _run_group(cmd: list[str], env: dict, tmp: Path) -> tuple[int | None, str]:
-    """Run ``cmd`` in a process group of its own: (exit code, or None after SIMULATION_TIMEOUT_S; the end
-    of its stderr). The whole group is killed when it ends, also on an interrupt (the stop button), so
-    no valgrind keeps simulating after the cell stopped."""
-    with open(tmp / "stderr", "w+b") as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=SIMULATION_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        err.seek(max(0, err.seek(0, os.SEEK_END) - 4000))
-        return code, err.read().decode(errors="replace")

@@ -1,19 +1,14 @@
-"""Your own copies of the lessons and of the kernel, in ``my-work/`` (git-ignored; ``make lab``,
-introduced in lesson 00). ``notebooks/`` and ``native/`` are tracked by git: a lesson saved or a C file
-edited there would conflict with the next ``git pull``. So the student works on copies:
+"""Your own copies of the lessons and of the kernel, in ``my-work/`` (git-ignored; introduced in lesson 00).
+``notebooks/`` and ``native/`` are tracked by git: a lesson saved or a C file edited there would conflict with the next
+``git pull``. So the student works on copies:
 
     my-work/00_start_here.ipynb ...   one copy per lesson (my-work/zh/: the Chinese ones), and the glossary
-    my-work/native/                   the student's copy of the kernel: student_native(); its builds
-                                      go to my-work/.build/ and are checked like native/'s
+    my-work/native/                   the kernel's copy (student_native()); its builds go to my-work/.build/
     my-work/old/                      what a reset moved aside; a reset never deletes anything
 
-``make lab`` and ``make update`` add the missing copies, replace a copy you never changed when its
-lesson changed, and name the changed lessons whose copy you changed (``make update`` first refuses an
-update that would bring files into my-work/); ``make reset LESSON=04`` moves your copy to ``my-work/old/`` and
-copies the lesson again: that command line is ``workbench/workspace.py``, which shares this module's record of
-which version each copy was made from. This module needs only the standard library, so that ``make reset``
-works even when the kernel does not build.
-"""
+``make lab``, ``make update`` and ``make reset`` make and replace the copies (``workbench/workspace.py``) and share
+this module's record of which version each copy was made from. Standard library only, so that ``make reset`` works
+even when the kernel does not build."""
 from __future__ import annotations
 
 import contextlib
@@ -33,25 +28,21 @@ from ..core.language import _
 REPO_DIR = Path(__file__).resolve().parents[2]
 LESSONS_DIR = REPO_DIR / "notebooks"
 NATIVE_DIR = REPO_DIR / "native"
-# One folder at the same depth as notebooks/, so that the lessons' relative links
-# (../docs/references.md) work from the copies too. Listed in .gitignore.
+# At the depth of notebooks/, so that the lessons' relative links (../docs/references.md) work from the copies too
 WORK_DIR = REPO_DIR / "my-work"
 OLD_DIR = WORK_DIR / "old"
-# sha256 of each shipped file when its copy was made: tells "the lesson changed in an update"
-# from "you changed your copy" without ever reading or touching the copy.
+# sha256 of each shipped file when its copy was made: tells "the lesson changed in an update" from "you changed your
+# copy" without ever reading or touching the copy
 MANIFEST = WORK_DIR / ".copied.json"
 LESSON_GLOB = "[0-9][0-9]*_*.ipynb"
-# The editions: English in notebooks/, Chinese in notebooks/zh/ (workbench/edition.py makes them)
-EDITIONS = {"en": LESSONS_DIR, "zh": LESSONS_DIR / "zh"}
+EDITIONS = {"en": LESSONS_DIR, "zh": LESSONS_DIR / "zh"}  # the Chinese one made by workbench/edition.py
 GLOSSARY = LESSONS_DIR / "glossary.md"
-# A hidden temporary of this module untouched this long was left by a run that stopped (clear_stale)
-STALE_S = 600
+STALE_S = 600  # a hidden temporary untouched this long was left by a run that stopped (clear_stale)
 MANIFEST_MAX_BYTES = 1 << 20  # the record holds a line per lesson: far larger is not a record
 
 
 class DiskFullError(OSError):
-    """A copy the disk (or the quota) had no room for; its message, in the student's language, says
-    what failed, about how much room it needs and what to do."""
+    """A copy the disk (or the quota) had no room for; its message says what failed and the room it needs."""
 
     def __str__(self) -> str:
         return self.strerror
@@ -70,13 +61,8 @@ def shipped() -> list[Path]:
 
 
 def key_of(lesson: Path) -> str:
-    """A shipped file's path under notebooks/ ("04_x.ipynb", "zh/04_x.ipynb"): its name in the
-    manifest, and its copy's path under my-work/."""
+    """A shipped file's path under notebooks/ ("zh/04_x.ipynb"): its name in the manifest, its copy's in my-work/."""
     return lesson.relative_to(LESSONS_DIR).as_posix()
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def sha256_tree(folder: Path) -> str:
@@ -87,10 +73,9 @@ def sha256_tree(folder: Path) -> str:
 
 
 def read_manifest() -> tuple[dict, str | None]:
-    """The record's sound entries (a sha256 each), and None, or a notice if the record was unreadable or
-    damaged. A damaged record is moved to my-work/old/ (nothing is deleted) and written again with its
-    sound entries, so that the next run reads a clean one; a copy whose entry is lost is never replaced
-    on the strength of it (make_copies lists it as possibly changed)."""
+    """The record's sound entries (a sha256 each), and None, or a notice if the record was unreadable or damaged:
+    then it is moved to my-work/old/ and written again with its sound entries, so that the next run reads a clean
+    one; a copy whose entry is lost is never replaced on its strength (make_copies lists it as possibly changed)."""
     try:
         # a regular file of sane size only: a FIFO would block the read, /dev/zero would never end it
         if not MANIFEST.is_file() or MANIFEST.stat().st_size > MANIFEST_MAX_BYTES:
@@ -148,9 +133,8 @@ def move_to_old(path: Path, stem: str, suffix: str) -> Path:
 
 
 def student_native() -> Path:
-    """``my-work/native/``, your copy of ``native/`` to edit (lessons 04 and 06), made on first use and
-    never overwritten after. ``lessonkit.native.load(src_dir=workspace.student_native())`` builds it
-    (into ``my-work/.build/``), checks the build in a child process and loads it, as for ``native/``."""
+    """``my-work/native/``, your copy of ``native/`` to edit (lessons 04 and 06), made on first use and never
+    overwritten after; ``lessonkit.native.load(src_dir=workspace.student_native())`` builds, checks and loads it."""
     dest = WORK_DIR / "native"
     if dest.is_dir() and any(dest.iterdir()):
         return dest
@@ -203,12 +187,10 @@ def room_for(what: str, sources: list[Path]):
 
 
 def clear_stale() -> None:
-    """Remove the hidden temporaries that runs which stopped mid-copy (a kernel restarted, a power cut)
-    left in my-work/: student_native's ``.native-*`` folders, the ``.<name>.*.tmp`` files beside a copy or
-    the record. By age, not by the pid of their maker: mkstemp's names hold none, and a pid proves little
-    (reused; another container's, where a class hub's servers share a home). Every maker finishes within
-    seconds and writes as it goes, so a temporary untouched for STALE_S has no maker left; a younger one
-    may be a concurrent run's, and stays."""
+    """Remove the hidden temporaries (``.native-*``, ``.<name>.*.tmp``) that runs which stopped mid-copy left in
+    my-work/. By age, not by the pid of their maker: mkstemp's names hold none, and a pid proves little (reused;
+    another container's, where a class hub's servers share a home). Every maker writes as it goes and finishes within
+    seconds, so a temporary untouched for STALE_S has no maker left; a younger one may be a concurrent run's."""
     cutoff = time.time() - STALE_S
     # (the record's own name is hidden already; before write_atomic, its temporaries were .copied.json.<pid>.tmp)
     found = [(f.parent, f".{f.name}.*.tmp") for f in [*(WORK_DIR / key_of(p) for p in shipped()), MANIFEST]]

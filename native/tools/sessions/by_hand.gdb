@@ -3,7 +3,7 @@
 #   gdb --args .venv/bin/python -c "from lessonkit import native, toy; native.load(); toy.generate(4, debug=True)"
 # then type the commands below at the (gdb) prompt. The program loads BOTH builds, as a notebook
 # does after lesson 04: the fast -O3 library first, then the -O0 -g one that the toy generation calls.
-# Line numbers written @LINE(...)@ are filled in from the kernel's source (lessonkit.debug.session_commands).
+# Line numbers written @LINE(...)@ are filled in from the kernel's source (tests/transcripts.py).
 #
 # cffi loads the library after gdb starts: keep the breakpoint pending until it appears.
 set breakpoint pending on
