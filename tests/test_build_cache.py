@@ -326,3 +326,42 @@ def test_a_home_folder_that_does_not_exist_is_named(native_copy, monkeypatch):
         native.build(src_dir=native_copy)
     with pytest.raises(ValueError, match="src_dir '~no-such-user-xyz/native'"):
         native.load(src_dir="~no-such-user-xyz/native")
+
+
+def test_an_edit_compiles_only_the_files_it_changed(native_copy, tmp_path, monkeypatch):
+    """The kept object files (toolchain._object_cache): after an edit of the kernel's file a build compiles that
+    file and the traced build's, which includes it; every other object is the one compiled before. A compile that
+    warned is not kept (its warning shows on every build), and a kept object damaged since is noticed by the
+    linker: every file is compiled again and the build succeeds."""
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    monkeypatch.setenv("LESSONKIT_OBJECT_CACHE", str(objects))
+    compiled, real = [], toolchain._compile_and_link
+
+    def spy(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        compiled.append(sorted(Path(job[job.index("-c") + 1]).name for job in proc.args))
+        return proc
+
+    monkeypatch.setattr(toolchain, "_compile_and_link", spy)
+    kernel_c = native_copy / "flash_attn_q8_neon.c"
+    all_files = sorted(p.name for p in native_copy.glob("*.c"))
+    native.build(src_dir=native_copy)
+    kernel_c.write_text(kernel_c.read_text() + "\n/* an edit */\n")
+    native.build(src_dir=native_copy)
+    assert compiled == [all_files, ["flash_attn_q8_neon.c", "flash_attn_q8_traced.c"]], compiled
+
+    kernel_c.write_text(kernel_c.read_text().replace("/* an edit */", "static int never_used;"))
+    for unused in range(2):  # a warning (-Wall: unused variable): compiled, and in the library's record, each time
+        path = native.build(src_dir=native_copy)
+        assert "never_used" in json.loads(Path(f"{path}.json").read_text())["warnings"]
+        shutil.rmtree(native_copy.parent / ".build")  # the library goes; the kept objects stay
+    assert compiled[2:] == [compiled[1]] * 2, compiled
+
+    for kept in objects.glob("*.o"):
+        kept.write_bytes(b"damaged")
+    kernel_c.write_text(kernel_c.read_text().replace("static int never_used;", "/* another edit */"))
+    native.build(src_dir=native_copy)  # two files compiled, eleven damaged ones taken: the link fails, then ...
+    # ... every file is compiled again (the spy sees that second call's files twice: its own, and the first call's
+    # result, which is the second's)
+    assert compiled[4:] == [all_files, all_files], compiled
