@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -39,13 +41,19 @@ RTOL = 1e-5  # of max|scalar out|: the versions only reorder float32 sums and fu
 # (seq_len, n_kv_heads, head_dim, block_size, kv_head): one token, a tile and a bit, odd blocks, hd 32..256
 SHAPES = ((1, 1, 32, 1, 0), (15, 2, 64, 16, 1), (17, 1, 128, 4, 0), (100, 3, 96, 7, 2),
           (333, 8, 128, 64, 5), (40, 1, 256, 64, 0), (1000, 2, 128, 3, 1))
-
-
 # llvm-mca's accuracy: the average error of basic-block throughput models (llvm-mca among them) against
 # measurements lies between 9 % and 36 % (Chen et al., BHive, IISWC 2019, as summarized by Abel and
 # Reineke, uiCA, ICS 2022, arXiv:2107.14210; x86 cores: no such study of LLVM's Neoverse N1 model was
 # found); lesson 09 puts the top of that range beside every verdict that rests on an estimate
 MCA_ERROR = (0.09, 0.36)
+MCA_STEP = 0.01  # llvm-mca is deterministic: a change under 1 % between two estimates is rounding of its cycles
+# versions that depart from the article's fp32 weights, so not within RTOL of the scalar kernel: lowp's
+# 14-bit codes of the weights are off by up to 0.51 of a step each (lessonkit.smoke.lowp_bound derives
+# the bound every new build is checked against; native/tests/test_kernel.c the 0.51)
+BOUNDED = ("lowp",)
+SAVED_BY = "make figures"  # the command that measures the saved figures again (python -m workbench figures)
+IN_CACHE = 8192  # lesson 09 judges each idea here at 8K tokens (2.1 MiB of KV) and at the longest length
+X86_MNEMONICS = ("vpdpbusd", "vcvtdq2ps", "vpaddd", "prefetcht0")  # int8 dot (VNNI), int -> float, int add, prefetch
 
 
 def ops_per_token(head_dim: int = HEAD_DIM, heads: int = 1) -> int:
@@ -84,9 +92,7 @@ def path() -> list[str]:
 
 def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
     """One call of registry version ``name`` through the library's table (fa_time_calls(version, 1, ...))."""
-    if name not in BY_NAME:
-        raise ValueError(_("name must be one of {map_by_name}; got {short_check}").format(
-                           map_by_name=', '.join(map(repr, BY_NAME)), short_check=check.short(name)))
+    check.one_of("name", name, BY_NAME)
     kv_cache(cache)
     q = check.float32_array("q", q, (cache.head_dim,))
     kv_head, scale = attention_call(cache, kv_head, scale)
@@ -95,12 +101,6 @@ def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale:
     lib.fa_time_calls(BY_NAME[name].version, 1, ffi.from_buffer("float[]", out, require_writable=True),
                       ffi.from_buffer("float[]", q), *cache.kernel_args(kv_head, ffi, lib), cache.head_dim, scale)
     return out
-
-
-# versions that depart from the article's fp32 weights, so not within RTOL of the scalar kernel: lowp's
-# 14-bit codes of the weights are off by up to 0.51 of a step each (lessonkit.smoke.lowp_bound derives
-# the bound every new build is checked against; native/tests/test_kernel.c the 0.51)
-BOUNDED = ("lowp",)
 
 
 class _Codes:
@@ -170,9 +170,6 @@ def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
     return res
 
 
-SAVED_BY = "make figures"  # the command that measures the saved figures again (python -m workbench figures)
-
-
 def results(saved: Path | str) -> tuple[dict, str]:
     """(the figures saved in ``saved``, where they come from): lesson 09 passes the absolute path under
     notebooks/data/, which both editions share; ``make figures`` measures them again on this machine."""
@@ -205,16 +202,12 @@ def table(res: dict) -> Table:
             est = ["-", "-", _("no estimate") if e else _("no llvm-mca here")]
         rows.append([n, *(res["rows"][T][n] for T in lengths), *est])
     k = len(lengths)
-    return Table(rows, header=[_("version"), *(f"{T // 1024}K" for T in lengths), _("A76 est."),
-                               _("instr."),
+    return Table(rows, header=[_("version"), *(f"{T // 1024}K" for T in lengths), _("A76 est."), _("instr."),
                                _("mix per token (loads/simd/scalar)")],
                  caption=_("ns/token on {res}{rounds} (x86 runs SIMDe's build of the NEON source, not NEON); A76 "
                            "est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token").format(
                            res=res['machine'], rounds=rounds),
                  formats={**{1 + i: ".1f" for i in range(k)}, 1 + k: ".0f", 2 + k: ".0f"})
-
-
-IN_CACHE = 8192  # lesson 09 judges each idea here at 8K tokens (2.1 MiB of KV) and at the longest length
 
 
 def lengths_here(res: dict) -> tuple[int, int | None]:
@@ -246,9 +239,6 @@ def change_verdict(change: float, margin: float) -> str:
     return _("no clear change")
 
 
-MCA_STEP = 0.01  # llvm-mca is deterministic: a change under 1 % between two estimates is rounding of its cycles
-
-
 def steps(res: dict) -> list[dict]:
     """Each idea of path() (not "fast") against the version before it: the relative change of time here
     at the two lengths_here, of the A76 estimate, each with its verdict, and whether they agree."""
@@ -276,7 +266,6 @@ def steps(res: dict) -> list[dict]:
 
 def _bottleneck(text: str | None) -> str:
     """workbench/a76.py's bottleneck ("Resource Pressure N1UnitV1 (pressure 42% of cycles)") in the lesson's words."""
-    import re
     m = re.match(r"^(Resource Pressure|Data Dependencies) ?(.*?) \(pressure (\d+)% of cycles\)$", text or "")
     if not m:
         return text or "-"
@@ -311,15 +300,10 @@ def steps_table(res: dict) -> Table:
                            lo=100 * MCA_ERROR[0], hi=100 * MCA_ERROR[1]))
 
 
-X86_MNEMONICS = ("vpdpbusd", "vcvtdq2ps", "vpaddd", "prefetcht0")  # int8 dot (VNNI), int -> float, int add, prefetch
-
-
 def instruction_counts(library: Path | str, names=None, mnemonics=X86_MNEMONICS) -> dict[str, dict[str, int]] | None:
     """{version: {mnemonic: how often it appears in the version's compiled code}} from ``objdump -d`` of
     ``library``; a static count (each written instruction once, not per token), over the function and the
     parts GCC splits off it (``name.part.0``, ``name.constprop.0``); None without objdump."""
-    import re
-    import shutil
     if shutil.which("objdump") is None:
         return None
     text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
