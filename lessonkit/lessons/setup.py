@@ -24,7 +24,7 @@ class Check:
     install: str    # how to get it, when missing
 
 
-def _version(cmd: list[str]) -> str | None:
+def tool_version(cmd: list[str]) -> str | None:
     if shutil.which(cmd[0]) is None:
         return None
     try:
@@ -39,7 +39,7 @@ def check_setup() -> list[Check]:
     checks, every, missing = [], _("every lesson"), _("missing")
     try:
         cc = native.compiler()
-        checks.append(Check(_("C compiler"), True, _version([*cc.split(), "--version"]) or cc, every, ""))
+        checks.append(Check(_("C compiler"), True, tool_version([*cc.split(), "--version"]) or cc, every, ""))
     except native.BuildError as e:
         checks.append(Check(_("C compiler"), False, missing, every, str(e)))
     try:
@@ -69,7 +69,7 @@ def check_setup() -> list[Check]:
               "sudo apt install gcc-aarch64-linux-gnu"),
              ("qemu-aarch64", ["qemu-aarch64", "--version"], optional, "sudo apt install qemu-user")]
     for what, cmd, needed_for, install in tools:
-        v = _version(cmd)
+        v = tool_version(cmd)
         checks.append(Check(what, v is not None, v or missing, needed_for, install))
     return checks
 

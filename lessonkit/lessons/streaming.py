@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import queue
-import subprocess
 import tempfile
 import threading
 import time
@@ -32,6 +31,7 @@ from ..core import validate as check
 from ..core.cache import KVCacheQ8, kv_cache
 from ..core.files import write_atomic
 from ..core.attention import KERNELS, call_kernel, kernel_inputs, out_buffer
+from .setup import tool_version
 from .split import Partial, chunk_bounds, empty, finish, merge, merge_all  # noqa: F401 (lesson 05's names)
 from .synthetic import cache_of  # lessons 05b and 08 call it streaming.cache_of
 from ..core.language import _
@@ -43,6 +43,13 @@ MAX_STREAM_S = 120.0        # n_chunks x interval_s: one run's planned duration
 STALL_S = 10.0              # how long past interval_s the consumer waits for a chunk before giving up
 MAX_SIMULATIONS = 64        # valgrind runs of one simulations() call
 MAX_SIMULATED_TOKENS = 1 << 20
+# "streaming" and "*_streamed" fold each chunk in as it arrives (ChunkedAttention); the others wait for the last
+MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed", "neon", "two_pass_scores",
+         "two_pass_recompute")
+PASSES = ("single", "two_pass_scores", "two_pass_recompute")
+_PASSES_OF = dict(zip(MODES, PASSES))  # the first three modes' passes
+FAIR_MODES = MODES  # the counted model and the timed run name the same modes
+SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
 
 
 def partial_state(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: float | None = None) -> Partial:
@@ -59,13 +66,6 @@ def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_
     cuts = chunk_bounds(bounds, check.float32_array("K", K, (None, None)).shape[0])
     parts = [partial_state(q, cache_of(K[a:b], V[a:b], block_size), 0, scale) for a, b in zip(cuts[:-1], cuts[1:])]
     return finish(merge_all(parts)), parts
-
-
-# "streaming" and "*_streamed" fold each chunk in as it arrives (ChunkedAttention); the others wait for the last
-MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed", "neon", "two_pass_scores",
-         "two_pass_recompute")
-PASSES = ("single", "two_pass_scores", "two_pass_recompute")
-_PASSES_OF = dict(zip(MODES, PASSES))  # the first three modes' passes
 
 
 @dataclass
@@ -216,7 +216,6 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
     return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, done_prev - t_ingested, kept_up, out)
 
 
-
 class ChunkedAttention:
     """One query's attention over a cache that grows chunk by chunk, with the compiled passes of
     native/flash_attn_q8_two_pass_parts.c (lesson 05b): ``fold(t1)`` runs on the tokens up to t1 what can run
@@ -290,9 +289,6 @@ class ChunkedAttention:
         return out
 
 
-FAIR_MODES = MODES  # the counted model and the timed run name the same modes
-
-
 def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 128,
                           n_kv_heads: int = 1) -> dict[str, int]:
     """What a kernel must still do once the last chunk of KV has arrived, counted, not timed: K rows scored, V rows
@@ -315,16 +311,6 @@ def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 1
     }[mode]
     return dict(k_rows_scored=scored, v_rows_added=v_rows, exps=exps,
                 bytes=scored * k_tok + v_rows * v_tok + score_bytes)
-
-
-SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
-
-
-def _valgrind_version() -> str:
-    try:
-        return subprocess.run(["valgrind", "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def simulations(configs, saved: Path | str, save: bool | None = None,
@@ -352,7 +338,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
     if traffic.valgrind_available() and not load_only:
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
                    for c in configs}
-        version = _valgrind_version()
+        version = tool_version(["valgrind", "--version"]) or "unknown"
         note = _("simulated now with {valgrind_version} (callgrind --cache-sim=yes)").format(valgrind_version=version)
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
             saved.parent.mkdir(parents=True, exist_ok=True)
