@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
@@ -342,35 +343,33 @@ def split_times(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, repeats: int 
     def ms_of(t0: int, t1: int, *unused) -> float:
         return (t1 - t0) / 1e6
 
+    got: dict[str, list] = defaultdict(list)
+
+    def timed(key: str, fn, *args) -> None:
+        t0 = time.perf_counter_ns()
+        fn(*args)
+        got[key].append(ms_of(t0, time.perf_counter_ns()))
+
     _refuse_long(repeats, 1, sum(ms_of(*half(j)) for j in range(2)) / 1e3, 8)  # a probe (and warm-up)
     attend_split(q, cache, kv_head, 2, 2)  # the pool's threads start before any timing
-    got: dict[str, list] = {}
     for unused in range(repeats):
         for j in range(2):
-            got.setdefault(f"alone{j}", []).append(ms_of(*half(j)))
+            got[f"alone{j}"].append(ms_of(*half(j)))
         spans = both_at_once()
         for j in range(2):
-            got.setdefault(f"together{j}", []).append(ms_of(*spans[j]))
-            got.setdefault(f"cpu{j}", []).append(spans[j][2] / 1e6)
-        got.setdefault("wall", []).append(ms_of(min(s[0] for s in spans), max(s[1] for s in spans)))
+            got[f"together{j}"].append(ms_of(*spans[j]))
+            got[f"cpu{j}"].append(spans[j][2] / 1e6)
+        got["wall"].append(ms_of(min(s[0] for s in spans), max(s[1] for s in spans)))
         both = max(0, min(s[1] for s in spans) - max(s[0] for s in spans))
-        got.setdefault("overlap", []).append(both / max(1, min(s[1] - s[0] for s in spans)))
-        t0 = time.perf_counter_ns()
-        kernel_inputs(ffi, q, cache, kv_head, lib)
-        got.setdefault("inputs", []).append(ms_of(t0, time.perf_counter_ns()))
+        got["overlap"].append(both / max(1, min(s[1] - s[0] for s in spans)))
+        timed("inputs", kernel_inputs, ffi, q, cache, kv_head, lib)
         a, b = half(0), half(1)
-        got.setdefault("one_thread", []).append(ms_of(a[0], b[1]))
-        t0 = time.perf_counter_ns()
-        _pool().submit(int).result()
-        got.setdefault("handoff", []).append(ms_of(t0, time.perf_counter_ns()))
+        got["one_thread"].append(ms_of(a[0], b[1]))
+        timed("handoff", lambda: _pool().submit(int).result())
         parts = states()
-        t0 = time.perf_counter_ns()
-        finish(merge_all(parts))
-        got.setdefault("merge", []).append(ms_of(t0, time.perf_counter_ns()))
+        timed("merge", lambda: finish(merge_all(parts)))
         for n_threads in (1, 2):
-            t0 = time.perf_counter_ns()
-            attend_split(q, cache, kv_head, 2, n_threads)
-            got.setdefault(f"split{n_threads}", []).append(ms_of(t0, time.perf_counter_ns()))
+            timed(f"split{n_threads}", attend_split, q, cache, kv_head, 2, n_threads)
     starts = []
     for unused in range(3):  # a new pool's first submit starts its thread; a few, they are quick
         t0 = time.perf_counter_ns()
