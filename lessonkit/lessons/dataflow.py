@@ -16,6 +16,13 @@ from ..core.quant import KVQ_INV
 from ..display.source import SIMD_HEADER
 from ..display.table import Table
 
+# the macro that selects each branch of i8x16_dot_s32, by lessonkit.native.simd_paths()["dot"]
+DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "avx2": "__AVX2__", "simde": "#else"}
+SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
+# (n_kv_heads, head_dim, kv_bs, seq_len, kv_head, zero_q_block): lesson 04's call (a part-filled last
+# block, kh_off != 0), one token, the largest head (HD_MAX = 256) with blocks of 7, a Q block of zeros
+WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False), (2, 64, 5, 33, 1, True))
+
 
 @dataclass(frozen=True)
 class Branch:
@@ -46,10 +53,6 @@ def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER)
         raise ValueError(_("no complete #if ... #endif between lines {first} and {last}").format(
                            first=first, last=last))
     return [Branch(c, n, marks[i + 1][1] - 1) for i, (c, n) in enumerate(marks[:-1])]
-
-
-# the macro that selects each branch of i8x16_dot_s32, by lessonkit.native.simd_paths()["dot"]
-DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "avx2": "__AVX2__", "simde": "#else"}
 
 
 def compiled_branch(branches: list[Branch], dot_path: str) -> int:
@@ -138,8 +141,8 @@ class PassCounts:
 
     def fields(self) -> dict:
         """What the table's and the figure's messages name: every count, its short name, the bytes in KiB."""
-        kibs = {f"kib_{n}_c": kib(getattr(self, n)) for n in ("k_bytes", "v_bytes", "k_scale_bytes", "v_scale_bytes",
-                                                             "kv_bytes")}
+        kibs = {f"kib_{n}_c": f"{getattr(self, n) / 1024:.1f} KiB"
+                for n in ("k_bytes", "v_bytes", "k_scale_bytes", "v_scale_bytes", "kv_bytes")}
         return {**vars(self), **kibs, "hd": self.head_dim, "T": self.seq_len, "nblk": self.n_blocks_q,
                 "block_dots_c": 2 * self.block_dots}
 
@@ -155,10 +158,6 @@ def pass_counts(trace, cache) -> PassCounts:
                       k_scale_bytes=4 * T, v_scale_bytes=4 * T, block_dots=int(trace.dots.size),
                       expf_calls=rescales + int((~trace.rescaled).sum()), rescales=rescales,
                       rescale_multiplies=rescales * (hd + 1), v_fmas=v_rows * hd, divisions=1, out_multiplies=hd)
-
-
-def kib(n: int) -> str:
-    return f"{n / 1024:.1f} KiB"
 
 
 def cost_table(c: PassCounts, segments: dict) -> Table:
@@ -177,9 +176,6 @@ def cost_table(c: PassCounts, segments: dict) -> Table:
     return Table([(name.format(begin=segments[i].begin, end=segments[i].end), runs, what.format(**c.fields()))
                   for i, (name, runs, what) in enumerate(rows, 1)],
                  header=[_("segment"), _("runs"), _("what it read and computed in this call")])
-
-
-SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
 
 
 def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = None,
@@ -244,11 +240,6 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     ax.set_title(_("One traced call of the kernel (head_dim {hd}, seq_len {T}{kh}):\n{kib_kv_bytes_c} of K, V and "
                    "scales read, once").format(**f, kh=kh), fontsize=13)
     return ax
-
-
-# (n_kv_heads, head_dim, kv_bs, seq_len, kv_head, zero_q_block): lesson 04's call (a part-filled last
-# block, kh_off != 0), one token, the largest head (HD_MAX = 256) with blocks of 7, a Q block of zeros
-WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False), (2, 64, 5, 33, 1, True))
 
 
 def check_walkthrough(seed: int = 0):

@@ -20,6 +20,7 @@ from ..core.reference import attention
 from .rounding import q_block_scaled, round_codes
 
 SCHEMES = ("engine", "q8_0", "fp16_channels", "fp16")
+QK8_0 = 32  # values per q8_0 block (ggml-common.h, block_q8_0)
 
 
 def rel_error(out, ref, channels=None) -> np.ndarray | float:
@@ -137,9 +138,6 @@ def outlier_rows(n: int, head_dim: int, rng: np.random.Generator, channels=(11, 
         signs = np.where(np.arange(ch.size) % 2 == 0, 1.0, -1.0)
     x[:, ch] += np.float32(factor) * np.asarray(signs, np.float32)
     return x
-
-
-QK8_0 = 32                 # values per q8_0 block (ggml-common.h, block_q8_0)
 
 
 def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:

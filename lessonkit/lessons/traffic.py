@@ -26,6 +26,8 @@ GQA_VARIANTS = tuple(f"{kind}{g}" for kind in ("group", "per_head") for g in ran
 SOFTMAXES = ("softmax_naive", "softmax_safe", "softmax_online")
 DRIVER_SOURCE = native.NATIVE_DIR / "tools" / "fa_driver.c"
 SIMULATION_TIMEOUT_S = 900.0  # valgrind is about 100 times slower than the CPU: a lesson's longest takes a minute
+PARTS = ("k_first", "k_second", "v", "scales", "score_array")  # model_bytes' parts that sum to its total
+_methods: dict[Path, str] = {}  # measure_method's answer, per driver program
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,6 @@ def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int
     return parts
 
 
-PARTS = ("k_first", "k_second", "v", "scales", "score_array")  # model_bytes' parts that sum to its total
-
-
 def bytes_per_token(head_dim: int = 128, n_kv_heads: int = 1, line: int = 64) -> dict[str, int]:
     """Bytes of cache lines one token of one kv head occupies, K alone and K + V (its scale's share of a line:
     ``4 * n_kv_heads`` bytes, at most the line): 264 for K + V at hd 128, 320 at 8 heads."""
@@ -160,9 +159,6 @@ def driver() -> Path:
         if platform.machine().lower() in ("x86_64", "amd64") and avx2:
             arch += ["-mavx2", "-mfma"]
     return native.build_program(DRIVER_SOURCE, ["-O2", "-g", *arch], "fa_driver")
-
-
-_methods: dict[Path, str] = {}
 
 
 def measure_method(program: Path | None = None) -> str:
