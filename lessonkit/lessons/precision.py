@@ -15,7 +15,7 @@ from ..core import validate as check
 from ..core.cache import KVCacheQ8, kv_cache
 from ..core.attention import attend
 from ..core.language import _
-from ..core.quant import KVQ_INV
+from ..core import quant
 from ..core.reference import attention
 from .rounding import q_block_scaled, round_codes
 
@@ -90,8 +90,7 @@ def dequantized(x, scheme: str = "engine", channels=()) -> np.ndarray:
     """Rows ``x [..., hd]`` quantized with ``scheme`` (one of SCHEMES) and read back, float32."""
     x = np.asarray(x, np.float32)
     if check.one_of("scheme", scheme, SCHEMES) == "engine":
-        codes, amax = quantize_rows_engine(x)
-        return codes.astype(np.float32) * (amax * KVQ_INV)[..., None]
+        return quant.dequantize(*quantize_rows_engine(x))
     if scheme == "q8_0":
         return dequantize_q8_0(*quantize_q8_0(x))
     if scheme == "fp16":
