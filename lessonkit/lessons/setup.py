@@ -3,6 +3,7 @@ NEON, and the tools later lessons use, each with what to install when it is miss
 where lldb is (``lldb_path``, lesson 06)."""
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -83,13 +84,8 @@ def lldb_path() -> str | None:
         return found
     versioned = []
     for d in os.environ.get("PATH", "").split(os.pathsep):
-        try:
-            names = os.listdir(d or ".")
-        except OSError:
-            continue
-        for n in names:
-            m = re.fullmatch(r"lldb-(\d+)", n)
-            full = os.path.join(d, n)
+        for full in glob.glob(os.path.join(glob.escape(d), "lldb-*")):
+            m = re.fullmatch(r"lldb-(\d+)", os.path.basename(full))
             if m and os.access(full, os.X_OK):
                 versioned.append((int(m.group(1)), full))
     if versioned:
