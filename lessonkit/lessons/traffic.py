@@ -6,6 +6,7 @@ cache sizes, counting only the kernel call (``measure_method`` says how). valgri
 and one last level: last-level misses times the line size is the traffic to DRAM."""
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -62,14 +63,12 @@ def host_preset() -> Preset:
     """This machine's L1d and last-level cache, read from /sys (Linux)."""
     levels = {}
     for d in sorted(env.SYS_CACHE.glob("index*")):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a level /sys does not fully describe is left out
             if (d / "type").read_text().strip() == "Instruction":
                 continue
             levels[int((d / "level").read_text())] = CacheLevel(
                 env.size_bytes((d / "size").read_text()), int((d / "ways_of_associativity").read_text()),
                 int((d / "coherency_line_size").read_text()))
-        except (OSError, ValueError):
-            continue
     if 1 not in levels or len(levels) < 2:
         raise RuntimeError(_("could not read this machine's caches from /sys; use the 'a76' preset"))
     last = levels[max(levels)]
