@@ -1,15 +1,8 @@
 """How fast can the kernel go (lesson 09): the numbered versions of the registry (native/fa_variants.h,
-``lessonkit.variants``) against the memory floor, bytes per token over the read bandwidth.
-
-``path()`` is the article's kernel, each version that adds one idea to the one before it ("on v..."),
-then "fast", then ``BOUNDED`` (lowp, which leaves the article's fp32 weights); ``check_variants()``
-holds each to the scalar C kernel on awkward shapes (lowp within its derived bound too); ``measure()``
-times them in alternation and keeps the minimum of the rounds (load on a shared machine only adds
-time); ``results(saved)`` reads back the figures ``make figures`` measured and saved (``workbench/figures.py``),
-with llvm-mca's ESTIMATES for the Cortex-A76 beside the timings. ``steps(res)`` judges
-each idea against the version before it, here (beyond a re-run's spread) and by estimate (with the
-model's error, MCA_ERROR); ``ops_per_token``, ``intensity`` and the roofs saved with them (the N1
-model's cycles for the fewest instructions of a token, numpy's sgemm rate) place the versions on a roofline."""
+``lessonkit.variants``) against the memory floor, bytes per token over the read bandwidth, and on a roofline
+(``ops_per_token``, ``intensity`` and the roofs saved with the figures: the N1 model's cycles for the fewest
+instructions of a token, numpy's sgemm rate). ``steps`` judges each idea against the version before it, here
+(beyond a re-run's spread) and by llvm-mca's ESTIMATE for the Cortex-A76 (with the model's error, MCA_ERROR)."""
 from __future__ import annotations
 
 import json
@@ -153,8 +146,8 @@ def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, 
 
 def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
     """ns/token of each version at each length (one kv head of head_dim 128), the minimum of ``rounds``
-    interleaved rounds; the single-thread read bandwidth (highest of the probes) and the largest CPU
-    cache."""
+    interleaved rounds (load on a shared machine only adds time); the single-thread read bandwidth (highest
+    of the probes) and the largest CPU cache."""
     from . import bench
     from ..core import timing
     names = path() if names is None else list(names)
@@ -248,11 +241,9 @@ def steps(res: dict) -> list[dict]:
     for before, now in zip(names, names[1:]):
         row = {"name": now, "before": before}
         for key, T in zip(("cache", "dram"), lengths_here(res)):
-            if T is None:
-                continue
-            margin = noise(res, T) or 0.0
-            c = res["rows"][T][now] / res["rows"][T][before] - 1
-            row[key] = (c, change_verdict(c, margin))
+            if T is not None:  # a change within a re-run's spread is no clear change
+                c = res["rows"][T][now] / res["rows"][T][before] - 1
+                row[key] = (c, change_verdict(c, noise(res, T) or 0.0))
         if now in est and before in est:
             c = est[now]["cycles_per_token"] / est[before]["cycles_per_token"] - 1
             row["a76"] = (c, change_verdict(c, MCA_STEP), abs(c) < MCA_ERROR[1])

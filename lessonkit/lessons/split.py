@@ -37,6 +37,12 @@ from ..core.attention import kernel_inputs, out_buffer
 
 MAX_CHUNKS = 1 << 16  # chunks of one split call: each is a Python object and one merge step
 MAX_CAPACITY_THREADS = 64  # threads parallel_capacity starts (each a real thread, started per repeat)
+POOL_WORKERS = max(0, (os.cpu_count() or 1) - 1)  # + the calling thread = os.cpu_count() threads
+_pool_lock = fork_safe_lock(sys.modules[__name__], "_pool_lock")
+_pool_now: list[ThreadPoolExecutor] = []  # the one pool, once started
+# A forked child (os.fork, multiprocessing's fork start method) inherits the pool object but none of its
+# threads: work submitted there would wait forever. The child starts a pool of its own instead.
+after_fork_in_child(_pool_now.clear)
 
 
 @dataclass(frozen=True)
@@ -190,11 +196,6 @@ def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
     return states()
 
 
-POOL_WORKERS = max(0, (os.cpu_count() or 1) - 1)  # + the calling thread = os.cpu_count() threads
-_pool_lock = fork_safe_lock(sys.modules[__name__], "_pool_lock")
-_pool_now: list[ThreadPoolExecutor] = []  # the one pool, once started
-
-
 def usable_cores() -> int:
     """The most threads a split call runs on: the cores this process may use (e.g. those a timing is pinned to)."""
     total = os.cpu_count() or 1
@@ -210,11 +211,6 @@ def _pool() -> ThreadPoolExecutor:
         if not _pool_now:
             _pool_now.append(ThreadPoolExecutor(max(1, POOL_WORKERS), thread_name_prefix="lessonkit-split"))
         return _pool_now[0]
-
-
-# A forked child (os.fork, multiprocessing's fork start method) inherits the pool object but none of its
-# threads: work submitted there would wait forever. The child starts a pool of its own instead.
-after_fork_in_child(_pool_now.clear)
 
 
 @atexit.register
