@@ -13,7 +13,7 @@ from ..display import plotstyle
 from ..core import validate as check
 from ..core.language import _
 from ..core.quant import KVQ_INV
-from ..display.source import SIMD_HEADER
+from ..display import source
 from ..display.table import Table
 
 # the macro that selects each branch of i8x16_dot_s32, by lessonkit.native.simd_paths()["dot"]
@@ -31,7 +31,7 @@ class Branch:
     last: int       # 1-based last line of code before the next directive
 
 
-def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER) -> list[Branch]:
+def preprocessor_branches(first: int, last: int, path: Path | str = source.SIMD_HEADER) -> list[Branch]:
     """The ``#if / #elif / #else`` branches of the first conditional in lines first..last (nested ones stay inside)."""
     lines = Path(path).read_text().splitlines()
     marks: list[tuple[str, int]] = []
@@ -67,13 +67,10 @@ def compiled_branch(branches: list[Branch], dot_path: str) -> int:
     raise ValueError(_("no branch of the helper is selected by {want}").format(want=want))
 
 
-def marked_lines(first: int, last: int, marked: tuple[int, int], path: Path | str = SIMD_HEADER,
+def marked_lines(first: int, last: int, marked: tuple[int, int], path: Path | str = source.SIMD_HEADER,
                  mark: str = ">>") -> str:
     """Lines first..last, numbered, with ``mark`` before those in the inclusive range ``marked``."""
-    lines = Path(path).read_text().splitlines()
-    width, blank = len(str(last)), " " * len(mark)
-    return "\n".join(f"{mark if marked[0] <= n <= marked[1] else blank} {n:>{width}}  {lines[n - 1]}"
-                     for n in range(first, min(last, len(lines)) + 1))
+    return source.numbered_lines(first, last, path, marked, mark)
 
 
 def replay_scores(dots, q_scales, k_scales_raw, scale: float, fused: bool = False) -> np.ndarray:
@@ -178,8 +175,7 @@ def cost_table(c: PassCounts, segments: dict) -> Table:
                  header=[_("segment"), _("runs"), _("what it read and computed in this call")])
 
 
-def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = None,
-                  final_S: float | None = None):
+def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = None, final_S: float | None = None):
     """Boxes and arrows of the single pass with this call's shapes and counts; each segment's box names its lines
     (no legend needed). Drawn in inches on the style's 10-inch width, so the text fits its boxes at 12 pt."""
     import matplotlib.pyplot as plt
@@ -317,7 +313,6 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
     from collections import Counter
 
     from ..core import toolchain
-    from ..display import source
     if shutil.which(toolchain.AARCH64_CC) is None:
         return None
     line = source.find_line(text, segment=segment)
