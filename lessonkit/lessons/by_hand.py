@@ -13,8 +13,7 @@ from ..core import native
 from ..display import source
 from ..core import validate as check
 from ..core.language import _
-from .debugger import (DEBUGGERS, PROMPT, TOKEN_TEXT, checked_debugger, debugger_path, install_hint, lldb_values,
-                       pairs)
+from .debugger import (DEBUGGERS, PROMPT, TOKEN_TEXT, checked_debugger, debugger_path, install_hint, lldb_values, pairs)
 from .toy import KERNEL, ToyConfig
 
 TRANSCRIPTS_DIR = native.REPO_DIR / "notebooks" / "data"

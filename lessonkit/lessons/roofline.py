@@ -152,8 +152,8 @@ def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
     from ..core import timing
     names = path() if names is None else list(names)
     res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
-               read_gbps=bench.read_bandwidth_gbps(), cache_bytes=env.last_level_bytes(), rounds=rounds, rows={}, extra={},
-               skipped={})
+               read_gbps=bench.read_bandwidth_gbps(), cache_bytes=env.last_level_bytes(), rounds=rounds,
+               rows={}, extra={}, skipped={})
     for T in bench.lengths("lengths", list(lengths)):
         cache, kh, q = bench.make_inputs(T)[:3]
         number = max(1, 65536 // T)
@@ -176,15 +176,13 @@ def results(saved: Path | str) -> tuple[dict, str]:
             res[key] = {int(k): v for k, v in res[key].items()}
     # the machine label was saved in English (env.machine_label); its words follow the language
     res["machine"] = res.get("machine", "").replace("kernel backend ", _("kernel backend "))
-    return res, _("saved in {name} ({command} measures them on your machine)").format(
-                  name=saved.name, command=SAVED_BY)
+    return res, _("saved in {name} ({command} measures them on your machine)").format(name=saved.name, command=SAVED_BY)
 
 
 def table(res: dict) -> Table:
     """One row per version: ns/token at each length, the A76 estimate and its instruction mix."""
     lengths = sorted(res["rows"])
-    rounds = (_(", fastest of {res} interleaved rounds").format(res=res['rounds'])
-              if res.get("rounds") else "")
+    rounds = _(", fastest of {res} interleaved rounds").format(res=res["rounds"]) if res.get("rounds") else ""
     rows = []
     for n in (n for n in path() if n in res["rows"][lengths[0]]):
         e = res.get("a76", {}).get(n)
@@ -282,7 +280,8 @@ def steps_table(res: dict) -> Table:
         agree = {True: _("yes"), False: _("no")}.get(r.get("agree"), "-")
         rows.append([r["name"], r["before"], cell(r.get("cache")), *([cell(r.get("dram"))] if Td else []),
                      cell(r.get("a76")), agree, _bottleneck(r.get("bottleneck"))])
-    margins = ", ".join(f"{T // 1024}K {100 * noise(res, T):.0f} %" for T in (Tc, Td) if T and noise(res, T) is not None)
+    margins = ", ".join(f"{T // 1024}K {100 * noise(res, T):.0f} %" for T in (Tc, Td)
+                        if T and noise(res, T) is not None)
     return Table(rows, header=head,
                  caption=_("change of time per token against the version before; here: {machine}, a change "
                            "within a re-run's spread ({margins}) is no clear change; A76: llvm-mca ESTIMATE "

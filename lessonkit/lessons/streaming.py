@@ -1,14 +1,11 @@
-"""Streaming the single pass, and lesson 05's saved cache simulations (introduced in lesson 05).
+"""Streaming the single pass, and lesson 05's saved cache simulations (``simulations``; introduced in lesson 05).
 
 **Partial states** (``partial_state``, ``attend_in_chunks``): the compiled kernel returns only ``out``, but its
 traced build records M, S and the accumulator after every token, so a cache of one chunk gives that chunk's state;
 the states merge as ``lessonkit.kernels.split.merge`` (re-exported here) does.
 
 **The streaming experiment** (``run_stream``, lesson 05b): when the KV arrives chunk by chunk, the latency after the
-last chunk differs between the single pass and its two-pass variants only by the attention work left to do.
-
-**Saved simulations** (``simulations``): valgrind's cache simulation where valgrind runs, the results saved next to
-the notebook where it does not (macOS)."""
+last chunk differs between the single pass and its two-pass variants only by the attention work left to do."""
 from __future__ import annotations
 
 import errno
@@ -224,8 +221,7 @@ class ChunkedAttention:
     (``attend(..., backend=variant)``, "neon" for "single"). Every argument is checked before C is called, since
     the cache may grow between folds; the score array is this object's own."""
 
-    def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0,
-                 scale: float | None = None):
+    def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: float | None = None):
         check.one_of("variant", variant, PASSES)
         self.variant, self.cache = variant, kv_cache(cache)
         self.q = check.float32_array("q", q, (cache.head_dim,)).copy()  # later edits of q change nothing
@@ -313,8 +309,7 @@ def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 1
                 bytes=scored * k_tok + v_rows * v_tok + score_bytes)
 
 
-def simulations(configs, saved: Path | str, save: bool | None = None,
-                load_only: bool = False) -> tuple[dict, str]:
+def simulations(configs, saved: Path | str, save: bool | None = None, load_only: bool = False) -> tuple[dict, str]:
     """({config: traffic.Simulated}, a note saying where they came from) of ``configs``, each (variant, seq_len,
     preset_name[, n_kv_heads]) one cold call. Where valgrind is installed and not ``load_only`` (the long ones a
     lesson does not redo in CI) they run now, and with ``save`` (default: LESSONKIT_SAVE_RESULTS=1) are saved to

@@ -80,8 +80,7 @@ def preset(name: str) -> Preset:
     return host_preset() if check.one_of("preset", name, (*PRESETS, "host")) == "host" else PRESETS[name]
 
 
-def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
-                line: int = 64) -> dict[str, int]:
+def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1, line: int = 64) -> dict[str, int]:
     """Bytes each part of ``variant`` touches for one kv head, nothing reused from cache: int8 K and V rows; one fp32
     scale per token, ``nkv`` apart, so a scale read costs ``4 nkv`` bytes of its line (at most the line);
     two_pass_scores' score array, 4 bytes a token, written in pass 1, read and written in pass 2, read in pass 3.
