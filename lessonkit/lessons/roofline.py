@@ -11,12 +11,13 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from ..core import env, native
 from ..core import validate as check
-from ..core.cache import KVCacheQ8, attention_call, kv_cache
+from ..core.cache import KVCacheQ8, attention_args, attention_call
 from ..core.language import _
 from ..display.table import Table
 from ..core.variants import BY_NAME, VARIANTS  # noqa: F401  (lesson 09 calls it here)
@@ -86,9 +87,7 @@ def path() -> list[str]:
 def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
     """One call of registry version ``name`` through the library's table (fa_time_calls(version, 1, ...))."""
     check.one_of("name", name, BY_NAME)
-    kv_cache(cache)
-    q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = attention_call(cache, kv_head, scale)
+    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
     ffi, lib = native.load()
     out = np.full(cache.head_dim, np.nan, np.float32)  # a version that writes nothing fails the check
     lib.fa_time_calls(BY_NAME[name].version, 1, ffi.from_buffer("float[]", out, require_writable=True),
@@ -96,23 +95,15 @@ def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale:
     return out
 
 
-class _Codes:
-    """One kv head of a KVCacheQ8 as lessonkit.smoke's Cache presents it (its kv head 0)."""
-
-    def __init__(self, cache: KVCacheQ8, kh: int):
-        self.T = cache.seq_len
-        self.k_scale, self.v_scale = cache.k_scales(kh)[:, None], cache.v_scales(kh)[:, None]
-        self._codes = (cache.k_codes(kh), cache.v_codes(kh))
-
-    def codes(self, unused_kh: int):
-        return self._codes
-
-
 def bounded_extra(cache: KVCacheQ8, kv_head: int, q: np.ndarray, scale: float | None = None) -> np.ndarray:
     """float64 ``[head_dim]``: how far lowp's output may be from the exact kernels' per value (smoke.lowp_bound)."""
     from ..core.smoke import lowp_bound
     kv_head, scale = attention_call(cache, kv_head, scale)
-    return lowp_bound(_Codes(cache, kv_head), 0, np.asarray(q, np.float32), scale)
+    codes = cache.k_codes(kv_head), cache.v_codes(kv_head)
+    # the one kv head as lessonkit.smoke's Cache presents it, its kv head 0
+    head = SimpleNamespace(T=cache.seq_len, k_scale=cache.k_scales(kv_head)[:, None],
+                           v_scale=cache.v_scales(kv_head)[:, None], codes=lambda unused_kh: codes)
+    return lowp_bound(head, 0, np.asarray(q, np.float32), scale)
 
 
 def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, list[str]]:
