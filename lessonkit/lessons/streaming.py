@@ -196,7 +196,6 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
                 v = np.array(kv[1, a:b]).reshape(b - a, 1, hd)
                 full.append(k, v)
                 t_ingested = time.perf_counter()
-                ingest = t_ingested - t0
                 if passes is not None:
                     passes.fold(b)  # the first pass, on this chunk, now
                     if i == n_chunks - 1:
@@ -210,7 +209,7 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
             if gc_was_enabled:
                 gc.enable()
             del kv, writer
-    return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, done_prev - t_ingested, kept_up, out)
+    return StreamRun(mode, T, chunk, done_prev - t_arrived, t_ingested - t0, done_prev - t_ingested, kept_up, out)
 
 
 class ChunkedAttention:
