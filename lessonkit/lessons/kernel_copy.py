@@ -14,13 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import native
+from ..core import attention, native
 from ..display import source
 from . import workspace
 from ..core import validate as check
 from ..core.cache import KVCacheQ8, attention_call
 from ..core.files import write_atomic
-from ..core import attention
 from ..core.language import _
 from ..core.reference import softmax as softmax_weights  # noqa: F401  (the right weights, lesson 06)
 from .synthetic import cache_with_scores
@@ -138,8 +137,7 @@ def kernel_weights(ffi, lib, scores) -> np.ndarray:
     if not 1 <= s.shape[0] <= 256:
         raise ValueError(_("kernel_weights takes 1 to 256 scores; got {shape_s}").format(shape_s=s.shape[0]))
     hd = 32 * math.ceil(s.shape[0] / 32)   # one column per token
-    cache, q, scale = cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32),
-                                        seed=0)
+    cache, q, scale = cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32))
     return attention.call_kernel(ffi, lib, np.empty(hd, np.float32), q, cache, 0, scale)[:cache.seq_len]
 
 
