@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import validate as check
-from ..core.cache import KVCacheQ8, kv_cache
+from ..core.cache import KVCacheQ8, attention_call
 from ..core.attention import attend
 from ..core.language import _
 from ..core import quant
@@ -69,9 +69,8 @@ class ErrorSplit:
 def split_error(Q, cache: KVCacheQ8, kv_head: int, K, V, scale: float | None = None) -> ErrorSplit:
     """The compiled kernel's error for every query of ``Q [n, hd]`` against float64 attention on the rows ``K, V``
     the cache was filled with, split into Q's and K/V's parts."""
-    kv_cache(cache)
+    kv_head, scale = attention_call(cache, kv_head, scale)
     Q = check.float32_like("Q", np.atleast_2d(Q), (None, cache.head_dim))
-    scale = check.scale(scale, cache.head_dim)
     kernel = np.stack([attend(q, cache, kv_head, scale=scale) for q in Q]).astype(np.float64)
     Kd, Vd = cache.dequantized(kv_head)
     return ErrorSplit(ref=attention(Q, K, V, scale), float_q=attention(Q, Kd, Vd, scale), kernel=kernel)
