@@ -261,8 +261,7 @@ def read_session(text: str) -> Session:
     entry, loop = tier_a_lines()
     calls, other, stop, pending = [], [], None, None
     for i, line in enumerate(lines):
-        m = _GDB_STOP.search(line)
-        if m and m.group(1) == KERNEL:
+        if (m := _GDB_STOP.search(line)) and m.group(1) == KERNEL:
             args, n, stop = pairs(m.group(2)), int(m.group(4)), None
             if n == entry and "seq_len" in args:
                 hd = int(args.get("hd", 0))

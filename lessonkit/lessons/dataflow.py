@@ -34,8 +34,7 @@ class Branch:
 def preprocessor_branches(first: int, last: int, path: Path | str = source.SIMD_HEADER) -> list[Branch]:
     """The ``#if / #elif / #else`` branches of the first conditional in lines first..last (nested ones stay inside)."""
     lines = Path(path).read_text().splitlines()
-    marks: list[tuple[str, int]] = []
-    depth = 0
+    marks, depth = [], 0  # (directive, line) of the first conditional's branches; how deep the #ifs nest
     for n in range(first, last + 1):
         d = lines[n - 1].strip()
         if re.match(r"#\s*if", d):
@@ -329,8 +328,7 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
     body = asm.split(f"\n{function}:\n", 1)[1].split(f"\t.size\t{function},", 1)[0]
     counts, here = Counter(), False
     for row in body.splitlines():
-        loc = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)\s", row)
-        if loc:
+        if loc := re.match(r"\s*\.loc\s+(\d+)\s+(\d+)\s", row):
             here = loc.group(1) == index and int(loc.group(2)) == line
         elif here and re.match(r"\t[a-z]", row):
             counts[row.split()[0]] += 1

@@ -89,8 +89,7 @@ def lldb_values(lines: list[str]):
     """(0-based line, name, value) of each variable lldb printed. The values alone say where the stops are:
     lldb prints them before or after a stop's own lines, and ``session save`` keeps no stop lines."""
     for i, line in enumerate(lines):
-        m = _LLDB_VALUE.match(line.strip())
-        if m:
+        if m := _LLDB_VALUE.match(line.strip()):
             yield i, m.group(1), m.group(2)
 
 

@@ -79,8 +79,7 @@ def lldb_path() -> str | None:
     """Where lldb is: ``lldb`` on PATH; else the newest versioned ``lldb-NN`` on PATH (Debian and
     Ubuntu install e.g. ``lldb-14`` and ``lldb-19`` side by side, the plain name only with the
     ``lldb`` package); on macOS, Xcode's (``xcrun -f lldb``). None when there is none."""
-    found = shutil.which("lldb")
-    if found:
+    if found := shutil.which("lldb"):
         return found
     versioned = []
     for d in os.environ.get("PATH", "").split(os.pathsep):

@@ -141,9 +141,8 @@ def _file_of(path: Path, nbytes: int) -> None:
                                          nbytes=nbytes / 2 ** 20, parent=path.parent, strerror=e.strerror)) from None
 
 
-def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024,
-               interval_s: float = 0.003, scale: float | None = None, directory: str | None = None,
-               block_size: int = 4096) -> StreamRun:
+def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024, interval_s: float = 0.003,
+               scale: float | None = None, directory: str | None = None, block_size: int = 4096) -> StreamRun:
     """One run of the streaming experiment over K, V float32 ``[seq_len, head_dim]``: a producer thread writes the
     chunks into a memory-mapped file; this thread reads each one through its own mapping as it is announced and
     appends it to one q8 cache (of few blocks: KVCacheQ8.append touches every block's pointer), then folds it in
@@ -355,8 +354,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None, load_only:
     sims = [traffic.Simulated(**{k: v for k, v in r.items() if k in names}) for r in data["results"]]
     have = {(s.variant, s.seq_len, s.preset, s.n_kv_heads): s for s in sims}
     have.update({k[:3]: s for k, s in have.items() if k[3] == 1})  # a config may leave out n_kv_heads 1
-    missing = [c for c in configs if c not in have]
-    if missing:
+    if missing := [c for c in configs if c not in have]:
         raise RuntimeError(_("{name} has no saved results for {missing}; run the notebook where valgrind is "
                              "installed with {SAVE_ENV}=1 to save them").format(
                              name=saved.name, missing=missing, SAVE_ENV=SAVE_ENV))
