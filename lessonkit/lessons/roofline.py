@@ -266,11 +266,9 @@ def steps_table(res: dict) -> Table:
     if Td:
         head.append(_("here at {k}K (DRAM)").format(k=Td // 1024))
     head += [_("A76 estimate"), _("here and estimate agree"), _("what bounds it in the model")]
-    rows = []
-    for r in steps(res):
-        agree = {True: _("yes"), False: _("no")}.get(r.get("agree"), "-")
-        rows.append([r["name"], r["before"], cell(r.get("cache")), *([cell(r.get("dram"))] if Td else []),
-                     cell(r.get("a76")), agree, _bottleneck(r.get("bottleneck"))])
+    agree = {True: _("yes"), False: _("no")}
+    rows = [[r["name"], r["before"], cell(r.get("cache")), *([cell(r.get("dram"))] if Td else []), cell(r.get("a76")),
+             agree.get(r.get("agree"), "-"), _bottleneck(r.get("bottleneck"))] for r in steps(res)]
     margins = ", ".join(f"{T // 1024}K {100 * noise(res, T):.0f} %" for T in (Tc, Td)
                         if T and noise(res, T) is not None)
     return Table(rows, header=head,
@@ -300,16 +298,12 @@ def instruction_counts(library: Path | str, names=None, mnemonics=X86_MNEMONICS)
             if op == "jmp" and (t := re.search(r"<([^>+@]+)(@plt)?>$", line)) and t.group(1) != current:
                 jumps.setdefault(current, set()).add(t.group(1))  # a tail call: fast's jump into v8's code
 
-    def code_of(fn):  # the function, the parts GCC split off it, and what they jump into, each once
+    def counts(fn):  # over the function, the parts GCC split off it, and what they jump into, each once
         todo, seen = [s for s in per_symbol if s == fn or s.startswith(fn + ".")], set()
         while todo:
             s = todo.pop()
             if s not in seen:
                 seen.add(s)
                 todo += [t for t in jumps.get(s, ()) if t in per_symbol]
-        return seen
-    out = {}
-    for n in path() if names is None else list(names):
-        parts = code_of(BY_NAME[n].function)
-        out[n] = {m: sum(per_symbol[s].get(m, 0) for s in parts) for m in mnemonics}
-    return out
+        return {m: sum(per_symbol[s].get(m, 0) for s in seen) for m in mnemonics}
+    return {n: counts(BY_NAME[n].function) for n in (path() if names is None else names)}
