@@ -4,16 +4,19 @@ each segment read and computed, and the data-flow figure."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..display import plotstyle
+from ..core import quant, toolchain
 from ..core import validate as check
 from ..core.language import _
-from ..core.quant import KVQ_INV
-from ..display import source
+from ..display import plotstyle, source
 from ..display.table import Table
 
 # the macro that selects each branch of i8x16_dot_s32, by lessonkit.native.simd_paths()["dot"]
@@ -82,7 +85,7 @@ def replay_scores(dots, q_scales, k_scales_raw, scale: float, fused: bool = Fals
             s = (s.astype(np.float64) + dots[:, b].astype(np.float64) * np.float64(qsc[b])).astype(np.float32)
         else:
             s = s + dots[:, b].astype(np.float32) * qsc[b]
-    ks = (np.asarray(k_scales_raw, np.float32) * KVQ_INV).astype(np.float32)
+    ks = (np.asarray(k_scales_raw, np.float32) * quant.KVQ_INV).astype(np.float32)
     return (s * ks * np.float32(check.scale(scale))).astype(np.float32)
 
 
@@ -100,7 +103,7 @@ def score_steps(t: int, dots, q_scales, k_scales_raw, scale: float, kernel_s: fl
         term = np.float32(d) * qsc[b]
         s = np.float32(s + term)
         rows.append([b, int(d), qsc[b], term, s])
-    ks = np.float32(np.float32(k_scales_raw[t]) * KVQ_INV)
+    ks = np.float32(np.float32(k_scales_raw[t]) * quant.KVQ_INV)
     s_ks = np.float32(s * ks)
     rows += [["x ks", "", f"kscale[t*nkv]/127 = {float(k_scales_raw[t]):.6f}/127", ks, s_ks],
              ["x scale", "", "", np.float32(scale), np.float32(s_ks * np.float32(scale))],
@@ -241,7 +244,6 @@ def check_walkthrough(seed: int = 0):
     """Lesson 04's check on ``WALK_CASES``: each segment of the compiled kernel's traced call against numpy. Exact
     where the arithmetic is integer or a maximum; to float32 rounding elsewhere: scores within 1e-6 of the size of
     their terms, S and VKQ within 1e-5 after every token (a thousand roundings)."""
-    from ..core import quant
     from ..display.checks import Checks
     from ..core.attention import attend
     from .softmax import online
@@ -306,12 +308,6 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
     """The instructions GCC's line table (``.loc``) gives the kernel line containing ``text`` inside ``function``,
     cross-compiled for aarch64 with lessonkit's ARM flags; None without the cross-compiler (the lesson then says
     so instead of a claim it cannot check)."""
-    import shutil
-    import subprocess
-    import tempfile
-    from collections import Counter
-
-    from ..core import toolchain
     if shutil.which(toolchain.AARCH64_CC) is None:
         return None
     line = source.find_line(text, segment=segment)
