@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..core import env, native
+from ..core import env, native, timing
 from ..core import validate as check
 from ..core.cache import KVCacheQ8, attention_args, attention_call
 from ..core.language import _
@@ -140,7 +140,6 @@ def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
     interleaved rounds (load on a shared machine only adds time); the single-thread read bandwidth (highest
     of the probes) and the largest CPU cache."""
     from . import bench
-    from ..core import timing
     names = path() if names is None else list(names)
     res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
                read_gbps=bench.read_bandwidth_gbps(), cache_bytes=env.last_level_bytes(), rounds=rounds,

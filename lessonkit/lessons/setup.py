@@ -25,7 +25,8 @@ class Check:
     install: str    # how to get it, when missing
 
 
-def tool_version(cmd: list[str]) -> str | None:
+def first_line(cmd: list[str]) -> str | None:
+    """The first line ``cmd`` prints (stdout, else stderr, else its name); None if it is missing or does not answer."""
     if shutil.which(cmd[0]) is None:
         return None
     try:
@@ -40,7 +41,7 @@ def check_setup() -> list[Check]:
     checks, every, missing = [], _("every lesson"), _("missing")
     try:
         cc = native.compiler()
-        checks.append(Check(_("C compiler"), True, tool_version([*cc.split(), "--version"]) or cc, every, ""))
+        checks.append(Check(_("C compiler"), True, first_line([*cc.split(), "--version"]) or cc, every, ""))
     except native.BuildError as e:
         checks.append(Check(_("C compiler"), False, missing, every, str(e)))
     try:
@@ -70,7 +71,7 @@ def check_setup() -> list[Check]:
               "sudo apt install gcc-aarch64-linux-gnu"),
              ("qemu-aarch64", ["qemu-aarch64", "--version"], optional, "sudo apt install qemu-user")]
     for what, cmd, needed_for, install in tools:
-        v = tool_version(cmd)
+        v = first_line(cmd)
         checks.append(Check(what, v is not None, v or missing, needed_for, install))
     return checks
 
@@ -90,12 +91,8 @@ def lldb_path() -> str | None:
     if versioned:
         return max(versioned)[1]
     if sys.platform == "darwin" and shutil.which("xcrun"):
-        try:
-            out = subprocess.run(["xcrun", "-f", "lldb"], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        path = out.stdout.strip()
-        if out.returncode == 0 and path and os.access(path, os.X_OK):
+        path = first_line(["xcrun", "-f", "lldb"])  # a failure's message is no executable path
+        if path and os.access(path, os.X_OK):
             return path
     return None
 

@@ -296,10 +296,9 @@ class SplitTimes:
 
 
 def split_times(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, repeats: int = 11) -> SplitTimes:
-    """Time the parts of ``attend_split(q, cache, kv_head, 2, n)`` apart: each half's C call alone and while the
-    other half runs on a second thread (started together at a barrier, each thread timing its own call), the
-    pool's hand-off, a new pool's start, the merge, and the whole split call on 1 and on 2 threads. Each repeat
-    runs every part once, interleaved, so a disturbance of the shared machine hits all parts alike."""
+    """Time the parts of ``attend_split(q, cache, kv_head, 2, n)`` apart (``SplitTimes``; the two halves started
+    together at a barrier, each thread timing its own call). Each repeat runs every part once, interleaved, so a
+    disturbance of the shared machine hits all parts alike."""
     q, kv_head, scale = attention_args(q, cache, kv_head, None)
     if cache.seq_len < 2:
         raise ValueError(_("split_times needs at least 2 tokens (one per half); the cache holds {n}").format(

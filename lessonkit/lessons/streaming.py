@@ -28,7 +28,7 @@ from ..core import validate as check
 from ..core.cache import KVCacheQ8, kv_cache
 from ..core.files import write_atomic
 from ..core.attention import KERNELS, call_kernel, kernel_inputs, out_buffer
-from .setup import tool_version
+from .setup import first_line
 from .split import Partial, chunk_bounds, empty, finish, merge, merge_all  # noqa: F401 (lesson 05's names)
 from .synthetic import cache_of  # lessons 05b and 08 call it streaming.cache_of
 from ..core.language import _
@@ -331,7 +331,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None, load_only:
     if traffic.valgrind_available() and not load_only:
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
                    for c in configs}
-        version = tool_version(["valgrind", "--version"]) or "unknown"
+        version = first_line(["valgrind", "--version"]) or "unknown"
         note = _("simulated now with {valgrind_version} (callgrind --cache-sim=yes)").format(valgrind_version=version)
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
             saved.parent.mkdir(parents=True, exist_ok=True)
