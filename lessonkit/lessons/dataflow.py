@@ -241,9 +241,8 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
 
 
 def check_walkthrough(seed: int = 0):
-    """Lesson 04's check on ``WALK_CASES``: each segment of the compiled kernel's traced call against numpy. Exact
-    where the arithmetic is integer or a maximum; to float32 rounding elsewhere: scores within 1e-6 of the size of
-    their terms, S and VKQ within 1e-5 after every token (a thousand roundings)."""
+    """Lesson 04's check on ``WALK_CASES``: each segment of the compiled kernel's traced call against numpy, exact
+    where the arithmetic is integer or a maximum, else to float32 rounding (S and VKQ: a thousand roundings)."""
     from ..display.checks import Checks
     from ..core.attention import attend
     from .softmax import online

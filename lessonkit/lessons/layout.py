@@ -228,9 +228,8 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
 
 
 def check_layout(ffi=None, seed: int = 0) -> Checks:
-    """Lesson 03's check on ``LAYOUT_CASES`` through the compiled kernel's trace: rows read where ``locate`` says,
-    codes and raw scales through the pointer table, the scores (rtol 1e-6; a scale off by 127 misses by 100x), an
-    all-zero row, the half-step bound of the dequantization error."""
+    """Lesson 03's check on ``LAYOUT_CASES`` through the compiled kernel's trace, item by item as its results name
+    them; the scores to rtol 1e-6 (a scale off by 127 misses by 100x)."""
     from ..core.attention import attend
     from ..core.quant import quantize_kv_rows
     from .dataflow import replay_scores

@@ -123,7 +123,6 @@ def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, 
         extra = bounded_extra(cache, kh, q) if any(n in BOUNDED for n in names) else None
         for name in names:
             out = run_variant(name, q, cache, kh)
-            # lowp: each value within the tolerance plus its own bound (the bound is per value)
             gap = np.abs(out - ref) - (extra if name in BOUNDED else 0.0)
             err = float(gap.max()) if np.isfinite(out).all() else math.inf
             if err <= tol:
