@@ -58,11 +58,16 @@ def kernel_segments(path: Path | str = KERNEL_FILE) -> dict[int, Segment]:
     return dict(sorted(found.items()))
 
 
-def numbered_lines(first: int, last: int, path: Path | str = KERNEL_FILE) -> str:
-    """Lines first..last (1-based, inclusive) of a source file, each with its line number."""
+def numbered_lines(first: int, last: int, path: Path | str = KERNEL_FILE, marked: tuple[int, int] | None = None,
+                   mark: str = ">>") -> str:
+    """Lines first..last (1-based, inclusive) of a source file, each with its line number; with ``marked``,
+    ``mark`` before those in that inclusive range (lesson 04 marks the branch this build compiled)."""
     lines = Path(path).read_text().splitlines()
-    width = len(str(last))
-    return "\n".join(f"{n:>{width}}  {lines[n - 1]}" for n in range(first, min(last, len(lines)) + 1))
+    width, blank = len(str(last)), " " * len(mark)
+
+    def prefix(n: int) -> str:
+        return "" if marked is None else f"{mark if marked[0] <= n <= marked[1] else blank} "
+    return "\n".join(f"{prefix(n)}{n:>{width}}  {lines[n - 1]}" for n in range(first, min(last, len(lines)) + 1))
 
 
 def declaration(name: str, path: Path | str = NATIVE_DIR / "flash_attn_q8.h") -> str:

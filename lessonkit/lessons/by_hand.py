@@ -13,24 +13,11 @@ from ..core import native
 from ..display import source
 from ..core import validate as check
 from ..core.language import _
-from .debugger import (DEBUGGERS, PROMPT, TOKEN_TEXT, checked_debugger, debugger_path, install_hint, lldb_values,
-                       pairs)
+from .debugger import (DEBUGGERS, PROMPT, TOKEN_TEXT, checked_debugger, debugger_path, install_hint, lldb_values, pairs)
 from .toy import KERNEL, ToyConfig
 
 TRANSCRIPTS_DIR = native.REPO_DIR / "notebooks" / "data"
 REFRESH_COMMAND = "python tests/transcripts.py  # from the workbook's folder, after a change of native/"
-
-
-def transcript_path(debugger: str = "gdb") -> Path:
-    return TRANSCRIPTS_DIR / f"06_session_{checked_debugger(debugger)}.txt"
-
-
-def engine_debug_recipe() -> str:
-    """What to type to debug the real engine's kernel (``vllm_safetensors.c``; line 6594 according to the
-    article): markdown labelled "not run here", in the workbook's language."""
-    return (TRANSCRIPTS_DIR / _("06_engine_debug_recipe.md")).read_text()
-
-
 # The session in steps, for the lesson to show one at a time: each step is named by the first command it starts
 # with, in gdb and in lldb, and runs up to the next step's first command.
 SESSION_STEPS = {
@@ -47,6 +34,16 @@ SESSION_STEPS = {
 # Left out when a step is shown (kept in the transcript): gdb reports each helper process the program starts
 # (Python's subprocess uses vfork), which says nothing about the kernel.
 SHOWN_NOISE = re.compile(r"^\[Detaching after v?fork from child process")
+
+
+def transcript_path(debugger: str = "gdb") -> Path:
+    return TRANSCRIPTS_DIR / f"06_session_{checked_debugger(debugger)}.txt"
+
+
+def engine_debug_recipe() -> str:
+    """What to type to debug the real engine's kernel (``vllm_safetensors.c``; line 6594 according to the
+    article): markdown labelled "not run here", in the workbook's language."""
+    return (TRANSCRIPTS_DIR / _("06_engine_debug_recipe.md")).read_text()
 
 
 def _step(step: str, debugger: str) -> tuple[str, list[tuple[str, list[str]]]]:
@@ -108,6 +105,10 @@ TIER_A_TOKENS = 3      # 3 steps x 4 query heads = 12 calls and 24 stops in the 
 TIER_A_PROGRAM = f"from lessonkit import toy; toy.generate({TIER_A_TOKENS}, debug=True)"
 ENTRY_TEXT = "if (hd <= 0"     # the kernel's first statement: where a breakpoint on its name stops
 MAX_TRANSCRIPT_CHARS = 8 << 20
+_GDB_STOP = re.compile(r"[Bb]reakpoint [\d.]+, (?:0x[0-9a-fA-F]+ in )?(\w+) \((.*)\) at (\S+?):(\d+)\s*$")
+_GDB_DISPLAY = re.compile(PROMPT + r"\d+: (t|M|seq_len) = (\S+)\s*$")
+_GDB_PRINT = re.compile(r"^(?:\(gdb\) |\+)(?:p|print) (t|M)\s*$")
+_GDB_VALUE = re.compile(PROMPT + r"\$\d+ = (\S+)\s*$")
 
 
 def _from_folder(path) -> str:
@@ -210,12 +211,6 @@ class Session:
     other_lines: list[int]          # kernel lines the session also stopped at (neither entry nor loop line)
 
 
-_GDB_STOP = re.compile(r"[Bb]reakpoint [\d.]+, (?:0x[0-9a-fA-F]+ in )?(\w+) \((.*)\) at (\S+?):(\d+)\s*$")
-_GDB_DISPLAY = re.compile(PROMPT + r"\d+: (t|M|seq_len) = (\S+)\s*$")
-_GDB_PRINT = re.compile(r"^(?:\(gdb\) |\+)(?:p|print) (t|M)\s*$")
-_GDB_VALUE = re.compile(PROMPT + r"\$\d+ = (\S+)\s*$")
-
-
 def transcript_text(transcript) -> str:
     """The text itself, or a path (``pathlib.Path``, or a one-line string naming a file) to the file gdb logged
     or lldb's ``session save`` wrote."""
@@ -266,8 +261,7 @@ def read_session(text: str) -> Session:
     entry, loop = tier_a_lines()
     calls, other, stop, pending = [], [], None, None
     for i, line in enumerate(lines):
-        m = _GDB_STOP.search(line)
-        if m and m.group(1) == KERNEL:
+        if (m := _GDB_STOP.search(line)) and m.group(1) == KERNEL:
             args, n, stop = pairs(m.group(2)), int(m.group(4)), None
             if n == entry and "seq_len" in args:
                 hd = int(args.get("hd", 0))

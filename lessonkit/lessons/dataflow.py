@@ -4,17 +4,27 @@ each segment read and computed, and the data-flow figure."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..display import plotstyle
+from ..core import quant, toolchain
 from ..core import validate as check
 from ..core.language import _
-from ..core.quant import KVQ_INV
-from ..display.source import SIMD_HEADER
+from ..display import plotstyle, source
 from ..display.table import Table
+
+# the macro that selects each branch of i8x16_dot_s32, by lessonkit.native.simd_paths()["dot"]
+DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "avx2": "__AVX2__", "simde": "#else"}
+SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
+# (n_kv_heads, head_dim, kv_bs, seq_len, kv_head, zero_q_block): lesson 04's call (a part-filled last
+# block, kh_off != 0), one token, the largest head (HD_MAX = 256) with blocks of 7, a Q block of zeros
+WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False), (2, 64, 5, 33, 1, True))
 
 
 @dataclass(frozen=True)
@@ -24,11 +34,10 @@ class Branch:
     last: int       # 1-based last line of code before the next directive
 
 
-def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER) -> list[Branch]:
+def preprocessor_branches(first: int, last: int, path: Path | str = source.SIMD_HEADER) -> list[Branch]:
     """The ``#if / #elif / #else`` branches of the first conditional in lines first..last (nested ones stay inside)."""
     lines = Path(path).read_text().splitlines()
-    marks: list[tuple[str, int]] = []
-    depth = 0
+    marks, depth = [], 0  # (directive, line) of the first conditional's branches; how deep the #ifs nest
     for n in range(first, last + 1):
         d = lines[n - 1].strip()
         if re.match(r"#\s*if", d):
@@ -48,10 +57,6 @@ def preprocessor_branches(first: int, last: int, path: Path | str = SIMD_HEADER)
     return [Branch(c, n, marks[i + 1][1] - 1) for i, (c, n) in enumerate(marks[:-1])]
 
 
-# the macro that selects each branch of i8x16_dot_s32, by lessonkit.native.simd_paths()["dot"]
-DOT_PATH_CONDITION = {"sdot": "__ARM_FEATURE_DOTPROD", "widen": "__aarch64__", "avx2": "__AVX2__", "simde": "#else"}
-
-
 def compiled_branch(branches: list[Branch], dot_path: str) -> int:
     """Index of the branch of ``i8x16_dot_s32`` this build compiled, by ``native.simd_paths()["dot"]``."""
     if dot_path not in DOT_PATH_CONDITION:
@@ -64,13 +69,10 @@ def compiled_branch(branches: list[Branch], dot_path: str) -> int:
     raise ValueError(_("no branch of the helper is selected by {want}").format(want=want))
 
 
-def marked_lines(first: int, last: int, marked: tuple[int, int], path: Path | str = SIMD_HEADER,
+def marked_lines(first: int, last: int, marked: tuple[int, int], path: Path | str = source.SIMD_HEADER,
                  mark: str = ">>") -> str:
     """Lines first..last, numbered, with ``mark`` before those in the inclusive range ``marked``."""
-    lines = Path(path).read_text().splitlines()
-    width, blank = len(str(last)), " " * len(mark)
-    return "\n".join(f"{mark if marked[0] <= n <= marked[1] else blank} {n:>{width}}  {lines[n - 1]}"
-                     for n in range(first, min(last, len(lines)) + 1))
+    return source.numbered_lines(first, last, path, marked, mark)
 
 
 def replay_scores(dots, q_scales, k_scales_raw, scale: float, fused: bool = False) -> np.ndarray:
@@ -83,7 +85,7 @@ def replay_scores(dots, q_scales, k_scales_raw, scale: float, fused: bool = Fals
             s = (s.astype(np.float64) + dots[:, b].astype(np.float64) * np.float64(qsc[b])).astype(np.float32)
         else:
             s = s + dots[:, b].astype(np.float32) * qsc[b]
-    ks = (np.asarray(k_scales_raw, np.float32) * KVQ_INV).astype(np.float32)
+    ks = (np.asarray(k_scales_raw, np.float32) * quant.KVQ_INV).astype(np.float32)
     return (s * ks * np.float32(check.scale(scale))).astype(np.float32)
 
 
@@ -101,7 +103,7 @@ def score_steps(t: int, dots, q_scales, k_scales_raw, scale: float, kernel_s: fl
         term = np.float32(d) * qsc[b]
         s = np.float32(s + term)
         rows.append([b, int(d), qsc[b], term, s])
-    ks = np.float32(np.float32(k_scales_raw[t]) * KVQ_INV)
+    ks = np.float32(np.float32(k_scales_raw[t]) * quant.KVQ_INV)
     s_ks = np.float32(s * ks)
     rows += [["x ks", "", f"kscale[t*nkv]/127 = {float(k_scales_raw[t]):.6f}/127", ks, s_ks],
              ["x scale", "", "", np.float32(scale), np.float32(s_ks * np.float32(scale))],
@@ -138,8 +140,8 @@ class PassCounts:
 
     def fields(self) -> dict:
         """What the table's and the figure's messages name: every count, its short name, the bytes in KiB."""
-        kibs = {f"kib_{n}_c": kib(getattr(self, n)) for n in ("k_bytes", "v_bytes", "k_scale_bytes", "v_scale_bytes",
-                                                             "kv_bytes")}
+        kibs = {f"kib_{n}_c": f"{getattr(self, n) / 1024:.1f} KiB"
+                for n in ("k_bytes", "v_bytes", "k_scale_bytes", "v_scale_bytes", "kv_bytes")}
         return {**vars(self), **kibs, "hd": self.head_dim, "T": self.seq_len, "nblk": self.n_blocks_q,
                 "block_dots_c": 2 * self.block_dots}
 
@@ -155,10 +157,6 @@ def pass_counts(trace, cache) -> PassCounts:
                       k_scale_bytes=4 * T, v_scale_bytes=4 * T, block_dots=int(trace.dots.size),
                       expf_calls=rescales + int((~trace.rescaled).sum()), rescales=rescales,
                       rescale_multiplies=rescales * (hd + 1), v_fmas=v_rows * hd, divisions=1, out_multiplies=hd)
-
-
-def kib(n: int) -> str:
-    return f"{n / 1024:.1f} KiB"
 
 
 def cost_table(c: PassCounts, segments: dict) -> Table:
@@ -179,11 +177,7 @@ def cost_table(c: PassCounts, segments: dict) -> Table:
                  header=[_("segment"), _("runs"), _("what it read and computed in this call")])
 
 
-SEGMENT_COLORS = {1: "#cfe3f7", 2: "#fde2c4", 3: "#d8f0d2", 4: "#ead7f2"}
-
-
-def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = None,
-                  final_S: float | None = None):
+def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = None, final_S: float | None = None):
     """Boxes and arrows of the single pass with this call's shapes and counts; each segment's box names its lines
     (no legend needed). Drawn in inches on the style's 10-inch width, so the text fits its boxes at 12 pt."""
     import matplotlib.pyplot as plt
@@ -246,16 +240,9 @@ def draw_dataflow(c: PassCounts, segments: dict, ax=None, kv_head: int | None = 
     return ax
 
 
-# (n_kv_heads, head_dim, kv_bs, seq_len, kv_head, zero_q_block): lesson 04's call (a part-filled last
-# block, kh_off != 0), one token, the largest head (HD_MAX = 256) with blocks of 7, a Q block of zeros
-WALK_CASES = ((2, 128, 16, 1000, 1, False), (1, 32, 1, 1, 0, False), (3, 256, 7, 50, 2, False), (2, 64, 5, 33, 1, True))
-
-
 def check_walkthrough(seed: int = 0):
-    """Lesson 04's check on ``WALK_CASES``: each segment of the compiled kernel's traced call against numpy. Exact
-    where the arithmetic is integer or a maximum; to float32 rounding elsewhere: scores within 1e-6 of the size of
-    their terms, S and VKQ within 1e-5 after every token (a thousand roundings)."""
-    from ..core import quant
+    """Lesson 04's check on ``WALK_CASES``: each segment of the compiled kernel's traced call against numpy, exact
+    where the arithmetic is integer or a maximum, else to float32 rounding (S and VKQ: a thousand roundings)."""
     from ..display.checks import Checks
     from ..core.attention import attend
     from .softmax import online
@@ -320,13 +307,6 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
     """The instructions GCC's line table (``.loc``) gives the kernel line containing ``text`` inside ``function``,
     cross-compiled for aarch64 with lessonkit's ARM flags; None without the cross-compiler (the lesson then says
     so instead of a claim it cannot check)."""
-    import shutil
-    import subprocess
-    import tempfile
-    from collections import Counter
-
-    from ..core import toolchain
-    from ..display import source
     if shutil.which(toolchain.AARCH64_CC) is None:
         return None
     line = source.find_line(text, segment=segment)
@@ -343,8 +323,7 @@ def aarch64_line_code(text: str, segment: int | None = None, function: str = "fl
     body = asm.split(f"\n{function}:\n", 1)[1].split(f"\t.size\t{function},", 1)[0]
     counts, here = Counter(), False
     for row in body.splitlines():
-        loc = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)\s", row)
-        if loc:
+        if loc := re.match(r"\s*\.loc\s+(\d+)\s+(\d+)\s", row):
             here = loc.group(1) == index and int(loc.group(2)) == line
         elif here and re.match(r"\t[a-z]", row):
             counts[row.split()[0]] += 1

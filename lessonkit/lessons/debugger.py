@@ -30,6 +30,11 @@ MAX_TIMEOUT_S = 3600.0      # the longest wait for a debugger run
 TOKEN_TEXT = "v_cache_q8[t / kv_bs]"   # segment 3, after this token's update of M and S (the loop's stop)
 LEAVE_TEXT = "float inv"               # segment 4's first statement: the token loop is over
 MARK = "@@"                            # prefix of the lines the gdb commands print
+PROMPT = r"^(?:\((?:gdb|lldb)\) ?)*"   # what stdin not being a terminal may leave before a debugger's output
+_LLDB_VALUE = re.compile(PROMPT + r"\((?:const )?(?:int|float)\) (\w+) = (\S+)\s*$")   # (float) M = 1.25
+# The batch run's stops and what each prints. lldb has no printf: each stop runs one ``frame variable``, whose
+# first name says which stop it was.
+STOPS = {"enter": ("seq_len", "kh_off", "hd"), "token": ("t", "s", "M", "S"), "leave": ("S",)}
 
 
 def install_hint(debugger: str) -> str:
@@ -80,16 +85,11 @@ def pairs(text: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=([^,\s]+)", text))
 
 
-PROMPT = r"^(?:\((?:gdb|lldb)\) ?)*"   # what stdin not being a terminal may leave before a debugger's output
-_LLDB_VALUE = re.compile(PROMPT + r"\((?:const )?(?:int|float)\) (\w+) = (\S+)\s*$")   # (float) M = 1.25
-
-
 def lldb_values(lines: list[str]):
     """(0-based line, name, value) of each variable lldb printed. The values alone say where the stops are:
     lldb prints them before or after a stop's own lines, and ``session save`` keeps no stop lines."""
     for i, line in enumerate(lines):
-        m = _LLDB_VALUE.match(line.strip())
-        if m:
+        if m := _LLDB_VALUE.match(line.strip()):
             yield i, m.group(1), m.group(2)
 
 
@@ -106,11 +106,6 @@ def breakpoints(path: Path | str = source.KERNEL_FILE) -> Breakpoints:
     in the traced copy of the kernel."""
     return Breakpoints(Path(path).name, source.find_line(TOKEN_TEXT, segment=3, path=path),
                        source.find_line(LEAVE_TEXT, segment=4, path=path))
-
-
-# The batch run's stops and what each prints. lldb has no printf: each stop runs one ``frame variable``, whose
-# first name says which stop it was.
-STOPS = {"enter": ("seq_len", "kh_off", "hd"), "token": ("t", "s", "M", "S"), "leave": ("S",)}
 
 
 def gdb_commands(bp: Breakpoints | None = None) -> str:

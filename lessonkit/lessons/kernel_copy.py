@@ -14,14 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import native
+from ..core import attention, native
 from ..display import source
 from . import workspace
 from ..core import validate as check
 from ..core.cache import KVCacheQ8, attention_call
 from ..core.files import write_atomic
-from ..core import attention
 from ..core.language import _
+from ..core.reference import softmax as softmax_weights  # noqa: F401  (the right weights, lesson 06)
 from .synthetic import cache_with_scores
 from ..core.trace import TRACED_FUNCTIONS, Trace, run_traced
 from .toy import KERNEL
@@ -54,6 +54,16 @@ class Change:
     new: str
 
 
+@dataclass
+class BrokenKernel:
+    kind: str
+    copy: Path
+    changes: list[Change]
+    ffi: object
+    lib: object
+    folder: tempfile.TemporaryDirectory   # removed with the process; removed sooner, the next break_kernel builds anew
+
+
 def edit_line(copy: Path | str, edit: Edit) -> Change:
     """One Edit applied to a copy of native/, never to native/ itself."""
     if not isinstance(edit, Edit):
@@ -80,18 +90,6 @@ BREAKS = {
     # q_code: truncation toward zero instead of rounding half away from zero
     "truncate": (Edit(source.SIMD_HEADER.name, "int r = (int)(v + (v >= 0.0f ? 0.5f : -0.5f));", "int r = (int)v;"),),
 }
-
-
-@dataclass
-class BrokenKernel:
-    kind: str
-    copy: Path
-    changes: list[Change]
-    ffi: object
-    lib: object
-    folder: tempfile.TemporaryDirectory   # removed with the process; removed sooner, the next break_kernel builds anew
-
-
 _broken: dict[str, BrokenKernel] = {}
 
 
@@ -139,16 +137,8 @@ def kernel_weights(ffi, lib, scores) -> np.ndarray:
     if not 1 <= s.shape[0] <= 256:
         raise ValueError(_("kernel_weights takes 1 to 256 scores; got {shape_s}").format(shape_s=s.shape[0]))
     hd = 32 * math.ceil(s.shape[0] / 32)   # one column per token
-    cache, q, scale = cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32),
-                                        seed=0)
+    cache, q, scale = cache_with_scores(s, head_dim=hd, block_size=16, V=np.eye(s.shape[0], hd, dtype=np.float32))
     return attention.call_kernel(ffi, lib, np.empty(hd, np.float32), q, cache, 0, scale)[:cache.seq_len]
-
-
-def softmax_weights(scores) -> np.ndarray:
-    """The right ones, float64."""
-    s = np.asarray(scores, np.float64)
-    w = np.exp(s - s.max())
-    return w / w.sum()
 
 
 # ------------------------------------------------------------------ tier B: the kernel without its markers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cffi
 import numpy as np
 
 from ..core import native
@@ -16,6 +17,9 @@ from .bench import lengths
 
 MAX_GROW_BYTES = 4 << 30  # what grow_layer may allocate: the cache at its last checkpoint and one fp32 chunk
 MAX_DRAWN_ROWS = 48
+# (n_kv_heads, head_dim, kv_bs, seq_len): a half-filled last block, one token per block, one block larger than the
+# context, the largest head the kernel's buffers take (HD_MAX = 256), one kv head
+LAYOUT_CASES = ((3, 32, 4, 10), (2, 64, 1, 5), (4, 128, 64, 7), (2, 256, 5, 13), (1, 32, 3, 1))
 
 
 @dataclass(frozen=True)
@@ -48,13 +52,10 @@ def read_token(cache: KVCacheQ8, t: int, kv_head: int, which: str = "k", ffi=Non
     kv_cache(cache)
     check.one_of("which", which, ("k", "v"))
     t = check.integer("t", t, minimum=0, below=cache.seq_len)
-    if ffi is None:
-        ffi = native.load()[0]
-    else:
-        import cffi
-        if not isinstance(ffi, cffi.FFI):
-            raise TypeError(_("ffi must be the cffi.FFI of lessonkit.native.load(); got {ffi}").format(
-                              ffi=type(ffi).__name__))
+    ffi = native.load()[0] if ffi is None else ffi
+    if not isinstance(ffi, cffi.FFI):
+        raise TypeError(_("ffi must be the cffi.FFI of lessonkit.native.load(); got {ffi}").format(
+                          ffi=type(ffi).__name__))
     w = locate(t, kv_head, cache.block_size, cache.n_kv_heads, cache.head_dim)
     row = ffi.cast("int8_t *", int(cache.pointer_table(which)[w.block])) + w.offset
     codes = np.frombuffer(ffi.unpack(ffi.cast("char *", row), cache.head_dim), np.int8).copy()
@@ -226,15 +227,9 @@ def draw_cache(cache: KVCacheQ8, highlight=(0, 0), which: str = "k", figsize=(10
     return fig
 
 
-# (n_kv_heads, head_dim, kv_bs, seq_len): a half-filled last block, one token per block, one block larger than the
-# context, the largest head the kernel's buffers take (HD_MAX = 256), one kv head
-LAYOUT_CASES = ((3, 32, 4, 10), (2, 64, 1, 5), (4, 128, 64, 7), (2, 256, 5, 13), (1, 32, 3, 1))
-
-
 def check_layout(ffi=None, seed: int = 0) -> Checks:
-    """Lesson 03's check on ``LAYOUT_CASES`` through the compiled kernel's trace: rows read where ``locate`` says,
-    codes and raw scales through the pointer table, the scores (rtol 1e-6; a scale off by 127 misses by 100x), an
-    all-zero row, the half-step bound of the dequantization error."""
+    """Lesson 03's check on ``LAYOUT_CASES`` through the compiled kernel's trace, item by item as its results name
+    them; the scores to rtol 1e-6 (a scale off by 127 misses by 100x)."""
     from ..core.attention import attend
     from ..core.quant import quantize_kv_rows
     from .dataflow import replay_scores

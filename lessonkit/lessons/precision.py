@@ -12,14 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import validate as check
-from ..core.cache import KVCacheQ8, kv_cache
+from ..core.cache import KVCacheQ8, attention_call
 from ..core.attention import attend
 from ..core.language import _
-from ..core.quant import KVQ_INV
+from ..core import quant
 from ..core.reference import attention
 from .rounding import q_block_scaled, round_codes
 
 SCHEMES = ("engine", "q8_0", "fp16_channels", "fp16")
+QK8_0 = 32  # values per q8_0 block (ggml-common.h, block_q8_0)
 
 
 def rel_error(out, ref, channels=None) -> np.ndarray | float:
@@ -68,9 +69,8 @@ class ErrorSplit:
 def split_error(Q, cache: KVCacheQ8, kv_head: int, K, V, scale: float | None = None) -> ErrorSplit:
     """The compiled kernel's error for every query of ``Q [n, hd]`` against float64 attention on the rows ``K, V``
     the cache was filled with, split into Q's and K/V's parts."""
-    kv_cache(cache)
+    kv_head, scale = attention_call(cache, kv_head, scale)
     Q = check.float32_like("Q", np.atleast_2d(Q), (None, cache.head_dim))
-    scale = check.scale(scale, cache.head_dim)
     kernel = np.stack([attend(q, cache, kv_head, scale=scale) for q in Q]).astype(np.float64)
     Kd, Vd = cache.dequantized(kv_head)
     return ErrorSplit(ref=attention(Q, K, V, scale), float_q=attention(Q, Kd, Vd, scale), kernel=kernel)
@@ -89,8 +89,7 @@ def dequantized(x, scheme: str = "engine", channels=()) -> np.ndarray:
     """Rows ``x [..., hd]`` quantized with ``scheme`` (one of SCHEMES) and read back, float32."""
     x = np.asarray(x, np.float32)
     if check.one_of("scheme", scheme, SCHEMES) == "engine":
-        codes, amax = quantize_rows_engine(x)
-        return codes.astype(np.float32) * (amax * KVQ_INV)[..., None]
+        return quant.dequantize(*quantize_rows_engine(x))
     if scheme == "q8_0":
         return dequantize_q8_0(*quantize_q8_0(x))
     if scheme == "fp16":
@@ -137,9 +136,6 @@ def outlier_rows(n: int, head_dim: int, rng: np.random.Generator, channels=(11, 
         signs = np.where(np.arange(ch.size) % 2 == 0, 1.0, -1.0)
     x[:, ch] += np.float32(factor) * np.asarray(signs, np.float32)
     return x
-
-
-QK8_0 = 32                 # values per q8_0 block (ggml-common.h, block_q8_0)
 
 
 def quantize_q8_0(x) -> tuple[np.ndarray, np.ndarray]:

@@ -1,27 +1,23 @@
 """How fast can the kernel go (lesson 09): the numbered versions of the registry (native/fa_variants.h,
-``lessonkit.variants``) against the memory floor, bytes per token over the read bandwidth.
-
-``path()`` is the article's kernel, each version that adds one idea to the one before it ("on v..."),
-then "fast", then ``BOUNDED`` (lowp, which leaves the article's fp32 weights); ``check_variants()``
-holds each to the scalar C kernel on awkward shapes (lowp within its derived bound too); ``measure()``
-times them in alternation and keeps the minimum of the rounds (load on a shared machine only adds
-time); ``results(saved)`` reads back the figures ``make figures`` measured and saved (``workbench/figures.py``),
-with llvm-mca's ESTIMATES for the Cortex-A76 beside the timings. ``steps(res)`` judges
-each idea against the version before it, here (beyond a re-run's spread) and by estimate (with the
-model's error, MCA_ERROR); ``ops_per_token``, ``intensity`` and the roofs saved with them (the N1
-model's cycles for the fewest instructions of a token, numpy's sgemm rate) place the versions on a roofline."""
+``lessonkit.variants``) against the memory floor, bytes per token over the read bandwidth, and on a roofline
+(``ops_per_token``, ``intensity`` and the roofs saved with the figures: the N1 model's cycles for the fewest
+instructions of a token, numpy's sgemm rate). ``steps`` judges each idea against the version before it, here
+(beyond a re-run's spread) and by llvm-mca's ESTIMATE for the Cortex-A76 (with the model's error, MCA_ERROR)."""
 from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
-from ..core import env, native
+from ..core import env, native, timing
 from ..core import validate as check
-from ..core.cache import KVCacheQ8, attention_call, kv_cache
+from ..core.cache import KVCacheQ8, attention_args, attention_call
 from ..core.language import _
 from ..display.table import Table
 from ..core.variants import BY_NAME, VARIANTS  # noqa: F401  (lesson 09 calls it here)
@@ -39,13 +35,19 @@ RTOL = 1e-5  # of max|scalar out|: the versions only reorder float32 sums and fu
 # (seq_len, n_kv_heads, head_dim, block_size, kv_head): one token, a tile and a bit, odd blocks, hd 32..256
 SHAPES = ((1, 1, 32, 1, 0), (15, 2, 64, 16, 1), (17, 1, 128, 4, 0), (100, 3, 96, 7, 2),
           (333, 8, 128, 64, 5), (40, 1, 256, 64, 0), (1000, 2, 128, 3, 1))
-
-
 # llvm-mca's accuracy: the average error of basic-block throughput models (llvm-mca among them) against
 # measurements lies between 9 % and 36 % (Chen et al., BHive, IISWC 2019, as summarized by Abel and
 # Reineke, uiCA, ICS 2022, arXiv:2107.14210; x86 cores: no such study of LLVM's Neoverse N1 model was
 # found); lesson 09 puts the top of that range beside every verdict that rests on an estimate
 MCA_ERROR = (0.09, 0.36)
+MCA_STEP = 0.01  # llvm-mca is deterministic: a change under 1 % between two estimates is rounding of its cycles
+# versions that depart from the article's fp32 weights, so not within RTOL of the scalar kernel: lowp's
+# 14-bit codes of the weights are off by up to 0.51 of a step each (lessonkit.smoke.lowp_bound derives
+# the bound every new build is checked against; native/tests/test_kernel.c the 0.51)
+BOUNDED = ("lowp",)
+SAVED_BY = "make figures"  # the command that measures the saved figures again (python -m workbench figures)
+IN_CACHE = 8192  # lesson 09 judges each idea here at 8K tokens (2.1 MiB of KV) and at the longest length
+X86_MNEMONICS = ("vpdpbusd", "vcvtdq2ps", "vpaddd", "prefetcht0")  # int8 dot (VNNI), int -> float, int add, prefetch
 
 
 def ops_per_token(head_dim: int = HEAD_DIM, heads: int = 1) -> int:
@@ -84,12 +86,8 @@ def path() -> list[str]:
 
 def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale: float | None = None) -> np.ndarray:
     """One call of registry version ``name`` through the library's table (fa_time_calls(version, 1, ...))."""
-    if name not in BY_NAME:
-        raise ValueError(_("name must be one of {map_by_name}; got {short_check}").format(
-                           map_by_name=', '.join(map(repr, BY_NAME)), short_check=check.short(name)))
-    kv_cache(cache)
-    q = check.float32_array("q", q, (cache.head_dim,))
-    kv_head, scale = attention_call(cache, kv_head, scale)
+    check.one_of("name", name, BY_NAME)
+    q, kv_head, scale = attention_args(q, cache, kv_head, scale)
     ffi, lib = native.load()
     out = np.full(cache.head_dim, np.nan, np.float32)  # a version that writes nothing fails the check
     lib.fa_time_calls(BY_NAME[name].version, 1, ffi.from_buffer("float[]", out, require_writable=True),
@@ -97,29 +95,15 @@ def run_variant(name: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int, scale:
     return out
 
 
-# versions that depart from the article's fp32 weights, so not within RTOL of the scalar kernel: lowp's
-# 14-bit codes of the weights are off by up to 0.51 of a step each (lessonkit.smoke.lowp_bound derives
-# the bound every new build is checked against; native/tests/test_kernel.c the 0.51)
-BOUNDED = ("lowp",)
-
-
-class _Codes:
-    """One kv head of a KVCacheQ8 as lessonkit.smoke's Cache presents it (its kv head 0)."""
-
-    def __init__(self, cache: KVCacheQ8, kh: int):
-        self.T = cache.seq_len
-        self.k_scale, self.v_scale = cache.k_scales(kh)[:, None], cache.v_scales(kh)[:, None]
-        self._codes = (cache.k_codes(kh), cache.v_codes(kh))
-
-    def codes(self, unused_kh: int):
-        return self._codes
-
-
 def bounded_extra(cache: KVCacheQ8, kv_head: int, q: np.ndarray, scale: float | None = None) -> np.ndarray:
     """float64 ``[head_dim]``: how far lowp's output may be from the exact kernels' per value (smoke.lowp_bound)."""
     from ..core.smoke import lowp_bound
     kv_head, scale = attention_call(cache, kv_head, scale)
-    return lowp_bound(_Codes(cache, kv_head), 0, np.asarray(q, np.float32), scale)
+    codes = cache.k_codes(kv_head), cache.v_codes(kv_head)
+    # the one kv head as lessonkit.smoke's Cache presents it, its kv head 0
+    head = SimpleNamespace(T=cache.seq_len, k_scale=cache.k_scales(kv_head)[:, None],
+                           v_scale=cache.v_scales(kv_head)[:, None], codes=lambda unused_kh: codes)
+    return lowp_bound(head, 0, np.asarray(q, np.float32), scale)
 
 
 def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, list[str]]:
@@ -139,7 +123,6 @@ def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, 
         extra = bounded_extra(cache, kh, q) if any(n in BOUNDED for n in names) else None
         for name in names:
             out = run_variant(name, q, cache, kh)
-            # lowp: each value within the tolerance plus its own bound (the bound is per value)
             gap = np.abs(out - ref) - (extra if name in BOUNDED else 0.0)
             err = float(gap.max()) if np.isfinite(out).all() else math.inf
             if err <= tol:
@@ -153,14 +136,13 @@ def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, 
 
 def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
     """ns/token of each version at each length (one kv head of head_dim 128), the minimum of ``rounds``
-    interleaved rounds; the single-thread read bandwidth (highest of the probes) and the largest CPU
-    cache."""
+    interleaved rounds (load on a shared machine only adds time); the single-thread read bandwidth (highest
+    of the probes) and the largest CPU cache."""
     from . import bench
-    from ..core import timing
     names = path() if names is None else list(names)
     res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
-               read_gbps=bench.read_bandwidth_gbps(), cache_bytes=env.last_level_bytes(), rounds=rounds, rows={}, extra={},
-               skipped={})
+               read_gbps=bench.read_bandwidth_gbps(), cache_bytes=env.last_level_bytes(), rounds=rounds,
+               rows={}, extra={}, skipped={})
     for T in bench.lengths("lengths", list(lengths)):
         cache, kh, q = bench.make_inputs(T)[:3]
         number = max(1, 65536 // T)
@@ -168,9 +150,6 @@ def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
         res["rows"][T] = {n: ns / T for n, ns in timing.interleaved(cont, rounds, stat="min").items()}
         res["read_gbps"] = max(res["read_gbps"], bench.read_bandwidth_gbps())
     return res
-
-
-SAVED_BY = "make figures"  # the command that measures the saved figures again (python -m workbench figures)
 
 
 def results(saved: Path | str) -> tuple[dict, str]:
@@ -186,15 +165,13 @@ def results(saved: Path | str) -> tuple[dict, str]:
             res[key] = {int(k): v for k, v in res[key].items()}
     # the machine label was saved in English (env.machine_label); its words follow the language
     res["machine"] = res.get("machine", "").replace("kernel backend ", _("kernel backend "))
-    return res, _("saved in {name} ({command} measures them on your machine)").format(
-                  name=saved.name, command=SAVED_BY)
+    return res, _("saved in {name} ({command} measures them on your machine)").format(name=saved.name, command=SAVED_BY)
 
 
 def table(res: dict) -> Table:
     """One row per version: ns/token at each length, the A76 estimate and its instruction mix."""
     lengths = sorted(res["rows"])
-    rounds = (_(", fastest of {res} interleaved rounds").format(res=res['rounds'])
-              if res.get("rounds") else "")
+    rounds = _(", fastest of {res} interleaved rounds").format(res=res["rounds"]) if res.get("rounds") else ""
     rows = []
     for n in (n for n in path() if n in res["rows"][lengths[0]]):
         e = res.get("a76", {}).get(n)
@@ -205,16 +182,12 @@ def table(res: dict) -> Table:
             est = ["-", "-", _("no estimate") if e else _("no llvm-mca here")]
         rows.append([n, *(res["rows"][T][n] for T in lengths), *est])
     k = len(lengths)
-    return Table(rows, header=[_("version"), *(f"{T // 1024}K" for T in lengths), _("A76 est."),
-                               _("instr."),
+    return Table(rows, header=[_("version"), *(f"{T // 1024}K" for T in lengths), _("A76 est."), _("instr."),
                                _("mix per token (loads/simd/scalar)")],
                  caption=_("ns/token on {res}{rounds} (x86 runs SIMDe's build of the NEON source, not NEON); A76 "
                            "est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token").format(
                            res=res['machine'], rounds=rounds),
                  formats={**{1 + i: ".1f" for i in range(k)}, 1 + k: ".0f", 2 + k: ".0f"})
-
-
-IN_CACHE = 8192  # lesson 09 judges each idea here at 8K tokens (2.1 MiB of KV) and at the longest length
 
 
 def lengths_here(res: dict) -> tuple[int, int | None]:
@@ -246,9 +219,6 @@ def change_verdict(change: float, margin: float) -> str:
     return _("no clear change")
 
 
-MCA_STEP = 0.01  # llvm-mca is deterministic: a change under 1 % between two estimates is rounding of its cycles
-
-
 def steps(res: dict) -> list[dict]:
     """Each idea of path() (not "fast") against the version before it: the relative change of time here
     at the two lengths_here, of the A76 estimate, each with its verdict, and whether they agree."""
@@ -258,11 +228,9 @@ def steps(res: dict) -> list[dict]:
     for before, now in zip(names, names[1:]):
         row = {"name": now, "before": before}
         for key, T in zip(("cache", "dram"), lengths_here(res)):
-            if T is None:
-                continue
-            margin = noise(res, T) or 0.0
-            c = res["rows"][T][now] / res["rows"][T][before] - 1
-            row[key] = (c, change_verdict(c, margin))
+            if T is not None:  # a change within a re-run's spread is no clear change
+                c = res["rows"][T][now] / res["rows"][T][before] - 1
+                row[key] = (c, change_verdict(c, noise(res, T) or 0.0))
         if now in est and before in est:
             c = est[now]["cycles_per_token"] / est[before]["cycles_per_token"] - 1
             row["a76"] = (c, change_verdict(c, MCA_STEP), abs(c) < MCA_ERROR[1])
@@ -276,7 +244,6 @@ def steps(res: dict) -> list[dict]:
 
 def _bottleneck(text: str | None) -> str:
     """workbench/a76.py's bottleneck ("Resource Pressure N1UnitV1 (pressure 42% of cycles)") in the lesson's words."""
-    import re
     m = re.match(r"^(Resource Pressure|Data Dependencies) ?(.*?) \(pressure (\d+)% of cycles\)$", text or "")
     if not m:
         return text or "-"
@@ -297,12 +264,11 @@ def steps_table(res: dict) -> Table:
     if Td:
         head.append(_("here at {k}K (DRAM)").format(k=Td // 1024))
     head += [_("A76 estimate"), _("here and estimate agree"), _("what bounds it in the model")]
-    rows = []
-    for r in steps(res):
-        agree = {True: _("yes"), False: _("no")}.get(r.get("agree"), "-")
-        rows.append([r["name"], r["before"], cell(r.get("cache")), *([cell(r.get("dram"))] if Td else []),
-                     cell(r.get("a76")), agree, _bottleneck(r.get("bottleneck"))])
-    margins = ", ".join(f"{T // 1024}K {100 * noise(res, T):.0f} %" for T in (Tc, Td) if T and noise(res, T) is not None)
+    agree = {True: _("yes"), False: _("no")}
+    rows = [[r["name"], r["before"], cell(r.get("cache")), *([cell(r.get("dram"))] if Td else []), cell(r.get("a76")),
+             agree.get(r.get("agree"), "-"), _bottleneck(r.get("bottleneck"))] for r in steps(res)]
+    margins = ", ".join(f"{T // 1024}K {100 * noise(res, T):.0f} %" for T in (Tc, Td)
+                        if T and noise(res, T) is not None)
     return Table(rows, header=head,
                  caption=_("change of time per token against the version before; here: {machine}, a change "
                            "within a re-run's spread ({margins}) is no clear change; A76: llvm-mca ESTIMATE "
@@ -311,15 +277,10 @@ def steps_table(res: dict) -> Table:
                            lo=100 * MCA_ERROR[0], hi=100 * MCA_ERROR[1]))
 
 
-X86_MNEMONICS = ("vpdpbusd", "vcvtdq2ps", "vpaddd", "prefetcht0")  # int8 dot (VNNI), int -> float, int add, prefetch
-
-
 def instruction_counts(library: Path | str, names=None, mnemonics=X86_MNEMONICS) -> dict[str, dict[str, int]] | None:
     """{version: {mnemonic: how often it appears in the version's compiled code}} from ``objdump -d`` of
     ``library``; a static count (each written instruction once, not per token), over the function and the
     parts GCC splits off it (``name.part.0``, ``name.constprop.0``); None without objdump."""
-    import re
-    import shutil
     if shutil.which("objdump") is None:
         return None
     text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
@@ -335,16 +296,12 @@ def instruction_counts(library: Path | str, names=None, mnemonics=X86_MNEMONICS)
             if op == "jmp" and (t := re.search(r"<([^>+@]+)(@plt)?>$", line)) and t.group(1) != current:
                 jumps.setdefault(current, set()).add(t.group(1))  # a tail call: fast's jump into v8's code
 
-    def code_of(fn):  # the function, the parts GCC split off it, and what they jump into, each once
+    def counts(fn):  # over the function, the parts GCC split off it, and what they jump into, each once
         todo, seen = [s for s in per_symbol if s == fn or s.startswith(fn + ".")], set()
         while todo:
             s = todo.pop()
             if s not in seen:
                 seen.add(s)
                 todo += [t for t in jumps.get(s, ()) if t in per_symbol]
-        return seen
-    out = {}
-    for n in path() if names is None else list(names):
-        parts = code_of(BY_NAME[n].function)
-        out[n] = {m: sum(per_symbol[s].get(m, 0) for s in parts) for m in mnemonics}
-    return out
+        return {m: sum(per_symbol[s].get(m, 0) for s in seen) for m in mnemonics}
+    return {n: counts(BY_NAME[n].function) for n in (path() if names is None else names)}

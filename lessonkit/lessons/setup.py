@@ -3,6 +3,7 @@ NEON, and the tools later lessons use, each with what to install when it is miss
 where lldb is (``lldb_path``, lesson 06)."""
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -24,7 +25,8 @@ class Check:
     install: str    # how to get it, when missing
 
 
-def _version(cmd: list[str]) -> str | None:
+def first_line(cmd: list[str]) -> str | None:
+    """The first line ``cmd`` prints (stdout, else stderr, else its name); None if it is missing or does not answer."""
     if shutil.which(cmd[0]) is None:
         return None
     try:
@@ -39,7 +41,7 @@ def check_setup() -> list[Check]:
     checks, every, missing = [], _("every lesson"), _("missing")
     try:
         cc = native.compiler()
-        checks.append(Check(_("C compiler"), True, _version([*cc.split(), "--version"]) or cc, every, ""))
+        checks.append(Check(_("C compiler"), True, first_line([*cc.split(), "--version"]) or cc, every, ""))
     except native.BuildError as e:
         checks.append(Check(_("C compiler"), False, missing, every, str(e)))
     try:
@@ -69,7 +71,7 @@ def check_setup() -> list[Check]:
               "sudo apt install gcc-aarch64-linux-gnu"),
              ("qemu-aarch64", ["qemu-aarch64", "--version"], optional, "sudo apt install qemu-user")]
     for what, cmd, needed_for, install in tools:
-        v = _version(cmd)
+        v = first_line(cmd)
         checks.append(Check(what, v is not None, v or missing, needed_for, install))
     return checks
 
@@ -78,29 +80,19 @@ def lldb_path() -> str | None:
     """Where lldb is: ``lldb`` on PATH; else the newest versioned ``lldb-NN`` on PATH (Debian and
     Ubuntu install e.g. ``lldb-14`` and ``lldb-19`` side by side, the plain name only with the
     ``lldb`` package); on macOS, Xcode's (``xcrun -f lldb``). None when there is none."""
-    found = shutil.which("lldb")
-    if found:
+    if found := shutil.which("lldb"):
         return found
     versioned = []
     for d in os.environ.get("PATH", "").split(os.pathsep):
-        try:
-            names = os.listdir(d or ".")
-        except OSError:
-            continue
-        for n in names:
-            m = re.fullmatch(r"lldb-(\d+)", n)
-            full = os.path.join(d, n)
+        for full in glob.glob(os.path.join(glob.escape(d), "lldb-*")):
+            m = re.fullmatch(r"lldb-(\d+)", os.path.basename(full))
             if m and os.access(full, os.X_OK):
                 versioned.append((int(m.group(1)), full))
     if versioned:
         return max(versioned)[1]
     if sys.platform == "darwin" and shutil.which("xcrun"):
-        try:
-            out = subprocess.run(["xcrun", "-f", "lldb"], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        path = out.stdout.strip()
-        if out.returncode == 0 and path and os.access(path, os.X_OK):
+        path = first_line(["xcrun", "-f", "lldb"])  # a failure's message is no executable path
+        if path and os.access(path, os.X_OK):
             return path
     return None
 

@@ -81,8 +81,7 @@ def _inline_expf_floor(header=None) -> float:
 def kernel_exp_name() -> str:
     """The exp this build's kernel calls, from ``fa_simd_paths()``: "inline" (q8_simd.h's) or "libm"."""
     from ..core import native
-    ffi, lib = native.load()
-    return "inline" if "exp=inline" in ffi.string(lib.fa_simd_paths()).decode() else "libm"
+    return "inline" if native.simd_paths()["exp"] == "inline" else "libm"
 
 
 def kernel_exp(x) -> np.ndarray:

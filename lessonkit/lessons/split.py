@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
@@ -36,6 +37,12 @@ from ..core.attention import kernel_inputs, out_buffer
 
 MAX_CHUNKS = 1 << 16  # chunks of one split call: each is a Python object and one merge step
 MAX_CAPACITY_THREADS = 64  # threads parallel_capacity starts (each a real thread, started per repeat)
+POOL_WORKERS = max(0, (os.cpu_count() or 1) - 1)  # + the calling thread = os.cpu_count() threads
+_pool_lock = fork_safe_lock(sys.modules[__name__], "_pool_lock")
+_pool_now: list[ThreadPoolExecutor] = []  # the one pool, once started
+# A forked child (os.fork, multiprocessing's fork start method) inherits the pool object but none of its
+# threads: work submitted there would wait forever. The child starts a pool of its own instead.
+after_fork_in_child(_pool_now.clear)
 
 
 @dataclass(frozen=True)
@@ -189,11 +196,6 @@ def _run_chunks(q, cache, kv_head, scale, cuts, n_threads) -> list[Partial]:
     return states()
 
 
-POOL_WORKERS = max(0, (os.cpu_count() or 1) - 1)  # + the calling thread = os.cpu_count() threads
-_pool_lock = fork_safe_lock(sys.modules[__name__], "_pool_lock")
-_pool_now: list[ThreadPoolExecutor] = []  # the one pool, once started
-
-
 def usable_cores() -> int:
     """The most threads a split call runs on: the cores this process may use (e.g. those a timing is pinned to)."""
     total = os.cpu_count() or 1
@@ -209,11 +211,6 @@ def _pool() -> ThreadPoolExecutor:
         if not _pool_now:
             _pool_now.append(ThreadPoolExecutor(max(1, POOL_WORKERS), thread_name_prefix="lessonkit-split"))
         return _pool_now[0]
-
-
-# A forked child (os.fork, multiprocessing's fork start method) inherits the pool object but none of its
-# threads: work submitted there would wait forever. The child starts a pool of its own instead.
-after_fork_in_child(_pool_now.clear)
 
 
 @atexit.register
@@ -299,10 +296,9 @@ class SplitTimes:
 
 
 def split_times(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, repeats: int = 11) -> SplitTimes:
-    """Time the parts of ``attend_split(q, cache, kv_head, 2, n)`` apart: each half's C call alone and while the
-    other half runs on a second thread (started together at a barrier, each thread timing its own call), the
-    pool's hand-off, a new pool's start, the merge, and the whole split call on 1 and on 2 threads. Each repeat
-    runs every part once, interleaved, so a disturbance of the shared machine hits all parts alike."""
+    """Time the parts of ``attend_split(q, cache, kv_head, 2, n)`` apart (``SplitTimes``; the two halves started
+    together at a barrier, each thread timing its own call). Each repeat runs every part once, interleaved, so a
+    disturbance of the shared machine hits all parts alike."""
     q, kv_head, scale = attention_args(q, cache, kv_head, None)
     if cache.seq_len < 2:
         raise ValueError(_("split_times needs at least 2 tokens (one per half); the cache holds {n}").format(
@@ -342,35 +338,33 @@ def split_times(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, repeats: int 
     def ms_of(t0: int, t1: int, *unused) -> float:
         return (t1 - t0) / 1e6
 
+    got: dict[str, list] = defaultdict(list)
+
+    def timed(key: str, fn, *args) -> None:
+        t0 = time.perf_counter_ns()
+        fn(*args)
+        got[key].append(ms_of(t0, time.perf_counter_ns()))
+
     _refuse_long(repeats, 1, sum(ms_of(*half(j)) for j in range(2)) / 1e3, 8)  # a probe (and warm-up)
     attend_split(q, cache, kv_head, 2, 2)  # the pool's threads start before any timing
-    got: dict[str, list] = {}
     for unused in range(repeats):
         for j in range(2):
-            got.setdefault(f"alone{j}", []).append(ms_of(*half(j)))
+            got[f"alone{j}"].append(ms_of(*half(j)))
         spans = both_at_once()
         for j in range(2):
-            got.setdefault(f"together{j}", []).append(ms_of(*spans[j]))
-            got.setdefault(f"cpu{j}", []).append(spans[j][2] / 1e6)
-        got.setdefault("wall", []).append(ms_of(min(s[0] for s in spans), max(s[1] for s in spans)))
+            got[f"together{j}"].append(ms_of(*spans[j]))
+            got[f"cpu{j}"].append(spans[j][2] / 1e6)
+        got["wall"].append(ms_of(min(s[0] for s in spans), max(s[1] for s in spans)))
         both = max(0, min(s[1] for s in spans) - max(s[0] for s in spans))
-        got.setdefault("overlap", []).append(both / max(1, min(s[1] - s[0] for s in spans)))
-        t0 = time.perf_counter_ns()
-        kernel_inputs(ffi, q, cache, kv_head, lib)
-        got.setdefault("inputs", []).append(ms_of(t0, time.perf_counter_ns()))
+        got["overlap"].append(both / max(1, min(s[1] - s[0] for s in spans)))
+        timed("inputs", kernel_inputs, ffi, q, cache, kv_head, lib)
         a, b = half(0), half(1)
-        got.setdefault("one_thread", []).append(ms_of(a[0], b[1]))
-        t0 = time.perf_counter_ns()
-        _pool().submit(int).result()
-        got.setdefault("handoff", []).append(ms_of(t0, time.perf_counter_ns()))
+        got["one_thread"].append(ms_of(a[0], b[1]))
+        timed("handoff", lambda: _pool().submit(int).result())
         parts = states()
-        t0 = time.perf_counter_ns()
-        finish(merge_all(parts))
-        got.setdefault("merge", []).append(ms_of(t0, time.perf_counter_ns()))
+        timed("merge", lambda: finish(merge_all(parts)))
         for n_threads in (1, 2):
-            t0 = time.perf_counter_ns()
-            attend_split(q, cache, kv_head, 2, n_threads)
-            got.setdefault(f"split{n_threads}", []).append(ms_of(t0, time.perf_counter_ns()))
+            timed(f"split{n_threads}", attend_split, q, cache, kv_head, 2, n_threads)
     starts = []
     for unused in range(3):  # a new pool's first submit starts its thread; a few, they are quick
         t0 = time.perf_counter_ns()

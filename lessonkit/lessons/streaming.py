@@ -1,14 +1,11 @@
-"""Streaming the single pass, and lesson 05's saved cache simulations (introduced in lesson 05).
+"""Streaming the single pass, and lesson 05's saved cache simulations (``simulations``; introduced in lesson 05).
 
 **Partial states** (``partial_state``, ``attend_in_chunks``): the compiled kernel returns only ``out``, but its
 traced build records M, S and the accumulator after every token, so a cache of one chunk gives that chunk's state;
 the states merge as ``lessonkit.kernels.split.merge`` (re-exported here) does.
 
 **The streaming experiment** (``run_stream``, lesson 05b): when the KV arrives chunk by chunk, the latency after the
-last chunk differs between the single pass and its two-pass variants only by the attention work left to do.
-
-**Saved simulations** (``simulations``): valgrind's cache simulation where valgrind runs, the results saved next to
-the notebook where it does not (macOS)."""
+last chunk differs between the single pass and its two-pass variants only by the attention work left to do."""
 from __future__ import annotations
 
 import errno
@@ -17,7 +14,6 @@ import json
 import os
 import platform
 import queue
-import subprocess
 import tempfile
 import threading
 import time
@@ -32,6 +28,7 @@ from ..core import validate as check
 from ..core.cache import KVCacheQ8, kv_cache
 from ..core.files import write_atomic
 from ..core.attention import KERNELS, call_kernel, kernel_inputs, out_buffer
+from .setup import first_line
 from .split import Partial, chunk_bounds, empty, finish, merge, merge_all  # noqa: F401 (lesson 05's names)
 from .synthetic import cache_of  # lessons 05b and 08 call it streaming.cache_of
 from ..core.language import _
@@ -43,6 +40,13 @@ MAX_STREAM_S = 120.0        # n_chunks x interval_s: one run's planned duration
 STALL_S = 10.0              # how long past interval_s the consumer waits for a chunk before giving up
 MAX_SIMULATIONS = 64        # valgrind runs of one simulations() call
 MAX_SIMULATED_TOKENS = 1 << 20
+# "streaming" and "*_streamed" fold each chunk in as it arrives (ChunkedAttention); the others wait for the last
+MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed", "neon", "two_pass_scores",
+         "two_pass_recompute")
+PASSES = ("single", "two_pass_scores", "two_pass_recompute")
+_PASSES_OF = dict(zip(MODES, PASSES))  # the first three modes' passes
+FAIR_MODES = MODES  # the counted model and the timed run name the same modes
+SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
 
 
 def partial_state(q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: float | None = None) -> Partial:
@@ -59,13 +63,6 @@ def attend_in_chunks(q: np.ndarray, K: np.ndarray, V: np.ndarray, bounds, block_
     cuts = chunk_bounds(bounds, check.float32_array("K", K, (None, None)).shape[0])
     parts = [partial_state(q, cache_of(K[a:b], V[a:b], block_size), 0, scale) for a, b in zip(cuts[:-1], cuts[1:])]
     return finish(merge_all(parts)), parts
-
-
-# "streaming" and "*_streamed" fold each chunk in as it arrives (ChunkedAttention); the others wait for the last
-MODES = ("streaming", "two_pass_scores_streamed", "two_pass_recompute_streamed", "neon", "two_pass_scores",
-         "two_pass_recompute")
-PASSES = ("single", "two_pass_scores", "two_pass_recompute")
-_PASSES_OF = dict(zip(MODES, PASSES))  # the first three modes' passes
 
 
 @dataclass
@@ -144,9 +141,8 @@ def _file_of(path: Path, nbytes: int) -> None:
                                          nbytes=nbytes / 2 ** 20, parent=path.parent, strerror=e.strerror)) from None
 
 
-def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024,
-               interval_s: float = 0.003, scale: float | None = None, directory: str | None = None,
-               block_size: int = 4096) -> StreamRun:
+def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: int = 1024, interval_s: float = 0.003,
+               scale: float | None = None, directory: str | None = None, block_size: int = 4096) -> StreamRun:
     """One run of the streaming experiment over K, V float32 ``[seq_len, head_dim]``: a producer thread writes the
     chunks into a memory-mapped file; this thread reads each one through its own mapping as it is announced and
     appends it to one q8 cache (of few blocks: KVCacheQ8.append touches every block's pointer), then folds it in
@@ -199,7 +195,6 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
                 v = np.array(kv[1, a:b]).reshape(b - a, 1, hd)
                 full.append(k, v)
                 t_ingested = time.perf_counter()
-                ingest = t_ingested - t0
                 if passes is not None:
                     passes.fold(b)  # the first pass, on this chunk, now
                     if i == n_chunks - 1:
@@ -213,8 +208,7 @@ def run_stream(q: np.ndarray, K: np.ndarray, V: np.ndarray, mode: str, chunk: in
             if gc_was_enabled:
                 gc.enable()
             del kv, writer
-    return StreamRun(mode, T, chunk, done_prev - t_arrived, ingest, done_prev - t_ingested, kept_up, out)
-
+    return StreamRun(mode, T, chunk, done_prev - t_arrived, t_ingested - t0, done_prev - t_ingested, kept_up, out)
 
 
 class ChunkedAttention:
@@ -225,8 +219,7 @@ class ChunkedAttention:
     (``attend(..., backend=variant)``, "neon" for "single"). Every argument is checked before C is called, since
     the cache may grow between folds; the score array is this object's own."""
 
-    def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0,
-                 scale: float | None = None):
+    def __init__(self, variant: str, q: np.ndarray, cache: KVCacheQ8, kv_head: int = 0, scale: float | None = None):
         check.one_of("variant", variant, PASSES)
         self.variant, self.cache = variant, kv_cache(cache)
         self.q = check.float32_array("q", q, (cache.head_dim,)).copy()  # later edits of q change nothing
@@ -290,9 +283,6 @@ class ChunkedAttention:
         return out
 
 
-FAIR_MODES = MODES  # the counted model and the timed run name the same modes
-
-
 def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 128,
                           n_kv_heads: int = 1) -> dict[str, int]:
     """What a kernel must still do once the last chunk of KV has arrived, counted, not timed: K rows scored, V rows
@@ -317,18 +307,7 @@ def work_after_last_chunk(mode: str, seq_len: int, chunk: int, head_dim: int = 1
                 bytes=scored * k_tok + v_rows * v_tok + score_bytes)
 
 
-SAVE_ENV = "LESSONKIT_SAVE_RESULTS"
-
-
-def _valgrind_version() -> str:
-    try:
-        return subprocess.run(["valgrind", "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def simulations(configs, saved: Path | str, save: bool | None = None,
-                load_only: bool = False) -> tuple[dict, str]:
+def simulations(configs, saved: Path | str, save: bool | None = None, load_only: bool = False) -> tuple[dict, str]:
     """({config: traffic.Simulated}, a note saying where they came from) of ``configs``, each (variant, seq_len,
     preset_name[, n_kv_heads]) one cold call. Where valgrind is installed and not ``load_only`` (the long ones a
     lesson does not redo in CI) they run now, and with ``save`` (default: LESSONKIT_SAVE_RESULTS=1) are saved to
@@ -352,7 +331,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
     if traffic.valgrind_available() and not load_only:
         results = {c: traffic.simulate(c[0], c[1], preset_name=c[2], **({"n_kv_heads": c[3]} if len(c) == 4 else {}))
                    for c in configs}
-        version = _valgrind_version()
+        version = first_line(["valgrind", "--version"]) or "unknown"
         note = _("simulated now with {valgrind_version} (callgrind --cache-sim=yes)").format(valgrind_version=version)
         if save if save is not None else os.environ.get(SAVE_ENV) == "1":
             saved.parent.mkdir(parents=True, exist_ok=True)
@@ -375,8 +354,7 @@ def simulations(configs, saved: Path | str, save: bool | None = None,
     sims = [traffic.Simulated(**{k: v for k, v in r.items() if k in names}) for r in data["results"]]
     have = {(s.variant, s.seq_len, s.preset, s.n_kv_heads): s for s in sims}
     have.update({k[:3]: s for k, s in have.items() if k[3] == 1})  # a config may leave out n_kv_heads 1
-    missing = [c for c in configs if c not in have]
-    if missing:
+    if missing := [c for c in configs if c not in have]:
         raise RuntimeError(_("{name} has no saved results for {missing}; run the notebook where valgrind is "
                              "installed with {SAVE_ENV}=1 to save them").format(
                              name=saved.name, missing=missing, SAVE_ENV=SAVE_ENV))

@@ -6,6 +6,7 @@ cache sizes, counting only the kernel call (``measure_method`` says how). valgri
 and one last level: last-level misses times the line size is the traffic to DRAM."""
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -26,6 +27,8 @@ GQA_VARIANTS = tuple(f"{kind}{g}" for kind in ("group", "per_head") for g in ran
 SOFTMAXES = ("softmax_naive", "softmax_safe", "softmax_online")
 DRIVER_SOURCE = native.NATIVE_DIR / "tools" / "fa_driver.c"
 SIMULATION_TIMEOUT_S = 900.0  # valgrind is about 100 times slower than the CPU: a lesson's longest takes a minute
+PARTS = ("k_first", "k_second", "v", "scales", "score_array")  # model_bytes' parts that sum to its total
+_methods: dict[Path, str] = {}  # measure_method's answer, per driver program
 
 
 @dataclass(frozen=True)
@@ -60,14 +63,12 @@ def host_preset() -> Preset:
     """This machine's L1d and last-level cache, read from /sys (Linux)."""
     levels = {}
     for d in sorted(env.SYS_CACHE.glob("index*")):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a level /sys does not fully describe is left out
             if (d / "type").read_text().strip() == "Instruction":
                 continue
             levels[int((d / "level").read_text())] = CacheLevel(
                 env.size_bytes((d / "size").read_text()), int((d / "ways_of_associativity").read_text()),
                 int((d / "coherency_line_size").read_text()))
-        except (OSError, ValueError):
-            continue
     if 1 not in levels or len(levels) < 2:
         raise RuntimeError(_("could not read this machine's caches from /sys; use the 'a76' preset"))
     last = levels[max(levels)]
@@ -79,8 +80,7 @@ def preset(name: str) -> Preset:
     return host_preset() if check.one_of("preset", name, (*PRESETS, "host")) == "host" else PRESETS[name]
 
 
-def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1,
-                line: int = 64) -> dict[str, int]:
+def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int = 1, line: int = 64) -> dict[str, int]:
     """Bytes each part of ``variant`` touches for one kv head, nothing reused from cache: int8 K and V rows; one fp32
     scale per token, ``nkv`` apart, so a scale read costs ``4 nkv`` bytes of its line (at most the line);
     two_pass_scores' score array, 4 bytes a token, written in pass 1, read and written in pass 2, read in pass 3.
@@ -97,9 +97,6 @@ def model_bytes(variant: str, seq_len: int, head_dim: int = 128, n_kv_heads: int
     # the same bytes by what they are, for stacked bars (PARTS; not added to the total again)
     parts.update(k_first=T * head_dim, k_second=(k_reads - 1) * T * head_dim, score_array=2 * score)
     return parts
-
-
-PARTS = ("k_first", "k_second", "v", "scales", "score_array")  # model_bytes' parts that sum to its total
 
 
 def bytes_per_token(head_dim: int = 128, n_kv_heads: int = 1, line: int = 64) -> dict[str, int]:
@@ -160,9 +157,6 @@ def driver() -> Path:
         if platform.machine().lower() in ("x86_64", "amd64") and avx2:
             arch += ["-mavx2", "-mfma"]
     return native.build_program(DRIVER_SOURCE, ["-O2", "-g", *arch], "fa_driver")
-
-
-_methods: dict[Path, str] = {}
 
 
 def measure_method(program: Path | None = None) -> str:

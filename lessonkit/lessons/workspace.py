@@ -81,11 +81,9 @@ def read_manifest() -> tuple[dict, str | None]:
         if not MANIFEST.is_file() or MANIFEST.stat().st_size > MANIFEST_MAX_BYTES:
             raise ValueError(MANIFEST)
         data = json.loads(MANIFEST.read_text(encoding="utf-8"))
-    except FileNotFoundError:  # no copy made yet
-        return {}, None
     except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deep
         if not MANIFEST.is_symlink() and not MANIFEST.exists():
-            return {}, None  # nothing there (is_file() is False for a missing file too)
+            return {}, None  # nothing there: no copy made yet (is_file() is False for a missing file too)
         data = None
     sound = {k: v for k, v in data.items() if isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v)} \
         if isinstance(data, dict) else {}
@@ -196,15 +194,13 @@ def clear_stale() -> None:
     found = [(f.parent, f".{f.name}.*.tmp") for f in [*(WORK_DIR / key_of(p) for p in shipped()), MANIFEST]]
     found += [(WORK_DIR, ".native-*"), (WORK_DIR, f"{MANIFEST.name}.*.tmp")]
     for tmp in [t for folder, pattern in found for t in folder.glob(pattern)]:
-        try:
+        with contextlib.suppress(OSError):  # removed by another run a moment ago, or a student's file: left alone
             if tmp.lstat().st_mtime >= cutoff:
                 continue
             if tmp.name.startswith(".native-"):
                 shutil.rmtree(tmp)  # a folder only: raises on a file or a link, which stays
             else:
                 tmp.unlink()
-        except OSError:  # removed by another run a moment ago, or a file of the student's: left alone
-            pass
 
 
 def reset_native(confirm: bool = False) -> tuple[Path, Path | None]:
