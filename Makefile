@@ -236,7 +236,8 @@ test-asan: setup
 # alive until exit by design, which LeakSanitizer would report as leaks. Every report fails the
 # target: the build stops at the first one (-fno-sanitize-recover=all), AddressSanitizer writes
 # its reports to $(ASAN_PY_LOGS)/ (any process), and pytest leaves stderr alone (--capture=sys)
-# so that UndefinedBehaviorSanitizer's report reaches the log that is searched afterwards.
+# so that UndefinedBehaviorSanitizer's report reaches the log that is searched afterwards. The files run on
+# PYTEST_JOBS processes, as test-py's do: the workers inherit the preloaded runtime and write to the same logs.
 test-asan-py: setup
 	@if [ "$(HOST_OS)" != Linux ]; then \
 	  echo "SKIPPED test-asan-py: preloads the sanitizer runtime into python with LD_PRELOAD (Linux only;" \
@@ -255,7 +256,7 @@ test-asan-py: setup
 	{ LESSONKIT_SANITIZE=$(ASAN_PY_SANITIZE) LD_PRELOAD="$$rt libstdc++.so.6" \
 	  ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:log_path=$(CURDIR)/$(ASAN_PY_LOGS)/asan \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  $(PY) -m pytest -q --capture=sys -p no:cacheprovider $(ASAN_PY_TESTS); \
+	  $(PY) -m pytest -q --capture=sys -p no:cacheprovider -n $(PYTEST_JOBS) --max-worker-restart=0 $(ASAN_PY_TESTS); \
 	  echo $$? > $(ASAN_PY_LOGS)/status; } 2>&1 | tee $(ASAN_PY_LOGS)/output.txt; \
 	status=$$(cat $(ASAN_PY_LOGS)/status); \
 	if ls $(ASAN_PY_LOGS)/asan.* >/dev/null 2>&1 || grep -Eq '$(SANITIZER_REPORT)' $(ASAN_PY_LOGS)/output.txt; then \

@@ -29,7 +29,7 @@ from .core.language import set_language
 
 # every module of each layer, by the short name the lessons use
 _LAYERS = {
-    "core": ("attention cache check env files header language native processes quant reference smoke timing "
+    "core": ("attention cache check env files header language native objects processes quant reference smoke timing "
              "toolchain trace validate variants"),
     "display": "checks plotstyle punctuation source table",
     "lessons": ("bench by_hand dataflow debug debugger kernel_copy layout lowp_error precision rescales rounding "

@@ -54,6 +54,22 @@ children = [c for t in Path("/proc/self/task").iterdir() for c in (t / "children
 left = sorted(p.name for p in (work / ".build").iterdir() if not p.name.startswith("libflash_attn_q8_"))
 print("LEFT", children, left, "ffi1" in globals())
 """
+def _as_a_shell_starts_it():
+    """A child's SIGINT at its default action and not blocked, as a shell starts python, whatever the process
+    that runs the test inherited (a test runner's worker): its preexec_fn."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_state(pid: int) -> str:
+    """What a process does with signals (/proc: blocked, ignored, caught masks), for a failure's message."""
+    try:
+        return " ".join(l for l in open(f"/proc/{pid}/status").read().splitlines() if l.startswith(("SigBlk",
+                                                                                                     "SigIgn", "SigCgt")))
+    except OSError as e:
+        return str(e)
+
+
 ENV = {"LESSONKIT_SMOKE_TIMEOUT": "300", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
 
@@ -152,7 +168,9 @@ def test_ctrl_c_during_the_check_is_short_in_plain_python(tmp_path):
     short message (the frames of the script and load, then the line), an exit by SIGINT, and no check
     process left behind (the kernel's fork-free hang runs in the check's own process group)."""
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(PLAIN)], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **ENV})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **ENV},
+                            preexec_fn=_as_a_shell_starts_it)
+    state = ""
     try:
         lines = []
         for line in proc.stdout:
@@ -162,6 +180,7 @@ def test_ctrl_c_during_the_check_is_short_in_plain_python(tmp_path):
         else:
             raise AssertionError(f"no progress line: {lines} {proc.stderr.read()}")
         time.sleep(1.0)
+        state = _signal_state(proc.pid)
         proc.send_signal(signal.SIGINT)
         rest, err = proc.communicate(timeout=60)
     finally:
@@ -169,7 +188,7 @@ def test_ctrl_c_during_the_check_is_short_in_plain_python(tmp_path):
             proc.kill()
             proc.wait()
     # stopped, not carried on (CPython exits by SIGINT for KeyboardInterrupt itself, with 1 for a subclass)
-    assert proc.returncode in (1, -signal.SIGINT), (proc.returncode, err)
+    assert proc.returncode in (1, -signal.SIGINT), (proc.returncode, err, state)
     assert "CARRIED ON" not in rest
     assert "lessonkit.core.processes.BuildInterrupted: Stopped the check of the build" in err, err
     assert "is still your previous build of" in err and "subprocess" not in err and "selectors" not in err, err
@@ -201,7 +220,8 @@ def _running_with(marker: str) -> list[int]:
 @pytest.mark.skipif(not __import__("shutil").which("valgrind"), reason="valgrind is not installed")
 def test_ctrl_c_during_a_valgrind_run_ends_valgrind_and_is_one_line(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(VALGRIND)], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **ENV})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **ENV},
+                            preexec_fn=_as_a_shell_starts_it)
     try:
         assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
         for unused in range(100):  # valgrind of the long run has started
@@ -209,13 +229,14 @@ def test_ctrl_c_during_a_valgrind_run_ends_valgrind_and_is_one_line(tmp_path):
                 break
             time.sleep(0.1)
         assert _running_with("777777"), "valgrind did not start"
+        state = _signal_state(proc.pid)
         proc.send_signal(signal.SIGINT)
         rest, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode in (1, -signal.SIGINT) and "CARRIED ON" not in rest, (proc.returncode, err)
+    assert proc.returncode in (1, -signal.SIGINT) and "CARRIED ON" not in rest, (proc.returncode, err, state)
     assert "BuildInterrupted: Stopped valgrind's simulation of single over 777777 tokens" in err, err
     assert "subprocess" not in err and len(err.strip().splitlines()) <= 8, err
     assert not _running_with("777777")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import objects
 from .language import _
 
 REPO_DIR = Path(__file__).resolve().parents[2]
@@ -464,96 +465,38 @@ def _run_compiler(cc: str, flags: list[str], tmp_src: Path, sources: list[Path],
     return text.strip()
 
 
-OBJECTS_KEPT = 96  # compiled files kept for the next builds: a few dozen edits of the kernel, about 2 MB
-_UNREADABLE = re.compile(r"file (format )?not recognized|file truncated")  # the linker's words for a damaged object
-_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
-
-
-def _object_key(identity: bytes, base: list[str], src: Path, tmp_src: Path) -> str:
-    """A hash of what one object file is made of: the compiler and its command line (the build's private
-    folder named alike, as it differs per build) and the bytes of the file and of every file of the folder it
-    includes, through their includes too (all of them, whatever #if would pick: more than it needs, never less)."""
-    h = hashlib.sha256(identity)
-    h.update("\0".join(base).replace(str(tmp_src), "<copy>").encode())
-    todo, seen = [src], set()
-    while todo:
-        path = todo.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        data = path.read_bytes()
-        h.update(path.name.encode() + b"\0" + data + b"\0")
-        todo += [(path.parent / m.decode(errors="replace")).resolve() for m in _INCLUDE.findall(data)]
-    return h.hexdigest()[:24]
-
-
-def _object_cache(out: Path) -> Path:
-    """Where compiled files wait for the next build: ``objects/`` in the build folder (``out`` is in its private
-    folder), or the folder ``$LESSONKIT_OBJECT_CACHE`` (the tests share one: tests/conftest.py)."""
-    shared = os.environ.get("LESSONKIT_OBJECT_CACHE", "").strip()
-    return Path(shared) if shared and Path(shared).is_dir() else out.parent.parent / "objects"
-
-
 def _compile_and_link(base: list[str], sources: list[Path], out: Path, identity: bytes, reuse: bool = True
                       ) -> subprocess.CompletedProcess:
-    """Compile each source to an object file, as many at a time as the machine has cores, then link
-    them into ``out``: a build takes about the time of its slowest file (flash_attn_q8_steps.c), not
-    the sum of all of them. A file whose object an earlier build made from the same bytes, includes and
-    command line is not compiled again (an edit of the kernel compiles two files, not thirteen: 2 s, not 11 s,
-    here); a compile that printed anything is not kept, so its warnings show on every build. Returns one
-    result: the first failing step's return code (0 if none) and every step's messages, in the order of
-    ``sources`` (so the first error shown is the same whatever finished first). Raises what subprocess.run
-    raises (a time-out, a missing compiler)."""
-    obj_dir, cache = out.parent / "obj", _object_cache(out)
+    """Compile each source to an object file, as many at a time as the machine has cores, then link them into
+    ``out``: a build takes about the time of its slowest file, not the sum. A file an earlier build compiled from
+    the same bytes, includes and command line comes from ``objects`` (one that printed anything was not kept:
+    warnings show on every build). Returns one result: the first failing step's return code (0 if none) and every
+    step's messages in the order of ``sources`` (the first error shown is the same whatever finished first).
+    Raises what subprocess.run raises (a time-out, a missing compiler)."""
+    obj_dir, cache = out.parent / "obj", objects.folder(out)
     try:
         obj_dir.mkdir(exist_ok=True)
     except OSError as e:  # the build folder went away (`make clean` meanwhile): a failed step, named by the caller
         return subprocess.CompletedProcess([], 1, "", f"{obj_dir}: {e.strerror or e}\n")
-    objects = [obj_dir / f"{i:02d}_{src.stem}.o" for i, src in enumerate(sources)]
-    kept = [cache / f"{_object_key(identity, base, src, src.parent)}.o" for src in sources]
-    reused = [reuse and _take(k, obj) for k, obj in zip(kept, objects)]
+    objs = [obj_dir / f"{i:02d}_{src.stem}.o" for i, src in enumerate(sources)]
+    kept = [cache / f"{objects.key(identity, base, src, src.parent)}.o" for src in sources]
+    reused = [reuse and objects.take(k, obj) for k, obj in zip(kept, objs)]
 
     def run(cmd):
         return subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
 
-    jobs = [[*base, "-c", str(src), "-o", str(obj)] for src, obj, r in zip(sources, objects, reused) if not r]
+    jobs = [[*base, "-c", str(src), "-o", str(obj)] for src, obj, r in zip(sources, objs, reused) if not r]
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
         steps = list(pool.map(run, jobs))  # in order; re-raises a step's exception here
     failed = next((p.returncode for p in steps if p.returncode != 0), 0)
     if not failed:
-        steps.append(run([*base, *map(str, objects), "-o", str(out), "-lm"]))
+        steps.append(run([*base, *map(str, objs), "-o", str(out), "-lm"]))
         failed = steps[-1].returncode
-        if failed and any(reused) and _UNREADABLE.search(steps[-1].stderr):  # a kept object damaged since
+        if failed and any(reused) and objects.UNREADABLE.search(steps[-1].stderr):  # a kept object damaged since
             return _compile_and_link(base, sources, out, identity, reuse=False)
-        compiled = [(obj, k) for obj, k, r in zip(objects, kept, reused) if not r]
-        _keep(cache, [(obj, k) for (obj, k), step in zip(compiled, steps) if not step.stderr])
+        compiled = [(obj, k) for obj, k, r in zip(objs, kept, reused) if not r]
+        objects.keep(cache, [(obj, k) for (obj, k), step in zip(compiled, steps) if not step.stderr])
     return subprocess.CompletedProcess(jobs, failed, "", "".join(p.stderr for p in steps))
-
-
-def _take(kept: Path, obj: Path) -> bool:
-    """Put a kept object file in place of compiling it; False if there is none (or it cannot be read)."""
-    try:
-        shutil.copyfile(kept, obj)
-        os.utime(kept)  # used: pruned last
-        return True
-    except OSError:
-        return False
-
-
-def _keep(cache: Path, pairs: list[tuple[Path, Path]]) -> None:
-    """Keep new object files for the next builds (each whole or not at all), and the newest OBJECTS_KEPT only.
-    Housekeeping: a cache that cannot be written only costs a compile later."""
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        for obj, kept in pairs:
-            tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
-            shutil.copyfile(obj, tmp)
-            os.replace(tmp, kept)
-        old = sorted(cache.glob("*.o"), key=lambda p: p.stat().st_mtime, reverse=True)[OBJECTS_KEPT:]
-        for path in old:
-            path.unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 def _publish(tmp: Path, out: Path) -> None:
@@ -653,4 +596,3 @@ def _show_warnings(text: str) -> None:
     msg = (_("the C sources compiled, with warnings:\n") + body
            + (_("\n... and {more} more warnings").format(more=more) if more > 0 else ""))
     warnings.warn_explicit(BuildWarning(msg), BuildWarning, where[0], int(where[1]))
-
