@@ -33,7 +33,7 @@ def sync_workbook(url: str, branch: str, clone: Path) -> None:
 
 def make_copies(clone: Path, language: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(clone), "LESSONKIT_LANG": language}
-    out = subprocess.run([sys.executable, "-m", "lessonkit.workspace", "copies"], cwd=clone, env=env,
+    out = subprocess.run([sys.executable, "-m", "workbench", "workspace", "copies"], cwd=clone, env=env,
                          capture_output=True, text=True, timeout=120)
     for line in (out.stdout + out.stderr).splitlines():
         log(line)
