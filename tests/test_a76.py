@@ -185,6 +185,8 @@ def test_every_registry_entry_and_the_group_get_an_estimate():
     # the tiled variants' loops are found (one period = one tile of FA_TILE tokens), so that no
     # entry of native/fa_variants.h is left out; a model's figures are not asserted, only that each
     # is positive and derived from whole token loops. Quick: dotprod only, the N1 model, 20 iterations.
+    """Slow (about 45 s here): llvm-mca models the token loop of every registry version and both grouped kernels,
+    each cross-compiled for aarch64; the one test that covers them all."""
     vs = a76.variants()
     assert [v.function for v in vs[-2:]] == ["flash_attn_group_q8_neon", "flash_attn_group_q8_lowp"]
     res = a76.estimate_all(("neoverse-n1",), (True,), iterations=a76.QUICK_ITERATIONS)

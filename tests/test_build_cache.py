@@ -332,7 +332,8 @@ def test_an_edit_compiles_only_the_files_it_changed(native_copy, tmp_path, monke
     """The kept object files (toolchain._object_cache): after an edit of the kernel's file a build compiles that
     file and the traced build's, which includes it; every other object is the one compiled before. A compile that
     warned is not kept (its warning shows on every build), and a kept object damaged since is noticed by the
-    linker: every file is compiled again and the build succeeds."""
+    linker: every file is compiled again and the build succeeds.
+    Slow (about 30 s here): five builds of a copy, two of them of every file."""
     objects = tmp_path / "objects"
     objects.mkdir()
     monkeypatch.setenv("LESSONKIT_OBJECT_CACHE", str(objects))

@@ -166,6 +166,8 @@ def lesson_rows(graded, student: str, lesson: str) -> dict:
 @needs_otter
 @pytest.mark.parametrize("student, lesson", [("alice", "01"), ("alice", "zh/06"), ("bob", "zh/01"), ("bob", "06")])
 def test_the_right_answers_score_full_marks(graded, student, lesson):
+    """Slow once (about 70 s here, in its fixture): the class is graded once for the tests of this file, each
+    notebook run whole in its sandbox."""
     lang = "zh" if lesson.startswith("zh/") else "en"
     for ex, (points, verdict) in lesson_rows(graded, student, lesson).items():
         if (student, ex) != ("bob", "ex01_per128"):   # bob's kernel crashed before that answer

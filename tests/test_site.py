@@ -315,6 +315,8 @@ def pdf_tools():
 
 
 def test_every_handout_holds_its_lesson_title(printed):
+    """Slow once (about 30 s here, in its fixture): Chromium prints every handout of both editions, once for the
+    tests of this file."""
     pdf_tools()
     for edition in site.EDITIONS:
         for name in site.lessons(edition):

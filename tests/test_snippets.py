@@ -338,6 +338,8 @@ def fullwidth_failures(found: Found) -> list[str]:
 
 @pytest.mark.parametrize("stem", LESSONS)
 def test_snippets_run_after_the_lessons_cells(stem, kernel):
+    """Slow (up to a minute here, lesson 07): every cell of the lesson runs again first, as a student ran them, so
+    that the snippets meet the names the lesson bound."""
     k = kernel()
     t = time.monotonic()
     for i, (cell, tags) in enumerate(code_cells(stem, tagged=True)):
