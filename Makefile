@@ -339,11 +339,11 @@ debug-aarch64:
 test-py: setup $(if $(WHEELHOUSE),,$(GRADE_STAMP))
 	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS)
 
-# Both benchmarks in their quick modes: that they run and print every row and target (met, MISS or
-# why not measured), not what the figures are (a shared CI machine's timings say little).
+# The benchmark in its quick mode: that it runs and prints every row and target (met, MISS or why not
+# measured), not what the figures are (a shared CI machine's timings say little). The A76 estimates' quick
+# mode runs in test-py, where tests/test_a76.py::test_quick_cli reads its table and target line.
 test-bench: build
 	$(PY) -m workbench bench --quick
-	$(PY) -m workbench a76 --quick
 
 # Every wheel an offline set-up installs, for this machine's Python ($(PYTHON)) and CPU: the project's
 # dependencies with every extra of WHEELHOUSE_EXTRAS, what the isolated build of pip install -e .
