@@ -29,10 +29,10 @@ from .core.language import set_language
 
 # every module of each layer, by the short name the lessons use
 _LAYERS = {
-    "core": ("attention cache check env files header language native objects processes quant reference smoke timing "
+    "core": ("attention cache check compare env files header language native objects processes quant reference smoke timing "
              "toolchain trace validate variants"),
     "display": "checks plotstyle punctuation source table",
-    "lessons": ("bench by_hand dataflow debug debugger kernel_copy layout lowp_error precision rescales rounding "
+    "lessons": ("bench by_hand comparisons dataflow debug debugger kernel_copy layout lowp_error precision rescales rounding "
                 "roofline setup softmax split streaming synthetic toy traffic workspace"),
 }
 #: short name -> the module's full name in its layer

@@ -191,6 +191,12 @@ def interleaved(contenders: dict, rounds: int, stat: str = "median", close=()) -
 
 
 def _sampled(contenders: dict, rounds: int, reduce) -> dict[str, float]:
+    return {name: float(reduce(v)) for name, v in _rounds(contenders, rounds).items()}
+
+
+def _rounds(contenders: dict, rounds: int) -> dict[str, list[float]]:
+    """Each contender's samples: one warm-up call each, then ``rounds`` rounds in which every contender
+    gives one sample, the order rotated every round (so none always runs right after the same other)."""
     names = list(contenders)
     for name in names:
         contenders[name]()  # warm-up
@@ -198,7 +204,7 @@ def _sampled(contenders: dict, rounds: int, reduce) -> dict[str, float]:
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             samples[name].append(float(contenders[name]()))
-    return {name: float(reduce(v)) for name, v in samples.items()}
+    return samples
 
 
 def per_call(fn, number: int):
