@@ -241,7 +241,9 @@ def _exercise_of(case):
     return case.values[0] if hasattr(case, "values") else case[0]
 
 
-BY_MARKER = {_exercise_of(c).marker: c for c in CASES}
+BY_MARKER: dict[str, list] = {}   # marker -> every case of that exercise, in CASES' order
+for _c in CASES:
+    BY_MARKER.setdefault(_exercise_of(_c).marker, []).append(_c)
 
 
 def _registry_cases():
@@ -251,14 +253,16 @@ def _registry_cases():
     for ex in E.ALL:
         if ex.marker in OWN_TESTS:
             continue
-        case = BY_MARKER.get(ex.marker)
+        cases = BY_MARKER.get(ex.marker, [])
         marks = [getattr(pytest.mark, ex.marker)]
-        if case is None:
+        if not cases:
             yield pytest.param(ex, None, None, None, marks=marks, id=ex.marker)
-        elif hasattr(case, "values"):
-            yield pytest.param(*case.values, marks=[*case.marks, *marks], id=ex.marker)
-        else:
-            yield pytest.param(*case, marks=marks, id=ex.marker)
+        for i, case in enumerate(cases):  # a second case of one exercise gets its own id: ex05_bytes-2
+            name = ex.marker if i == 0 else f"{ex.marker}-{i + 1}"
+            if hasattr(case, "values"):
+                yield pytest.param(*case.values, marks=[*case.marks, *marks], id=name)
+            else:
+                yield pytest.param(*case, marks=marks, id=name)
 
 
 def _verdict(out: str) -> str:
@@ -297,7 +301,12 @@ def test_tier_a(tmp_path):
     typed = logged[:m.start(2)] + f"{float(m.group(2)) + 0.01:.3f}" + logged[m.end(2):]
     bad = ex.check(typed)
     assert bad.status == E.INCORRECT and "typed by hand" in bad.message
+    assert "call 1, t=0:" in bad.message   # calls are counted from 1, in every verdict
     assert ex.check("").status == E.INCORRECT
+    # pasted from a terminal that broke each long line at its width (the frame lines are over 300 characters)
+    for width in (80, 41):
+        wrapped = "\n".join(line[i:i + width] for line in logged.splitlines() for i in range(0, len(line) or 1, width))
+        assert wrapped.count("\n") > logged.count("\n") and ex.check(wrapped, answers=right), width
 
 
 @pytest.mark.ex06_tier_b_segments
@@ -313,6 +322,9 @@ def test_tier_b_reads_the_unmarked_copy(tmp_path):
     assert bad.status == E.INCORRECT and "too late" in bad.message
     right = right_ex06_segments()
     assert ex.check({**right, 3: (right[3][0], right[3][1] - 1)})       # without TRACE_TOKEN
+    assert ex.check({**right, 1: (right[1][0] - 1, right[1][1] + 1), 3: (right[3][0] - 1, right[3][1])})  # blank lines
+    v = ex.check({**right, 2: (right[2][0] - 1, right[2][1])})          # the loop's own line is no part's
+    assert v.status == E.INCORRECT and "segment 2" in v.message and "1 line(s) too early" in v.message
     v = ex.check({**right, 4: (right[4][0], right[4][1] + 1)})          # the closing brace is not part 4
     assert v.status == E.INCORRECT and "segment 4" in v.message and "1 line(s) too late" in v.message
     shifted = tmp_path / "flash_attn_q8_neon.c"
