@@ -41,18 +41,22 @@ ex1 = Exercise(
     N_("q = exercises.l01_predict_q(): block 0 is zero except q[0] = 1.27, q[1] = -0.635, q[2] = 0.005, q[3] = "
        "0.0149. Predict qsc[0] and the four codes, then check them in the kernel's trace: `_, tr = lk.attend(q, "
        "cache0, kv_head=0, trace=True)` (any cache of head_dim 128 will do), tr.q_scales and tr.q_codes. Which of "
-       "the four codes (indices) would ties-to-even change? Careful: 1.27 and -0.635 are not exact in float32, so "
-       "q_i * iq may land just off k + 0.5; compute it in float32. Fields: qsc is a number; codes is a list of 4 "
+       "the four codes (indices) would ties-to-even change? Careful: 1.27, -0.635 and 0.005 are not exact in "
+       "float32, so whether q_i * iq is exactly k + 0.5 is decided by float32 rounding: compute it in float32. "
+       "Fields: qsc is a number; codes is a list of 4 "
        "whole numbers; ties_even_changes is a list of indices (whole numbers), [] if none."),
     facts=_predict_facts, template={"qsc": ..., "codes": [..., ..., ..., ...], "ties_even_changes": [...]},
     fields={"qsc": Field(float, N_("qsc[0] = {got!r} is not the block's step: it is max|q_b| / 127"), rtol=1e-5),
             "codes": Field(tuple, _codes_wrong),
-            "ties_even_changes": Field(list, lambda got, want, **unused: _("ties-to-even changes the codes at indices "
-                    "{want}, not {got}: it differs from the engine only on an exact .5").format(
-                    want=want if want else _('none'), got=got))},
+            "ties_even_changes": Field(list, lambda got, want, **unused: _("ties_even_changes is not {got}: in this "
+                    "block ties-to-even differs from the engine only where q_i * iq is exactly k + 0.5 in float32 "
+                    "and the code away from zero is odd").format(got=got))},
     correct=N_("qsc = {qsc:.6f}, codes {codes}; ties-to-even changes index {ties_even_changes}"),
-    hint=N_("127 / 1.27 in float32 is not exactly 100: compute np.float32(127) / np.float32(1.27) and multiply. A "
-            "value landing on k + 0.5 exactly is where the rules differ."))
+    hint=N_("work in float32, as the kernel does: iq = np.float32(127) / np.float32(1.27); q is float32 already, "
+            "so q[:4] * iq gives the four products, each rounded to float32 (print them with repr). The inputs are "
+            "not exact in float32, yet a product can still round to exactly k + 0.5: check each one. Among these "
+            "four, ties-to-even differs from the engine only on such an exact k + 0.5 whose code away from zero is "
+            "odd."))
 
 
 def l01_outlier_q() -> tuple[np.ndarray, np.ndarray]:

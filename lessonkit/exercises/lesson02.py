@@ -70,7 +70,8 @@ ex2 = Exercise(
     "descending", N_("exercise 2: sorted descending"),
     N_("Scores exercises.l02_descending() = np.arange(64)[::-1] * 5.0, in a cache_with_scores(..., head_dim=128). "
        "How many rescales? From which token on is the kernel's weight expf(s - M) exactly 0? (The kernel's build "
-       "decides: on x86 it calls the inline expf of native/q8_simd.h, on ARM libm's expf; "
+       "decides: an x86 build with FMA and SSE4.1 calls the inline expf of native/q8_simd.h, others (every ARM "
+       "build) libm's expf; "
        "softmax.kernel_exp_name() says which, softmax.kernel_exp(...) computes it, for an array of float32.) Is the kernel's output still "
        "correct (within 1e-5 of max|out| of softmax.three_pass on the trace's scores)?"),
     facts=_descending_facts,
