@@ -1,7 +1,7 @@
 """The exercises of lesson 07 (how precise is q8 KV): codes lost to an outlier, the bytes of two
 scale layouts, and which half of the cache to keep in fp16. Every right answer is computed when
 the check runs: codes from the C quantizer, bytes from ``precision.bytes_per_row``, errors from
-``precision.attend_scheme`` on fixed-seed data."""
+``precision.attend_scheme`` on the fixed-seed data the question names (``l07_protect_data``)."""
 from __future__ import annotations
 
 import functools
@@ -87,14 +87,18 @@ ex2 = Exercise(
             "* hd / 32."))
 
 
-@functools.lru_cache(maxsize=None)
-def _protect_data():
-    """Outlier K (factor 20 on channels 11, 64, 97), Gaussian V, 2048 tokens, 16 queries (seed 70);
-    median relative errors with K in fp16 and with V in fp16 (the other half the engine's way)."""
+def l07_protect_data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exercise 3's float32 (Q [16, 128], K, V [2048, 128]), seed 70: K with outlier channels 11, 64, 97 (factor
+    20), V standard normal, Q = 2 * normal. ``_protect_data``: median errors with K, or V, in fp16."""
     rng = np.random.default_rng(70)
     K = precision.outlier_rows(2048, 128, rng, channels=(11, 64, 97), factor=20.0)
     V = rng.standard_normal((2048, 128), dtype=np.float32)
-    Q = (2 * rng.standard_normal((16, 128))).astype(np.float32)
+    return (2 * rng.standard_normal((16, 128))).astype(np.float32), K, V
+
+
+@functools.lru_cache(maxsize=None)
+def _protect_data():
+    Q, K, V = l07_protect_data()
     ref = attention(Q, K, V)
     k16 = float(np.median(precision.rel_error(precision.attend_scheme(Q, K, V, "fp16", v_scheme="engine"), ref)))
     v16 = float(np.median(precision.rel_error(precision.attend_scheme(Q, K, V, "engine", v_scheme="fp16"), ref)))
@@ -118,13 +122,15 @@ def _protect_facts():
 
 ex3 = Exercise(
     "protect_half", N_("exercise 3: which half to keep in fp16"),
-    question=N_("K has 3 outlier channels (factor 20), V is Gaussian. You may keep either K or V in fp16 (256 "
+    question=N_("Q, K, V = exercises.lesson07.l07_protect_data() gives the data: 16 queries, and K and V of 2048 "
+                "tokens, K with 3 outlier channels (factor 20), V Gaussian. You may keep either K or V in fp16 (256 "
                 "bytes per row at hd = 128), not both; the other one stays in this engine's q8. Which choice gives "
-                "the smaller attention error? Measure it with precision.attend_scheme(Q, K, V, 'fp16', "
-                "v_scheme='engine') and precision.attend_scheme(Q, K, V, 'engine', v_scheme='fp16')."),
+                "the smaller attention error on these data? Measure it with precision.attend_scheme(Q, K, V, "
+                "'fp16', v_scheme='engine') and precision.attend_scheme(Q, K, V, 'engine', v_scheme='fp16'), each "
+                "against lessonkit.reference.attention(Q, K, V)."),
     facts=_protect_facts, fields={"choice": Field(PROTECT)},
     correct=N_("{why} (median relative error: K in fp16 {k16:.4f}, V in fp16 {v16:.4f})"),
-    hint=N_("Build K with precision.outlier_rows(2048, 128, rng, factor=20.0), V standard normal, Q = 2 * normal; "
-            "compare the medians of precision.rel_error(..., lessonkit.reference.attention(Q, K, V))."))
+    hint=N_("Q, K, V = exercises.lesson07.l07_protect_data(); then compare the medians of "
+            "precision.rel_error(..., lessonkit.reference.attention(Q, K, V)) for the two outputs."))
 
 register(__name__, [ex1, ex2, ex3])
