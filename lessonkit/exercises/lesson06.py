@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -21,8 +22,7 @@ M_RTOL, M_ATOL = 1e-5, 1e-6   # as debugger.same_records: the session's -O0 buil
 @functools.lru_cache(maxsize=None)
 def _tier_a_trace():
     """The kernel's own trace of the generation the session runs (by_hand.TIER_A_PROGRAM)."""
-    records, unused = debugger.records_from_trace(by_hand.TIER_A_TOKENS)
-    return tuple(records)
+    return tuple(debugger.records_from_trace(by_hand.TIER_A_TOKENS)[0])
 
 
 ANSWERS_TEMPLATE = {"seq_len_first": ..., "calls_per_step": ..., "loop_runs_seq_len": ..., "M_ever_decreases": ...}
@@ -48,10 +48,7 @@ def _tier_a_answers(answers, facts) -> str:
         raise Blank(_("replace every ... in answers={template} by your answer").format(
                       template=shown(ANSWERS_TEMPLATE)))
     first, per_step = facts["seq_lens"][0], facts["per_step"]
-    got = {"seq_len_first": field_of(answers, "seq_len_first", int),
-           "calls_per_step": field_of(answers, "calls_per_step", int),
-           "loop_runs_seq_len": field_of(answers, "loop_runs_seq_len", bool),
-           "M_ever_decreases": field_of(answers, "M_ever_decreases", bool)}
+    got = {k: field_of(answers, k, int if k in ("seq_len_first", "calls_per_step") else bool) for k in ANSWERS_TEMPLATE}
     wrong = []
     if got["seq_len_first"] != first:
         wrong.append(_("seq_len_first = {got}: the frame line of your session's first stop shows seq_len={want}; "
@@ -102,12 +99,12 @@ def _tier_a(answer, facts) -> str:
         if got == want[:len(got)]:
             raise Wrong(_("the session ends after {n} of the generation's {calls} kernel calls: continue until "
                           "the program exits").format(n=len(got), calls=facts["calls"]))
-        k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
+        k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want)) + 1   # counted from 1
         raise Wrong(_("the seq_len values on entry ({got}) cannot come from this generation: it makes {per_step} "
                       "calls per step (one per query head) with the same seq_len, and each step adds one token "
                       "({calls} calls: {want}); call {k} differs").format(
                       got=_listed(got), per_step=facts["per_step"], calls=facts["calls"], want=_listed(want), k=k))
-    for k, c in enumerate(session.calls):
+    for k, c in enumerate(session.calls, start=1):   # every verdict counts calls and stops from 1
         shown = {s[2] for s in c.stops if s[2] is not None}
         if shown - {c.seq_len}:
             raise Wrong(_("call {k}: its entry shows seq_len={seq_len} but a stop in its loop shows seq_len={other}: "
@@ -117,12 +114,12 @@ def _tier_a(answer, facts) -> str:
         raise Wrong(_("the session also stops at line(s) {lines}: the stops of tier A are line {entry} (the entry) "
                       "and line {loop} (in the loop, where M is up to date); delete the other breakpoints").format(
                       lines=_listed(session.other_lines), entry=entry, loop=loop))
-    for k, c in enumerate(session.calls):
+    for k, c in enumerate(session.calls, start=1):
         if len(c.stops) != c.seq_len:
             raise Wrong(_("call {k} (seq_len {seq_len}): the loop breakpoint (line {loop}) stopped {n} time(s). Set it "
                           "at the first stop, before the first continue, and keep every stop of the run").format(
                           k=k, seq_len=c.seq_len, loop=loop, n=len(c.stops)))
-        for j, (t, M, *unused) in enumerate(c.stops):
+        for j, (t, M, *unused) in enumerate(c.stops, start=1):
             if t is None or M is None:
                 raise Wrong(_("call {k}, stop {j} in the loop: t and M are not printed ({how})").format(
                               k=k, j=j, how=_("display t and display M at the first stop in the loop")
@@ -133,7 +130,7 @@ def _tier_a(answer, facts) -> str:
                 raise Wrong(_("call {k}: M decreases from {a} (t={i}) to {b} (t={j}). M is the running max of the "
                               "scores and the kernel never lowers it: this transcript did not come from the kernel").format(
                               k=k, a=Ms[j - 1], b=Ms[j], i=j - 1, j=j))
-    for k, (c, r) in enumerate(zip(session.calls, rs)):
+    for k, (c, r) in enumerate(zip(session.calls, rs), start=1):
         ts = [s[0] for s in c.stops]
         if ts != r.t:
             raise Wrong(_("call {k}: t runs {got} in the transcript; the kernel's loop runs {want}").format(
@@ -172,28 +169,30 @@ ex1 = Exercise(
             "state at every stop in it. Press Enter to repeat continue until the program exits."))
 
 ARTICLE_PARTS = {1: N_("Q 量化 (Q quantization)"), 2: N_("打分 (scoring)"),
-                 3: N_("rescale + accumulate V (online softmax)"),
-                 4: N_("归一 (normalization)")}
+                 3: N_("rescale + accumulate V (online softmax)"), 4: N_("归一 (normalization)")}
 
 
 def _segments_facts(path=None):
-    """The lines of the copy without markers (debug.unmarked_kernel), from the markers of ``path``
-    (default: native/flash_attn_q8_neon.c) mapped to the copy's numbers."""
-    return {"accepted": kernel_copy.unmarked_segments(path or source.KERNEL_FILE), "copy": kernel_copy.UNMARKED_NAME}
+    """The parts in the copy without markers (debug.unmarked_kernel) of ``path`` (default: native/'s kernel);
+    "accepted" also takes the blank and comment lines just outside a part, as the question allows."""
+    path = path or source.KERNEL_FILE
+    parts, copy = kernel_copy.unmarked_segments(path), [x.strip() for x in kernel_copy._unmarked(Path(path))[0]]
+    loose = [(x or "/*").startswith(("/*", "//", "*")) for x in copy]   # blank or a comment, by line number - 1
+    edge = lambda n, step: edge(n + step, step) if 0 < n + step <= len(copy) and loose[n + step - 1] else n  # noqa: E731
+    accepted = {n: ((edge(s0, -1), s1), (e0, edge(e1, 1))) for n, ((s0, s1), (e0, e1)) in parts.items()}
+    return {"accepted": accepted, "parts": parts, "copy": kernel_copy.UNMARKED_NAME}
 
 
 def _off(n: int, start: bool, got: int, accepted: tuple[int, int]) -> str | None:
     (lo, hi), part = accepted, ARTICLE_PARTS[n]
     if lo <= got <= hi:
         return None
-    d = lo - got if got < lo else got - hi
-    if start and got < lo:
-        return _("segment {n} ({part}): your start is {d} line(s) too early").format(n=n, part=part, d=d)
-    if start:
-        return _("segment {n} ({part}): your start is {d} line(s) too late").format(n=n, part=part, d=d)
-    if got < lo:
-        return _("segment {n} ({part}): your end is {d} line(s) too early").format(n=n, part=part, d=d)
-    return _("segment {n} ({part}): your end is {d} line(s) too late").format(n=n, part=part, d=d)
+    d, early = (lo - got, True) if got < lo else (got - hi, False)
+    return {(True, True): _("segment {n} ({part}): your start is {d} line(s) too early"),
+            (True, False): _("segment {n} ({part}): your start is {d} line(s) too late"),
+            (False, True): _("segment {n} ({part}): your end is {d} line(s) too early"),
+            (False, False): _("segment {n} ({part}): your end is {d} line(s) too late")}[start, early].format(
+            n=n, part=part, d=d)
 
 
 def _segment_number(k) -> int:
@@ -224,7 +223,7 @@ def _segments(answer, facts):
         problems += [p for p in (_off(n, True, start, ok_start), _off(n, False, end, ok_end)) if p]
     if problems:
         raise Wrong(_("{problems} (line numbers of {copy})").format(problems=_('; ').join(problems), copy=copy))
-    parts = [f"{n}: {s[0]}-{e[1]}" for n, (s, e) in accepted.items()]
+    parts = [f"{n}: {s[0]}-{e[1]}" for n, (s, e) in facts["parts"].items()]
     return _("all four parts match the code of {copy}: {parts}").format(copy=copy, parts=_(', ').join(parts))
 
 
@@ -239,7 +238,7 @@ ex2 = Exercise(
        "comment line or a TRACE_ line (a hook of the traced build) at the edge of a part may be counted in or out. "
        "Give line numbers as whole numbers.", UNMARKED_NAME=kernel_copy.UNMARKED_NAME),
     facts=_segments_facts, check=_segments, template={1: (..., ...), 2: (..., ...), 3: (..., ...), 4: (..., ...)},
-    solution=lambda f: {n: (s[0], e[1]) for n, (s, e) in f["accepted"].items()},
+    solution=lambda f: {n: (s[0], e[1]) for n, (s, e) in f["parts"].items()},
     hint=N_("part 1 ends where Q's codes and block scales are done; part 2 ends when the score s of token t is "
             "final; part 3 is the rest of the loop body; part 4 is after the loop. A TRACE_ hook or a blank line "
             "at the edge may be in or out."))

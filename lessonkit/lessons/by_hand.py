@@ -14,7 +14,7 @@ from ..display import source
 from ..core import validate as check
 from ..core.language import _
 from .debugger import (DEBUGGERS, PROMPT, TOKEN_TEXT, checked_debugger, debugger_path, install_hint, lldb_values, pairs)
-from .toy import KERNEL, ToyConfig
+from .toy import KERNEL
 
 TRANSCRIPTS_DIR = native.REPO_DIR / "notebooks" / "data"
 REFRESH_COMMAND = "python tests/transcripts.py  # from the workbook's folder, after a change of native/"
@@ -41,14 +41,12 @@ def transcript_path(debugger: str = "gdb") -> Path:
 
 
 def engine_debug_recipe() -> str:
-    """What to type to debug the real engine's kernel (``vllm_safetensors.c``; line 6594 according to the
-    article): markdown labelled "not run here", in the workbook's language."""
+    """What to type to debug the real engine's kernel (``vllm_safetensors.c``): markdown, "not run here"."""
     return (TRANSCRIPTS_DIR / _("06_engine_debug_recipe.md")).read_text()
 
 
 def _step(step: str, debugger: str) -> tuple[str, list[tuple[str, list[str]]]]:
-    """(the shell line that started the committed session, [(each command of ``step``, what it printed)]); the
-    script's comments (``(gdb) # ...``) are left out."""
+    """(the committed session's shell line, [(each command of ``step`` but comments, what it printed)])."""
     check.one_of("step", step, SESSION_STEPS)
     prompt, lines = f"({debugger}) ", transcript_path(debugger).read_text().splitlines()
     start = lines.pop(0) if lines and lines[0].startswith("$ ") else ""
@@ -105,15 +103,16 @@ TIER_A_TOKENS = 3      # 3 steps x 4 query heads = 12 calls and 24 stops in the 
 TIER_A_PROGRAM = f"from lessonkit import toy; toy.generate({TIER_A_TOKENS}, debug=True)"
 ENTRY_TEXT = "if (hd <= 0"     # the kernel's first statement: where a breakpoint on its name stops
 MAX_TRANSCRIPT_CHARS = 8 << 20
-_GDB_STOP = re.compile(r"[Bb]reakpoint [\d.]+, (?:0x[0-9a-fA-F]+ in )?(\w+) \((.*)\) at (\S+?):(\d+)\s*$")
+_GDB_STOP = re.compile(r"[Bb]reakpoint [\d.]+, (?:0x[0-9a-fA-F]+ in )?(\w+) ?\((.*)\) ?at (\S+?):(\d+)\s*$")
 _GDB_DISPLAY = re.compile(PROMPT + r"\d+: (t|M|seq_len) = (\S+)\s*$")
 _GDB_PRINT = re.compile(r"^(?:\(gdb\) |\+)(?:p|print) (t|M)\s*$")
 _GDB_VALUE = re.compile(PROMPT + r"\$\d+ = (\S+)\s*$")
+_STOP_START = re.compile(r"[Bb]reakpoint [\d.]+, ")
+_NOT_WRAPPED = re.compile(r"\s*$|\(gdb\)|\+|\d+: \w+ = |.*[Bb]reakpoint [\d.]+, ")  # no piece of a stop line
 
 
 def _from_folder(path) -> str:
-    """As typed after the session's ``cd`` into the workbook's folder: relative where it lies inside it (the
-    lesson's outputs then show no machine's folder but in the ``cd`` line)."""
+    """As typed after the session's ``cd`` into the workbook's folder: relative where it lies inside it."""
     path = Path(path)
     return str(path.relative_to(native.REPO_DIR) if path.is_relative_to(native.REPO_DIR) else path)
 
@@ -144,12 +143,9 @@ def tier_a_commands(debugger: str = "gdb", library: Path | str | None = None,
     debugger = checked_debugger(debugger)
     entry, loop = tier_a_lines()
     log, file = _from_folder(log or tier_a_log(debugger)), source.KERNEL_FILE.name
-    heads = ToyConfig().n_q_heads   # one call per query head and step; step k's calls see k tokens
-    entries, loops = TIER_A_TOKENS * heads, heads * TIER_A_TOKENS * (TIER_A_TOKENS + 1) // 2
     exited = "[Inferior 1 (process N) exited normally]" if debugger == "gdb" else "Process N exited with status = 0"
-    presses = _("then press Enter again and again (Enter repeats continue) until {debugger} says {exited}: the run "
-                "stops {n} times in all ({entries} at the entry, {loops} in the loop), so about {n} presses").format(
-                debugger=debugger, exited=exited, n=entries + loops, entries=entries, loops=loops)
+    presses = _("then press Enter again and again (Enter repeats continue) until {debugger} says {exited}; each "
+                "press runs to the next stop, and the run has a few dozen").format(debugger=debugger, exited=exited)
     if debugger == "gdb":
         return [
             (f"set logging file {log}", _("gdb copies what it prints into this file")),
@@ -212,8 +208,7 @@ class Session:
 
 
 def transcript_text(transcript) -> str:
-    """The text itself, or a path (``pathlib.Path``, or a one-line string naming a file) to the file gdb logged
-    or lldb's ``session save`` wrote."""
+    """The text itself, or a path (a ``Path``, or a one-line string) to gdb's log or lldb's ``session save``."""
     if isinstance(transcript, Path) or (isinstance(transcript, str) and "\n" not in transcript
                                         and transcript.strip().endswith(".txt")):
         path = Path(transcript).expanduser()
@@ -246,6 +241,11 @@ def read_session(text: str) -> Session:
     M after it. lldb: the breakpoints' ``frame variable`` print seq_len at each entry, t and M at each stop in
     the loop (``debugger.lldb_values``). ValueError for a value that is not a number."""
     lines = text.splitlines()
+    for i in range(len(lines)):   # a stop line that a terminal copied broken at its width, joined again
+        j = i + 1                 # (a piece of digits only ends its line number); the pieces' lines left empty
+        while (j < min(len(lines), i + 40) and _STOP_START.search(lines[i]) and not _NOT_WRAPPED.match(lines[j])
+               and (not _GDB_STOP.search(lines[i]) or lines[j].strip().isdigit())):
+            lines[i], lines[j], j = lines[i] + lines[j], "", j + 1
     if any(l.startswith("(lldb)") for l in lines) and not any(_GDB_STOP.search(l) for l in lines):
         calls, pending = [], {}
         for i, name, value in lldb_values(lines):
