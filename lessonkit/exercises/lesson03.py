@@ -84,10 +84,14 @@ ex2 = Exercise(
        "than the others. Suppose the cache kept one scale per token row (all 1024 values) instead of one per "
        "(token, kv head).\n  bytes_saved_per_token (a whole number): bytes of K and V scales saved per token and "
        "layer.\n  quiet_error_ratio (a number): the RMS error of the 7 quiet heads with one scale per row, divided "
-       "by their RMS error in the real cache. One scale per row: from lessonkit.quant import quantize_kv_rows; "
-       "codes, scales = quantize_kv_rows(K.reshape(len(K), -1)); value = code * scale / 127. The real cache: c = "
-       "lk.KVCacheQ8(8, 128, 64); c.append(K, K); c.dequantized(h)[0] is head h's K.\n  lines (two whole numbers): "
-       "the two kernel lines, as numbered in section 2's listing, that would change."),
+       "by their RMS error in the real cache. One scale per row:\n"
+       "    from lessonkit.quant import quantize_kv_rows\n"
+       "    codes, scales = quantize_kv_rows(K.reshape(len(K), -1))   # one scale per token row\n"
+       "    values = (codes * scales[:, None] / 127).reshape(K.shape)  # values[:, h] is head h's K\n"
+       "  The real cache:\n"
+       "    c = lk.KVCacheQ8(8, 128, 64)\n"
+       "    c.append(K, K)   # c.dequantized(h)[0] is head h's K\n"
+       "  lines (two whole numbers): the two kernel lines, as numbered in section 2's listing, that would change."),
     facts=_per_head_facts, template={"bytes_saved_per_token": ..., "quiet_error_ratio": ..., "lines": [..., ...]},
     fields={"bytes_saved_per_token": Field(int, N_("not {got}: per (token, kv head) a layer stores {stored} bytes "
                                                    "of K and V scales per token; with one scale per token row it "
@@ -130,11 +134,15 @@ def _zero_key_facts():
 
 ex3 = Exercise(
     "zero_key", N_("exercise 3: a key of zeros"),
-    N_("K, V, q = ex.lesson03.l03_zero_key_data(): 64 tokens, 2 kv heads of 32; token 5's K row of kv head 1 is all "
-       "zero. Build c = lk.KVCacheQ8(2, 32, 16); c.append(K, V) and run out, tr = lk.attend(q, c, 1, trace=True) "
-       "(tr.s[t] is token t's score, tr.M[-1] and tr.S[-1] the final M and S).\n  stored_scale (a number): the K "
-       "scale the cache stores for that row.\n  score (a number): the kernel's score for token 5.\n  weight_share "
-       "(a number): token 5's share of the softmax weights in this call, its weight divided by the sum of all."),
+    N_("The data: 64 tokens, 2 kv heads of 32, and a query; token 5's K row of kv head 1 is all zero. Build the "
+       "cache and call the kernel on kv head 1:\n"
+       "    K, V, q = ex.lesson03.l03_zero_key_data()\n"
+       "    c = lk.KVCacheQ8(2, 32, 16)\n"
+       "    c.append(K, V)\n"
+       "    out, tr = lk.attend(q, c, 1, trace=True)   # tr.s[t]: token t's score; tr.M[-1], tr.S[-1]: the final M, S\n"
+       "  stored_scale (a number): the K scale the cache stores for that row.\n  score (a number): the kernel's score "
+       "for token 5.\n  weight_share (a number): token 5's share of the softmax weights in this call, its weight "
+       "divided by the sum of all."),
     facts=_zero_key_facts,
     fields={"stored_scale": Field(float, N_("not {got}: the stored scale is the row's raw max|x|"), atol=0.0),
             "score": Field(float, N_("not {got}: all codes of the row are 0, so every block's int32 dot is 0"),
