@@ -49,9 +49,9 @@ EXP_CHOICES = {
 }
 
 ex2 = Exercise(
-    "why_fast", N_("exercise 2: why stored scores run fast on x86"),
-    N_("On this x86 machine the stored-scores variant can be faster per token than the single pass. Which reason "
-       "do the source lines of section 5, and lesson 05's bytes, support?"),
+    "why_fast", N_("exercise 2: what could make stored scores fast on x86"),
+    N_("Suppose section 5's verdict says that, on this x86 machine, the stored-scores variant is faster per token "
+       "than the single pass. Which reason do the source lines of section 5, and lesson 05's bytes, support?"),
     facts={"choice": "a"}, fields={"choice": Field(EXP_CHOICES)},
     hint=N_("look at the #if around q8_expf in native/q8_simd.h, and at pass 2 in flash_attn_two_pass_scores_rest_q8 (native/flash_attn_q8_two_pass_parts.c)."))
 

@@ -8,7 +8,7 @@ its split-KV partial results:
     M = max(M1, M2),  S = S1 e^(M1 - M) + S2 e^(M2 - M),  acc = acc1 e^(M1 - M) + acc2 e^(M2 - M),  out = acc / S.
 
 The merge runs in Python, in float64, once per chunk on head_dim values (nothing next to the scan of thousands of
-tokens); lessons 05 and 08 use this one implementation. The engine has no split over the KV of one long sequence:
+tokens); lessons 05b and 08 use this one implementation. The engine has no split over the KV of one long sequence:
 here ``flash_attn_partial_q8_neon`` runs the single pass over a token range and returns its state, and the chunks
 run in parallel on one pool's threads (cffi releases the GIL during a C call), never more than the usable cores."""
 from __future__ import annotations
