@@ -95,6 +95,8 @@ ex3 = Exercise(
     question=N_("Split-KV cuts one query head's tokens into 2 chunks and runs them on 2 threads. When does that "
                 "finish the head clearly faster than the same 2 chunks on 1 thread?"),
     facts={"choice": "a"}, fields={"choice": Field(THREADS)},
-    hint=N_("Look at the split rows of the timing table at 8K and at 256K, at the parallel capacity under it, and at the verdict lines of where a split call's time goes."))
+    hint=N_("What does each half need to run at the same time as the other: a free core for its arithmetic, or bytes "
+            "from the memory both halves read? And what does a split call cost besides the two scans? The two-thread "
+            "verdicts of section 3 say what this machine gave; Going further times the parts of a split call."))
 
 register(__name__, [ex1, ex2, ex3])
