@@ -124,33 +124,70 @@ def test_intensity_by_hand():
     assert roofline.intensity(heads=4) == pytest.approx(4 * 512 / 264)
 
 
-def _res(first, again, est):
-    """A saved-results dict of two versions at 8K (in a 32 MiB cache) and 256K (not), with A76 estimates."""
-    mk = lambda r: {8192: {"neon": 10.0, "tile": r[0]}, 262144: {"neon": 10.0, "tile": r[1]}}
-    return {"machine": "m", "bytes_per_token": 264, "cache_bytes": 32 << 20, "rows": mk(first),
-            "rows_again": mk(again),
+def _res(ratios, est, load=(0.5, 0.5)):
+    """A saved-results dict of two versions at 8K (in a 32 MiB cache) and 256K (not), with every round's ns/token:
+    neon 10.0 in each round, tile 10.0 / that round's ratio (neon's time / tile's) of ``ratios[T]``; A76 estimates."""
+    samples = {T: {"neon": [10.0] * len(r), "tile": [10.0 / x for x in r]} for T, r in zip((8192, 262144), ratios)}
+    return {"machine": "m", "bytes_per_token": 264, "cache_bytes": 32 << 20, "load": list(load), "cores": 2,
+            "rows": {T: {n: min(v) for n, v in s.items()} for T, s in samples.items()}, "samples": samples,
             "a76": {"neon": {"cycles_per_token": 100.0, "bottleneck": "b0"},
                     "tile": {"cycles_per_token": est, "bottleneck": "b1"}}}
 
 
-def test_steps_verdicts_follow_the_numbers(monkeypatch):
+FASTER = [1.2, 1.22, 1.25, 1.25, 1.3, 1.28, 1.26]   # 7 rounds: the band is the lowest to the highest, all above 1.05
+UNSURE = [0.97, 1.1, 1.0, 1.02, 0.99, 1.08, 1.01]   # a band that reaches into 5 % of the same
+SLOWER = [0.8, 0.82, 0.79, 0.85, 0.81, 0.8, 0.83]
+
+
+def test_steps_verdicts_follow_the_saved_rounds(monkeypatch):
     monkeypatch.setattr(roofline, "path", lambda: ["neon", "tile"])
-    # 8K: 8.0 against 10.0 is -20 %, beyond the 4.8 % the second pass moved (8.0 vs 8.4): faster;
-    # 256K: 10.3 against 10.0 is +3 %, within the 3 % the second pass moved (10.3 vs 10.0): no clear change
-    res = _res((8.0, 10.3), (8.4, 10.0), est=80.0)
+    res = _res((FASTER, UNSURE), est=80.0)
     assert roofline.lengths_here(res) == (8192, 262144)
-    assert roofline.noise(res, 8192) == pytest.approx(1 - 8.0 / 8.4)
     (row,) = roofline.steps(res)
-    assert row["cache"] == (pytest.approx(-0.2), "faster")
-    assert row["dram"] == (pytest.approx(0.03), "no clear change")
-    # the estimate: -20 % is the model's "faster", and within its 36 % average error
+    # 8K: every round's ratio is 1.2-1.3, the median 1.25: tile faster; 256K: the band 0.97-1.10 cannot tell
+    assert row["cache"].outcome == "a" and row["cache"].ratio == pytest.approx(1.25)
+    assert row["cache"].band == (pytest.approx(1.2), pytest.approx(1.3))
+    assert row["dram"].outcome == "cannot tell"
+    # the estimate: -20 % is the model's "faster", and within its 36 % average error; both faster: they agree
     assert row["a76"] == (pytest.approx(-0.2), "faster", True)
-    assert row["agree"] is False and row["bottleneck"] == "b1"
-    # a step the estimate calls slower by more than the model's error
-    (row,) = roofline.steps(_res((12.0, 12.0), (12.0, 12.0), est=150.0))
-    assert row["cache"][1] == row["dram"][1] == row["a76"][1] == "slower" and row["a76"][2] is False
+    assert row["agree"] is True and row["bottleneck"] == "b1"
+    cells = roofline.steps_table(res).cells()[0]
+    assert cells[2] == "faster: 1.25 (1.20-1.30)" and cells[3].startswith("cannot tell: 1.01")
+    # slower here, slower by more than the model's error: they agree; slower here and faster by the estimate do not
+    (row,) = roofline.steps(_res((SLOWER, SLOWER), est=150.0))
+    assert row["cache"].outcome == row["dram"].outcome == "b" and row["a76"][1] == "slower" and row["a76"][2] is False
     assert row["agree"] is True
-    assert "faster" in roofline.steps_table(res).cells()[0][2]
+    assert roofline.steps(_res((SLOWER, SLOWER), est=80.0))[0]["agree"] is False
+    # a busy machine (load above the 2 cores) cannot tell, whatever the rounds say; then nothing to agree on
+    (row,) = roofline.steps(_res((FASTER, FASTER), est=80.0, load=(3.0, 1.0)))
+    assert row["cache"].outcome == "cannot tell" and "agree" not in row
+    assert "busy" in roofline.steps_table(_res((FASTER, FASTER), est=80.0, load=(3.0, 1.0))).cells()[0][2]
+
+
+def test_steps_without_saved_rounds_give_no_verdict(monkeypatch):
+    """A file saved before the rounds were kept (or with too few of them) still shows the table, with "-" here."""
+    monkeypatch.setattr(roofline, "path", lambda: ["neon", "tile"])
+    res = _res((FASTER, FASTER), est=80.0)
+    del res["samples"]
+    (row,) = roofline.steps(res)
+    assert row["cache"] is None and row["dram"] is None and "agree" not in row
+    t = roofline.steps_table(res)
+    assert t.cells()[0][2:4] == ["-", "-"] and "make figures" in t.caption
+    assert roofline.steps(_res((FASTER[:5], FASTER[:5]), est=80.0))[0]["cache"] is None  # under MIN_ROUNDS
+
+
+def test_measure_saves_every_round(tmp_path, monkeypatch):
+    """A reduced run of what make figures saves: each round's ns/token per length and version, the row the
+    fastest of them, the load; written and read back as the lesson reads it."""
+    from workbench import figures
+    res = roofline.measure((1024,), names=["neon", "tile"], rounds=6)
+    assert [len(res["samples"][1024][n]) for n in ("neon", "tile")] == [6, 6]
+    assert res["rows"][1024]["tile"] == min(res["samples"][1024]["tile"]) and len(res["load"]) == 2
+    saved = tmp_path / "09.json"
+    monkeypatch.setattr(figures, "collect", lambda: res)
+    assert figures.main(["--out", str(saved)]) == 0
+    back = roofline.results(saved)[0]
+    assert back["samples"][1024] == res["samples"][1024] and back["rows"][1024] == res["rows"][1024]
 
 
 def test_a76_peak_block_is_the_useful_work():

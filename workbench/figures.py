@@ -1,8 +1,9 @@
 """Lesson 09's saved figures, measured again: ``make figures`` (``python -m workbench figures``) writes
 ``notebooks/data/09_how_fast.json``, which lesson 09 reads (``lessonkit.roofline.results``): the versions'
-table twice (the second pass says how much a re-run moves), lesson 08's rows and llama.cpp's at 64K, llvm-mca's
-ESTIMATES for the Cortex-A76 (the Neoverse N1 model: ``workbench/a76.py``) and the roofs. About two minutes
-here; run it on a quiet machine (the timings are this machine's)."""
+table with every round's sample (``samples``: lesson 09 judges each idea from them by ``lessonkit.core.compare``'s
+protocol), lesson 08's rows and llama.cpp's at 64K, llvm-mca's ESTIMATES for the Cortex-A76 (the Neoverse N1
+model: ``workbench/a76.py``) and the roofs. About two minutes here; run it on a quiet machine (the timings are
+this machine's, and a load above the core count makes every verdict "cannot tell")."""
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ LENGTHS = (1024, 8192, 65536, 262144)
 TRACE_TOKENS = ((112, 208), (144, 272))
 
 
-ROUNDS = 9   # interleaved rounds of the saved table (a sample is ~1 ms)
+ROUNDS = 9   # interleaved rounds of the saved table (a sample is ~1 ms); their 95 % band: the 2nd to the 8th ratio
 
 
 # LLVM 19's Neoverse N1 model dispatches 8 micro-ops a cycle; Arm's N1 Software Optimization Guide
@@ -120,13 +121,12 @@ def fp32_gflops(n: int = 1024, repeats: int = 7) -> float:
 
 
 def collect() -> dict:
-    """Everything lesson 09 shows, measured now (about two minutes here): the table twice (the second
-    pass says how much a re-run moves), the estimates, the roofs."""
+    """Everything lesson 09 shows, measured now (about two minutes here): the table with its rounds, the
+    estimates, the roofs."""
     res = roofline.measure(LENGTHS, rounds=ROUNDS)
     res.update(extra=beyond_rows(EXTRA_AT, ROUNDS), extra_at=EXTRA_AT, skipped={})
     if isinstance(res["extra"].get("skipped"), str):
         res["skipped"]["ggml"] = res["extra"].pop("skipped")
-    res["rows_again"] = roofline.measure(LENGTHS, rounds=ROUNDS)["rows"]
     res.update(a76=a76_estimates(roofline.path() + [a76.GROUP[1]]), a76_dispatch=a76_dispatch_estimates(),
                a76_peak_cycles=a76_peak_cycles(), fp32_gflops=fp32_gflops(), llvm_mca=a76.MCA)
     return res

@@ -2,11 +2,12 @@
 ``lessonkit.variants``) against the memory floor, bytes per token over the read bandwidth, and on a roofline
 (``ops_per_token``, ``intensity`` and the roofs saved with the figures: the N1 model's cycles for the fewest
 instructions of a token, numpy's sgemm rate). ``steps`` judges each idea against the version before it, here
-(beyond a re-run's spread) and by llvm-mca's ESTIMATE for the Cortex-A76 (with the model's error, MCA_ERROR)."""
+(``compare``'s verdict on the saved rounds) and by llvm-mca's ESTIMATE for the Cortex-A76 (its error: MCA_ERROR)."""
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import numpy as np
 from ..core import env, native, timing
 from ..core import validate as check
 from ..core.cache import KVCacheQ8, attention_args, attention_call
+from ..core.compare import MARGIN, MIN_ROUNDS, Verdict, load_average, median_band
 from ..core.language import _
 from ..display.table import Table
 from ..core.variants import BY_NAME, VARIANTS  # noqa: F401  (lesson 09 calls it here)
@@ -47,7 +49,7 @@ MCA_STEP = 0.01  # llvm-mca is deterministic: a change under 1 % between two est
 BOUNDED = ("lowp",)
 SAVED_BY = "make figures"  # the command that measures the saved figures again (python -m workbench figures)
 IN_CACHE = 8192  # lesson 09 judges each idea here at 8K tokens (2.1 MiB of KV) and at the longest length
-X86_MNEMONICS = ("vpdpbusd", "vcvtdq2ps", "vpaddd", "prefetcht0")  # int8 dot (VNNI), int -> float, int add, prefetch
+X86_MNEMONICS = ("vpdpbusd", "vpmaddwd", "vcvtdq2ps", "vpaddd", "prefetcht0")  # dots (VNNI, AVX2), cvt, add, prefetch
 
 
 def ops_per_token(head_dim: int = HEAD_DIM, heads: int = 1) -> int:
@@ -135,20 +137,22 @@ def check_variants(names=None, shapes=SHAPES, rtol: float = RTOL) -> tuple[int, 
 
 
 def measure(lengths=(8192,), names=None, rounds: int = 5) -> dict:
-    """ns/token of each version at each length (one kv head of head_dim 128), the minimum of ``rounds``
-    interleaved rounds (load on a shared machine only adds time); the single-thread read bandwidth (highest
-    of the probes) and the largest CPU cache."""
+    """ns/token of each version at each length (one kv head of head_dim 128), the minimum of ``rounds`` interleaved
+    rounds, and each round's (``samples[T][name]``, in round order: ``steps`` pairs them); the load average before
+    and after, the cores; the single-thread read bandwidth (highest of the probes) and the largest CPU cache."""
     from . import bench
     names = path() if names is None else list(names)
     res = dict(machine=env.machine_label(), head_dim=HEAD_DIM, bytes_per_token=bytes_per_token(),
                read_gbps=bench.read_bandwidth_gbps(), cache_bytes=env.last_level_bytes(), rounds=rounds,
-               rows={}, extra={}, skipped={})
+               rows={}, samples={}, load=[load_average()], cores=os.cpu_count() or 1, extra={}, skipped={})
     for T in bench.lengths("lengths", list(lengths)):
         cache, kh, q = bench.make_inputs(T)[:3]
         number = max(1, 65536 // T)
-        cont = timing.kernel_contenders(names, q, cache, kh, number)
-        res["rows"][T] = {n: ns / T for n, ns in timing.interleaved(cont, rounds, stat="min").items()}
+        got = timing._rounds(timing.kernel_contenders(names, q, cache, kh, number), rounds)
+        res["samples"][T] = {n: [ns / T for ns in s] for n, s in got.items()}
+        res["rows"][T] = {n: min(s) for n, s in res["samples"][T].items()}
         res["read_gbps"] = max(res["read_gbps"], bench.read_bandwidth_gbps())
+    res["load"].append(load_average())
     return res
 
 
@@ -160,7 +164,7 @@ def results(saved: Path | str) -> tuple[dict, str]:
         raise RuntimeError(_("no saved results in {name}: {command} measures them").format(
                              name=saved.name, command=SAVED_BY))
     res = json.loads(saved.read_text())
-    for key in ("rows", "rows_again"):
+    for key in ("rows", "samples"):
         if key in res:
             res[key] = {int(k): v for k, v in res[key].items()}
     # the machine label was saved in English (env.machine_label); its words follow the language
@@ -200,16 +204,6 @@ def lengths_here(res: dict) -> tuple[int, int | None]:
     return (IN_CACHE if IN_CACHE in fits else lengths[0]), (dram[-1] if dram else None)
 
 
-def noise(res: dict, T: int) -> float | None:
-    """How much a re-run moves a time at length ``T``: the largest |first pass / second pass - 1| over the
-    versions (collect measures the table twice); None without a second pass."""
-    again = res.get("rows_again", {}).get(T)
-    if not again:
-        return None
-    first = res["rows"][T]
-    return max(abs(first[n] / again[n] - 1) for n in first if n in again)
-
-
 def change_verdict(change: float, margin: float) -> str:
     """"faster" or "slower" when the relative change is beyond ``margin``, else "no clear change"."""
     if change < -margin:
@@ -219,25 +213,36 @@ def change_verdict(change: float, margin: float) -> str:
     return _("no clear change")
 
 
+def step_verdict(res: dict, T: int, before: str, now: str) -> Verdict | None:
+    """``now`` against ``before`` at ``T`` tokens by ``compare``'s protocol on the saved rounds, paired (``v.ratio``:
+    before's time / now's; ``v.outcome`` "a": now faster); None where the file has under MIN_ROUNDS rounds of them."""
+    s = res.get("samples", {}).get(T, {})
+    if len(s.get(now, ())) < MIN_ROUNDS or len(s.get(before, ())) != len(s[now]):
+        return None
+    ratio, lo, hi = median_band(np.asarray(s[before]) / np.asarray(s[now]))
+    return Verdict(now, before, ratio, (lo, hi), len(s[now]), {n: float(np.median(s[n])) for n in (now, before)},
+                   {n: s[n] for n in (now, before)}, tuple(res.get("load") or (None,)), res.get("cores") or 1)
+
+
 def steps(res: dict) -> list[dict]:
-    """Each idea of path() (not "fast") against the version before it: the relative change of time here
-    at the two lengths_here, of the A76 estimate, each with its verdict, and whether they agree."""
+    """Each idea of path() (not "fast") against the version before it: ``step_verdict`` at the two lengths_here, the
+    A76 estimate's relative change with its verdict, and whether the in-cache verdict and the estimate's point the
+    same way ("agree", absent when either has no direction; in cache, as llvm-mca counts every load an L1 hit)."""
     est = {n: e for n, e in res.get("a76", {}).items() if isinstance(e, dict)}
     names = [n for n in path() if n != "fast" and n in res["rows"][min(res["rows"])]]
     out = []
     for before, now in zip(names, names[1:]):
         row = {"name": now, "before": before}
         for key, T in zip(("cache", "dram"), lengths_here(res)):
-            if T is not None:  # a change within a re-run's spread is no clear change
-                c = res["rows"][T][now] / res["rows"][T][before] - 1
-                row[key] = (c, change_verdict(c, noise(res, T) or 0.0))
+            if T is not None:
+                row[key] = step_verdict(res, T, before, now)
         if now in est and before in est:
             c = est[now]["cycles_per_token"] / est[before]["cycles_per_token"] - 1
             row["a76"] = (c, change_verdict(c, MCA_STEP), abs(c) < MCA_ERROR[1])
             row["bottleneck"] = est[now]["bottleneck"]
-        here = row.get("dram", row.get("cache"))
-        if here and "a76" in row:
-            row["agree"] = here[1] == row["a76"][1]
+        here = {"a": _("faster"), "b": _("slower")}.get(getattr(row.get("cache"), "outcome", None))
+        if here and "a76" in row and row["a76"][1] != _("no clear change"):
+            row["agree"] = here == row["a76"][1]
         out.append(row)
     return out
 
@@ -252,29 +257,36 @@ def _bottleneck(text: str | None) -> str:
 
 
 def steps_table(res: dict) -> Table:
-    """steps() as a table: each change as a signed percent and its verdict."""
+    """steps() as a table: here each verdict, its median ratio and band; the estimate's change in percent."""
     Tc, Td = lengths_here(res)
 
-    def cell(v):
+    def here(v):
+        if v is None or v.busy:
+            return "-" if v is None else _("cannot tell (the machine was busy)")
+        word = {"a": _("faster"), "b": _("slower")}.get(v.outcome, _("cannot tell"))
+        return _("{verdict}: {x:.2f} ({lo:.2f}-{hi:.2f})").format(verdict=word, x=v.ratio, lo=v.band[0], hi=v.band[1])
+
+    def a76(v):
         if not v:
             return "-"
         text = f"{100 * v[0]:+.0f} % {v[1]}"
-        return _("{text} (within the model's error)").format(text=text) if len(v) > 2 and v[2] else text
+        return _("{text} (within the model's error)").format(text=text) if v[2] else text
     head = [_("version"), _("on"), _("here at {k}K (in cache)").format(k=Tc // 1024)]
     if Td:
         head.append(_("here at {k}K (DRAM)").format(k=Td // 1024))
-    head += [_("A76 estimate"), _("here and estimate agree"), _("what bounds it in the model")]
+    head += [_("A76 estimate"), _("same direction at {k}K here and in the estimate").format(k=Tc // 1024),
+             _("what bounds it in the model")]
     agree = {True: _("yes"), False: _("no")}
-    rows = [[r["name"], r["before"], cell(r.get("cache")), *([cell(r.get("dram"))] if Td else []), cell(r.get("a76")),
+    rows = [[r["name"], r["before"], here(r.get("cache")), *([here(r.get("dram"))] if Td else []), a76(r.get("a76")),
              agree.get(r.get("agree"), "-"), _bottleneck(r.get("bottleneck"))] for r in steps(res)]
-    margins = ", ".join(f"{T // 1024}K {100 * noise(res, T):.0f} %" for T in (Tc, Td)
-                        if T and noise(res, T) is not None)
+    rounds = len(next(iter(res.get("samples", {}).get(Tc, {}).values()), ()))
+    how = (_("the version before's time / this version's, median of {n} rounds' ratios (its 95 % band): faster or "
+             "slower when the whole band is beyond {margin:.0%}, else cannot tell").format(n=rounds, margin=MARGIN)
+           if rounds >= MIN_ROUNDS else _("no rounds saved to judge by: {command} saves them").format(command=SAVED_BY))
     return Table(rows, header=head,
-                 caption=_("change of time per token against the version before; here: {machine}, a change "
-                           "within a re-run's spread ({margins}) is no clear change; A76: llvm-mca ESTIMATE "
-                           "(Neoverse N1 model), whose average error is {lo:.0f}-{hi:.0f} %").format(
-                           machine=res["machine"], margins=margins or _("not measured"),
-                           lo=100 * MCA_ERROR[0], hi=100 * MCA_ERROR[1]))
+                 caption=_("each version against the one before; here: {machine}, {how}; A76: change of the llvm-mca "
+                           "ESTIMATE (Neoverse N1 model), whose average error is {lo:.0f}-{hi:.0f} %").format(
+                           machine=res["machine"], how=how, lo=100 * MCA_ERROR[0], hi=100 * MCA_ERROR[1]))
 
 
 def instruction_counts(library: Path | str, names=None, mnemonics=X86_MNEMONICS) -> dict[str, dict[str, int]] | None:
