@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
+
 import pytest
 
 from lessonkit.lessons import comparisons as C
 
 RUNS = 3
+_rng = np.random.default_rng(7)
+Q_STREAM, KV_STREAM = _rng.standard_normal(128, dtype=np.float32), _rng.standard_normal((2, 4096, 128), dtype=np.float32)
 REDUCED = {
     "kernels: fast vs neon": (C.kernels, ("fast", "neon", 4096)),
     "kernels: neon vs two_pass_scores": (C.kernels, ("neon", "two_pass_scores", 4096)),
@@ -22,6 +26,8 @@ REDUCED = {
     "grouped_vs_calls: fast": (C.grouped_vs_calls, (8192,)),
     "grouped_vs_calls: neon": (C.grouped_vs_calls, (8192, "per_head")),
     "cold_vs_warm": (C.cold_vs_warm, (16384,)),
+    "cold_vs_warm: two_pass_scores": (C.cold_vs_warm, (16384, "two_pass_scores")),
+    "streamed": (C.streamed, (Q_STREAM, *KV_STREAM)),   # 8 chunks of 512 tokens
     "layout": (C.layout, (4096,)),
     "pages": (C.pages, (65536,)),
     "threads": (C.threads, (16384,)),

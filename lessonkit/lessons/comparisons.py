@@ -2,7 +2,7 @@
 ``lessonkit.core.compare`` (interleaved rounds, paired ratios, a 95 % band, the load recorded), so that two
 lessons showing one comparison compute it the same way: the grouped call against four calls (lessons 08 and
 09), ``fast`` against the article's kernel (08 and 09), cold against warm and the two-pass kernels against the
-single pass (05b), one head alone against eight heads interleaved (03), 4 KiB pages against huge pages (09),
+single pass, and two streamed runs (05b), one head alone against eight heads interleaved (03), 4 KiB pages against huge pages (09),
 two threads against one (08).
 
 Every function returns a ``Verdict``: ``print(v)`` says which is faster and by how much, or that this run
@@ -16,7 +16,7 @@ from ..core import timing, validate as check
 from ..core.attention import time_group
 from ..core.compare import Verdict, compare
 from ..core.language import _
-from . import bench
+from . import bench, streaming
 from .split import attend_split
 
 ROUNDS = 7          # the fewest rounds whose lowest-to-highest ratio is a 98 % band (compare.MIN_ROUNDS is 6)
@@ -100,3 +100,14 @@ def threads(n: int, n_chunks: int = 2, rounds: int = ROUNDS) -> Verdict:
         attend_split(q, cache, kh, n_chunks, n_threads)  # the pool's threads start before the rounds
         return timing.per_call(lambda: attend_split(q, cache, kh, n_chunks, n_threads), number)
     return compare({_("1 thread"): sample(1), _("{t} threads").format(t=n_chunks): sample(n_chunks)}, rounds)
+
+
+def streamed(q, K, V, a: str = "streaming", b: str = "two_pass_scores_streamed", chunk: int = 512,
+             names: dict | None = None, rounds: int = ROUNDS) -> Verdict:
+    """The attention work left after the last chunk of a stream of K, V (``streaming.run_stream``, a chunk every
+    3 ms), mode ``a`` against mode ``b`` (``streaming.MODES``); ``names`` gives each mode the name it is shown by."""
+    names = names or {}
+
+    def sample(mode):
+        return lambda: 1e9 * streaming.run_stream(q, K, V, mode, chunk=chunk, interval_s=0.003).work_s
+    return compare({names.get(a, a): sample(a), names.get(b, b): sample(b)}, rounds)
