@@ -209,3 +209,12 @@ def test_instruction_counts_read_the_compiled_library():
         pytest.skip("no objdump")
     # magic's conversion adds integers where the others convert; fast reaches v8's code through its jump
     assert counts["magic"]["vpaddd"] > counts["fast"]["vpaddd"] and counts["fast"]["vcvtdq2ps"] > 0
+
+
+def test_the_saved_figures_rows_beside_the_versions_are_measured():
+    """make figures' rows of lesson 08 and llama.cpp (workbench.figures.beyond_rows), at a short length and one
+    round: every row a positive ns/token (a function moved out of lessonkit once broke this unseen)."""
+    from workbench import figures
+    rows = figures.beyond_rows(1024, 1)
+    assert {"group4", "per_head4", "fast"} <= set(rows)
+    assert all(v > 0 for k, v in rows.items() if k != "skipped"), rows

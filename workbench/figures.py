@@ -23,7 +23,7 @@ from lessonkit.core.files import REPO_DIR, write_atomic
 from lessonkit.lessons import bench, roofline
 
 from . import a76
-from .bench import ggml_contenders
+from .bench import beyond_contenders, ggml_contenders
 
 SAVED = REPO_DIR / "notebooks" / "data" / "09_how_fast.json"
 EXTRA_AT = 65536  # lesson 08's rows, fast and llama.cpp's beside the versions, at this length
@@ -137,7 +137,7 @@ def beyond_rows(T: int, rounds: int) -> dict:
     of ``rounds`` interleaved rounds; ``"skipped"``: why llama.cpp's rows are missing, where they are."""
     cache, kh, q, K, V = bench.make_inputs(T)
     number = max(1, 65536 // T)
-    cont = bench.beyond_contenders(q, bench.group_queries(), cache, kh, number)
+    cont = beyond_contenders(q, bench.group_queries(), cache, kh, number)
     cont.update(timing.kernel_contenders(["fast"], q, cache, kh, number))
     gc, closing, unused, why = ggml_contenders(q, K, V, 1 / math.sqrt(roofline.HEAD_DIM), number)
     cont.update({k: gc[k] for k in ("ggml_h1_t1", "ggml_h4_t1") if k in gc})
