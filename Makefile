@@ -497,7 +497,7 @@ bench-a76: setup
 	$(PY) -m workbench a76 $(CYCLES_ARGS)
 
 # Lesson 09's saved figures measured again on this machine (notebooks/data/09_how_fast.json, which both editions
-# read; workbench/figures.py): the versions timed twice, lesson 08's and llama.cpp's rows, the A76 estimates, the
+# read; workbench/figures.py): the versions timed in interleaved rounds (every round saved), lesson 08's and llama.cpp's rows, the A76 estimates, the
 # roofs. A few minutes; run it on a quiet machine, then run lesson 09 again.
 figures: build
 	$(PY) -m workbench figures

@@ -65,9 +65,17 @@ def test_no_committed_output_comes_from_a_busy_run(path):
 
 @pytest.mark.parametrize("path", EN, ids=IDS)
 def test_the_editions_verdicts_agree(path):
+    """The editions print the same verdicts, one by one, and never opposite ones. One may say "cannot tell" where the
+    other names a faster contender: the two runs differ then within their bands (a second thread on a 2-core virtual
+    machine is the usual case: whether the other core is free changes from run to run), which a lesson's verdict
+    sentence says ("this run's band"). A verdict naming the other contender faster would be a contradiction."""
     en, zh = verdicts(outputs(path), "en"), verdicts(outputs(zh_of(path)), "zh")
-    assert en == zh, (f"{path.stem}: the English edition concludes {en}, the Chinese {zh}: run both again, one after "
-                      "the other on a quiet machine")
+    assert len(en) == len(zh), f"{path.stem}: {len(en)} verdicts in English, {len(zh)} in Chinese"
+    opposite = [(i, a, b) for i, (a, b) in enumerate(zip(en, zh)) if {a, b} == {"a", "b"}]
+    unread = [v for v in en + zh if v.startswith("unreadable")]
+    assert not opposite and not unread, (f"{path.stem}: the editions conclude opposite things (verdict, English, "
+                                         f"Chinese): {opposite or unread}; run both again, one after the other, on a "
+                                         "quiet machine")
 
 
 @pytest.mark.parametrize("path", EN, ids=IDS)
