@@ -59,7 +59,7 @@ double fa_time_group_calls(int variant, int number, float *restrict attn_out, co
             flash_attn_group_q8_neon(attn_out, q, k_cache_q8, v_cache_q8, kscale, vscale,
                                      seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale, G);
         else              /* one call per query head, each reading the kv head's KV again: the
-                             article's kernel (1) or the single-head version attend() calls (2) */
+                             article's kernel (1) or the fast single-head version (2) */
             for (int g = 0; g < G; g++)
                 (variant == 1 ? flash_attn_single_q_q8_neon : flash_attn_single_q_q8_fast)(attn_out + (size_t)g * hd, q + (size_t)g * hd, k_cache_q8,
                     v_cache_q8, kscale, vscale, seq_len, kv_dim, kv_bs, nkv, kh_off, hd, scale);

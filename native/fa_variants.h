@@ -6,7 +6,7 @@
  * lessonkit.timing.time_kernel(backend=...) takes, function a kernel with the article's signature,
  * adds the one idea it adds to the version it builds on. 0-3 are the article's kernels (sections
  * 2 and 3) and the scalar reference; 4-10 are the steps of flash_attn_q8_steps.c, each on the one
- * before it (4 on 0); 11 is the fastest of them under its own name; 12-13 are the two-pass
+ * before it (4 on 0); 11 is the one the other kernels build on, under its own name; 12-13 are the two-pass
  * alternatives built from the fast steps, so that they compare like with like against 11; 14 departs
  * from the article's fp32 weights (lowp: V accumulated by int8 dot products, within a derived bound).
  * Keep one X per line: lessonkit/variants.py parses the lines. */
@@ -26,10 +26,10 @@
     X(8, "vkq_regs", flash_attn_q8_v8_vkq_regs, "on v7: VKQ held in registers, 32 columns at a time, over the tile's V rows") \
     X(9, "magic", flash_attn_q8_v9_magic, "on v8: V's int8 -> fp32 by adding to the bits of 1.5 * 2^23 and subtracting it (no scvtf)") \
     X(10, "prefetch", flash_attn_q8_v10_prefetch, "on v9: software prefetch of the K and V rows FA_PREFETCH tokens ahead") \
-    X(11, "fast", flash_attn_single_q_q8_fast, "the single-head version attend() calls: v8's steps on x86, v9's (with the magic add) on aarch64") \
+    X(11, "fast", flash_attn_single_q_q8_fast, "the single-head version the grouped and split-KV kernels build on: v8's steps on x86, v9's (with the magic add) on aarch64") \
     X(12, "two_pass_scores_fast", flash_attn_two_pass_scores_q8_fast, "v2's three passes built from the fast steps (scores four at a time, vector exp, VKQ in registers)") \
     X(13, "two_pass_recompute_fast", flash_attn_two_pass_recompute_q8_fast, "v3's two passes over K built from the fast steps") \
-    X(14, "lowp", flash_attn_q8_v14_lowp, "on v10: V times the weights by int8 dot products (sdot; VNNI on x86), each 16 tokens' weights as 14-bit codes with one fp32 step; M and S stay fp32")
+    X(14, "lowp", flash_attn_q8_v14_lowp, "on v10: V times the weights by int8 dot products (sdot; on x86 VNNI, or AVX2 without it), each 16 tokens' weights as 14-bit codes with one fp32 step; M and S stay fp32")
 
 /* every variant's declaration (the article's signature) */
 #define FA_DECLARE(version, name, fn, adds)                                                          \

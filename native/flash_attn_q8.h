@@ -89,7 +89,7 @@ void fa_trace_set(fa_trace *trace);
 void kvq8_quantize_rows(const float *x, int n_rows, int hd, int x_stride,
     int8_t *codes, int code_stride, float *scales, int scale_stride);
 
-/* The single-head version lessonkit.attend calls (flash_attn_q8_steps.c; native/fa_variants.h says which steps it
+/* The single-head version the grouped and split-KV kernels build on (flash_attn_q8_steps.c; native/fa_variants.h says which steps it
  * takes): the article's arguments and result, its loop tiled and vectorized. */
 void flash_attn_single_q_q8_fast(float *restrict attn_out, const float *restrict q,
     int8_t *const *k_cache_q8, int8_t *const *v_cache_q8,

@@ -207,7 +207,8 @@ void flash_attn_q8_v10_prefetch(float *restrict attn_out, const float *restrict 
 /* v14 lowp: on v10 prefetch, V times the weights by int8 dot products instead of the magic-number
  * conversion and one fp32 multiply-add per value (fa_vkq_tile_lowp): each group of 16 tokens' weights exp(s - M) * V scale
  * becomes 14-bit integer codes with one fp32 step for the group, split into two int8 halves, and V's
- * int8 codes meet them in sdot (VNNI's vpdpbusd on x86) without any conversion of V to float; the
+ * int8 codes meet them in sdot (on x86: VNNI's vpdpbusd where the CPU has it, AVX2's vpmaddubsw and
+ * vpmaddwd where not) without any conversion of V to float; the
  * int32 sums are folded into fp32 VKQ once per group. M, S and the rescales stay fp32, as in the
  * article ("softmax 权重保持 F32" is the one thing this version gives up: its weights are not fp32 where
  * they meet V). The price: each weight is off by up to half a step, 1/32512 of its group's largest;
@@ -240,12 +241,13 @@ void flash_attn_q8_v14_lowp(float *restrict attn_out, const float *restrict q, i
     fa_normalize(attn_out, VKQ, S, hd);                     /* segment 4 */
 }
 
-/* fast: the single-head version lessonkit.attend calls, and the one the grouped and
- * split-KV kernels compare with: v9 on aarch64, v8 on x86. On x86 the magic add of v9 is slower
- * than the conversion it replaces (AVX-512 converts int32 -> fp32 in one instruction; the add and
- * the subtract are two); on aarch64 it replaces sxtl + scvtf, about half the vector work in
- * llvm-mca's Neoverse N1 estimate (an estimate, not a measurement on a board). Lesson 09 and
- * make bench measure each version on your machine; make bench-a76 gives the estimates. */
+/* fast: the single-head version the grouped and split-KV kernels build on and compare
+ * with (lessonkit.attend calls the article's kernel unless told otherwise): v9 on aarch64, v8 on x86. On x86 the magic add of v9 takes two
+ * instructions (the add and the subtract) where the conversion it replaces takes one (int32 ->
+ * fp32, vcvtdq2ps); on aarch64 it replaces sxtl + scvtf, about half the vector work in llvm-mca's
+ * Neoverse N1 estimate (an estimate, not a measurement on a board). "fast" is a name, not a
+ * timing: lesson 09 and make bench measure each version on your machine, and make bench-a76
+ * gives the estimates. */
 void flash_attn_single_q_q8_fast(float *restrict attn_out, const float *restrict q, int8_t *const *k_cache_q8,
     int8_t *const *v_cache_q8, const float *restrict kscale, const float *restrict vscale,
     int seq_len, int kv_dim, int kv_bs, int nkv, int kh_off, int hd, float scale)

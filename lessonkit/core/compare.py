@@ -105,8 +105,8 @@ class Verdict:
             return _("{a} vs {b}: {fast} faster by {x:.2f}x (this run's band {lo:.2f}-{hi:.2f}x; {run})").format(
                 a=self.a, b=self.b, fast=self.a if a_won else self.b, x=self.ratio if a_won else 1 / self.ratio,
                 lo=lo if a_won else 1 / hi, hi=hi if a_won else 1 / lo, run=run)
-        return _("{a} vs {b}: cannot tell here: the time of {b} / the time of {a} is {x:.2f}, this run's band "
-                 "{lo:.2f}-{hi:.2f}, within {margin:.0%} of the same ({run})").format(
+        return _("{a} vs {b}: cannot tell here: the time of {b} / the time of {a} is {x:.2f}, and this run's band "
+                 "{lo:.2f}-{hi:.2f} reaches within {margin:.0%} of the same ({run})").format(
                  a=self.a, b=self.b, x=self.ratio, lo=lo, hi=hi, margin=MARGIN, run=run)
 
 

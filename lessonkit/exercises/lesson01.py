@@ -72,7 +72,8 @@ def _outlier_facts():
     q, q_out = l01_outlier_q()
     others = [i for i in range(32) if i != 5]
     return {"distinct_with_outlier": len(np.unique(kernel_q_codes(q_out)[0][others])),
-            "distinct_without": len(np.unique(kernel_q_codes(q)[0][others]))}
+            "distinct_without": len(np.unique(kernel_q_codes(q)[0][others])),
+            "coarser": float(np.abs(q_out[:32]).max() / np.abs(q[:32]).max())}  # the step is max|block| / 127
 
 
 ex2 = Exercise(
@@ -87,7 +88,7 @@ ex2 = Exercise(
             "distinct_without": Field(int, lambda got, want, **unused: _("without the outlier they use {want_got} than "
                     "{got} distinct codes").format(want_got=_('more') if want > got else _('fewer'), got=got))},
     correct=N_("{distinct_with_outlier} distinct codes with the outlier against {distinct_without} without: the "
-               "outlier sets qm, so the step is about 50x coarser for the rest of its block"),
+               "outlier sets qm, so the step is {coarser:.0f}x coarser for the rest of its block"),
     hint=N_("codes = lk.attend(q_out, cache, 0, trace=True)[1].q_codes; np.unique(np.delete(codes[:32], 5))."))
 
 

@@ -113,7 +113,7 @@ ex3 = Exercise(
        "debug.trace_with(ffi2, lib2, q, cache, kh, scale) runs its traced build on this lesson's q, cache, kh and "
        "scale and returns the same kind of trace as lk.attend(..., trace=True).\n  multiplies_saved_per_token (a "
        "whole number): how many multiplies per token the edit saves.\n  scores_change_only_in_last_bits (True or "
-       "False): do the scores tr2.s differ from tr.s by less than 1e-5 relative?\n(The check makes the same edit "
+       "False): do the scores tr2.s differ from tr.s by less than 1e-5 of max|tr.s|?\n(The check makes the same edit "
        "in a temporary copy of its own.)"),
     facts=_fold_facts,
     fields={"multiplies_saved_per_token": Field(int, N_("not {got}: compare the per-token line of segment 2 before "

@@ -55,8 +55,9 @@ def _extra_facts():
 
 ex2 = Exercise(
     "extra_bytes", N_("exercise 2: the extra bytes of each variant, per token"),
-    N_("By the model (no cache reuse), {NKV} kv heads interleaved, head_dim {HD_EXTRA}: how many bytes per token "
-       "does each two-pass variant touch beyond the single pass? The K-twice variant, and the stored-scores "
+    N_("By the model's count (traffic.model_bytes: every write and read, no cache reuse), one kv head's call, "
+       "{NKV} kv heads interleaved, head_dim {HD_EXTRA}: how many bytes per token does each two-pass variant touch "
+       "beyond the single pass? The K-twice variant, and the stored-scores "
        "variant.", NKV=NKV, HD_EXTRA=HD_EXTRA),
     facts=_extra_facts,
     fields={"k_twice_extra_per_token": Field(float, N_("k_twice_extra_per_token = {got:g} is not the second read "

@@ -272,7 +272,8 @@ ex3 = Exercise(
     "tier_b_why", N_("tier B: why Q once, K's scale per token?"),
     N_("Why is Q quantized only once per call, while K's scale is multiplied in for every token?"),
     facts=_why_facts, fields={"choice": Field(WHY_CHOICES)},
-    correct=N_("{why} (segment 1 ran {runs} time; {n_k} distinct K scales over {T} tokens)"),
+    correct=N_("{why} (a trace of lesson 04's call shows it: segment 1 ran {runs} time; {n_k} distinct K scales over {T} "
+               "tokens)"),
     hint=N_("which of the two depends on the token index t?"))
 
 RESCALE_CHOICES = {

@@ -82,7 +82,7 @@ ex2 = Exercise(
 
 THREADS = {
     "a": Choice(N_("when one core's arithmetic is the limit and a second core is idle"),
-                N_("two cores do the same work in about half the time; the merge adds little")),
+                N_("two cores do the same work in about half the time; the merge adds little when the chunks are long")),
     "b": Choice(N_("when one core already pulls all the memory bandwidth there is"),
                 N_("then a second core waits for the same memory: the bytes per second do not grow")),
     "c": Choice(N_("when the chunks are so short that the merge is most of the work"),

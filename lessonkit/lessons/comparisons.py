@@ -44,7 +44,8 @@ def kernels(a: str, b: str, n: int, rounds: int = ROUNDS, number: int | None = N
 
 def grouped_vs_calls(n: int, calls: str = "per_head_fast", rounds: int = ROUNDS) -> Verdict:
     """One grouped call for ``bench.GQA_G`` query heads against that many calls of one head ("per_head_fast":
-    ``fast``, the grouped call's peer built on the same steps; "per_head": the article's kernel), ``n`` tokens."""
+    ``fast``, built on the same steps as the grouped call, which also converts each V row once for all heads and
+    prefetches; "per_head": the article's kernel), ``n`` tokens."""
     n = check.integer("n", n, minimum=1)
     cache, kh = inputs(n)[:2]
     qs, number = bench.group_queries(), _number(n, None)
