@@ -336,8 +336,10 @@ debug-aarch64:
 	  "sdot instructions in i8x16_dot_s32: $$sdot"; \
 	[ $$status -eq 0 ] && [ -n "$$seq" ] && [ "$$sdot" -gt 0 ] || { echo "FAILED debug-aarch64 (gdb exit $$status)"; exit 1; }
 
+# --durations=25: the slowest tests of every run are in its log, where CI time is looked for
 test-py: setup $(if $(WHEELHOUSE),,$(GRADE_STAMP))
-	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS)
+	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile --max-worker-restart=0 --durations=25 \
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
 
 # The benchmark in its quick mode: that it runs and prints every row and target (met, MISS or why not
 # measured), not what the figures are (a shared CI machine's timings say little). The A76 estimates' quick

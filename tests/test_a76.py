@@ -125,14 +125,21 @@ def test_token_loop_period_of_a_tile(tmp_path):
     assert sum(i.startswith("sdot") for i in ins) == 2 * a76.HD // 32
 
 
+@pytest.fixture(scope="module")
+def dotprod_build(tmp_path_factory):
+    """(the registry's variants, their aarch64 dotprod build): one cross-compile (about 8 s) for the tests that
+    trace the workbook's own kernels."""
+    vs = a76.variants()
+    return vs, a76.build(tmp_path_factory.mktemp("a76-dotprod"), vs, True, None)
+
+
 @need_tools
-def test_all_three_token_loops_of_the_stored_scores_kernel(tmp_path):
+def test_all_three_token_loops_of_the_stored_scores_kernel(dotprod_build):
     """two_pass_scores_fast has three loops over the tokens (the scores by tiles of 16, exp(s - M) four
     scores a step, V by tiles): at the short length the exp loop is a small run among the block loops, and
     an estimate that missed it would credit the kernel with less work than it does."""
-    vs = a76.variants()
+    vs, exe = dotprod_build
     i = [v.name for v in vs].index("two_pass_scores_fast")
-    exe = a76.build(tmp_path, vs, True, None)
     loops = a76.token_loops(exe, i, vs[i].function)
     assert sorted(lp["tokens_per_period"] for lp in loops) == [4.0, 16.0, 16.0], loops
 
@@ -155,10 +162,9 @@ def _libm_expf_words():
 
 @need_tools
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-objdump") is None, reason="needs aarch64-linux-gnu-objdump")
-def test_expf_fast_path_is_inlined_in_the_block(tmp_path):
-    vs = a76.variants()
+def test_expf_fast_path_is_inlined_in_the_block(dotprod_build):
+    vs, exe = dotprod_build
     i = [v.name for v in vs].index("neon")
-    exe = a76.build(tmp_path, vs, True)
     words = a76.token_loops(exe, i, vs[i].function)[0]["words"]
     expf = _libm_expf_words()
     # at least 10 consecutive instructions of the block are glibc's expf, in its own order

@@ -39,7 +39,7 @@ ex1 = Exercise(
        "hd = 128, how many scalar float multiplies (count each lane of a vector multiply) and how many expf calls "
        "does a rescaling token cost on top of a token that does not raise M?"),
     facts=_worst_facts,
-    fields={"order": Field(ORDERS, lambda got, counts, **unused: _("{got} scores rescale {counts_got} times out of 256 "
+    fields={"order": Field(ORDERS, lambda got, counts, **unused: _("{got} scores rescale at {counts_got} of 256 tokens "
             "in the kernel's trace, not at every token").format(got=got, counts_got=counts[got])),
             "extra_multiplies": Field(int, N_("not {got} extra multiplies for hd = 128: count S *= ms and the "
                                               "multiplies of the loop over VKQ")),
