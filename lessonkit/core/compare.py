@@ -128,7 +128,13 @@ def compare(contenders: dict, rounds: int = 7, close=()) -> Verdict:
     finally:
         for c in close:
             c.close()
-    a, b = contenders
+    return verdict(samples, (before, after))
+
+
+def verdict(samples: dict, load: tuple = (None,), cores: int | None = None) -> Verdict:
+    """The ``Verdict`` of two contenders' samples paired by round (``{a: [ns, ...], b: [ns, ...]}``, a first), as
+    ``compare`` timed them or as a file saved them; ``load``: the load averages seen, ``cores``: the machine's."""
+    a, b = samples
     ratio, lo, hi = median_band(np.asarray(samples[b]) / np.asarray(samples[a]))
-    return Verdict(a, b, ratio, (lo, hi), rounds, {n: float(np.median(s)) for n, s in samples.items()},
-                   samples, (before, after), os.cpu_count() or 1)
+    return Verdict(a, b, ratio, (lo, hi), len(samples[a]), {n: float(np.median(s)) for n, s in samples.items()},
+                   samples, tuple(load), cores or os.cpu_count() or 1)

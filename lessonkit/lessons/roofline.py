@@ -19,7 +19,7 @@ import numpy as np
 from ..core import env, native, timing
 from ..core import validate as check
 from ..core.cache import KVCacheQ8, attention_args, attention_call
-from ..core.compare import MARGIN, MIN_ROUNDS, Verdict, load_average, median_band
+from ..core.compare import MARGIN, MIN_ROUNDS, Verdict, load_average, verdict
 from ..core.language import _
 from ..display.table import Table
 from ..core.variants import BY_NAME, VARIANTS  # noqa: F401  (lesson 09 calls it here)
@@ -219,9 +219,7 @@ def step_verdict(res: dict, T: int, before: str, now: str) -> Verdict | None:
     s = res.get("samples", {}).get(T, {})
     if len(s.get(now, ())) < MIN_ROUNDS or len(s.get(before, ())) != len(s[now]):
         return None
-    ratio, lo, hi = median_band(np.asarray(s[before]) / np.asarray(s[now]))
-    return Verdict(now, before, ratio, (lo, hi), len(s[now]), {n: float(np.median(s[n])) for n in (now, before)},
-                   {n: s[n] for n in (now, before)}, tuple(res.get("load") or (None,)), res.get("cores") or 1)
+    return verdict({now: s[now], before: s[before]}, res.get("load") or (None,), res.get("cores") or 1)
 
 
 def steps(res: dict) -> list[dict]:
