@@ -434,8 +434,10 @@ def _run_compiler(cc: str, flags: list[str], tmp_src: Path, sources: list[Path],
                   src_dir: Path) -> str:
     """Compile; return the cleaned compiler warnings ('' if none), raise BuildError on errors."""
     # Debug information names the real source folder, not the private copy, so that gdb and lldb
-    # list and break in the files the student reads.
-    prefix_map = [f"-fdebug-prefix-map={tmp_src}={src_dir}"]
+    # list and break in the files the student reads. Only a build with debug information gets the map: it
+    # names the student's folder, which would make a release build's kept objects (``objects.key`` hashes the
+    # command line) differ per copy of native/, so that every new copy compiled all thirteen files again.
+    prefix_map = [f"-fdebug-prefix-map={tmp_src}={src_dir}"] if "-g" in flags else []
     base = [*cc.split(), *flags, *prefix_map, f"-I{tmp_src}"]
     try:
         proc = _compile_and_link(base, sources, out, _compiler_identity(cc, flags))
