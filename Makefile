@@ -307,14 +307,20 @@ test-aarch64:
 # A64_DEBUG_ARGS: the driver's arguments (variant, seq_len, head_dim, kv heads, block size, cache state, bytes).
 A64_DEBUG_ARGS ?= single 20 64 2 8 cold 4096
 A64_GDB := $(if $(A64_RUN),gdb-multiarch,gdb)
-A64_DEBUG := $(BUILD)/fa_driver_a64_debug
+# Each run builds and talks to gdb in a folder of its own ($$d, removed at the end): two runs at once (the two
+# editions of lesson 06 on two test workers) had shared one program, one gdb script naming one port and one
+# output file, so that one gdb attached to the other's qemu and the first qemu waited for a debugger for ever.
+# qemu waiting for gdb leaves SIGTERM to the program it has not started yet, so timeout follows it with SIGKILL;
+# --foreground keeps timeout in make's process group, which a caller that ends the group (lesson 06's cell,
+# run_bounded) then ends whole: without it timeout made a group of its own, and its qemu outlived the cell.
+A64_DEBUG = $$d/fa_driver_a64_debug
 debug-aarch64:
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make setup makes it"; exit 1; fi; \
 	missing=; for t in $(firstword $(A64_CC)) $(if $(A64_RUN),qemu-aarch64) $(A64_GDB) timeout; do \
 	  command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then echo "SKIPPED debug-aarch64: missing$$missing" \
 	  "(Debian: apt install gcc-aarch64-linux-gnu qemu-user gdb-multiarch)"; exit 0; fi; \
-	mkdir -p $(BUILD) && \
+	mkdir -p $(BUILD) && d=$$(mktemp -d $(BUILD)/debug-aarch64.XXXXXX) && trap 'rm -rf "$$d"' EXIT && \
 	$(A64_CC) -std=gnu11 -O0 -g -march=armv8.2-a+dotprod -Inative native/tools/fa_driver.c $(wildcard native/*.c) \
 	  -lm -o $(A64_DEBUG) || exit 1; \
 	port=$$($(PY) -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
@@ -325,8 +331,8 @@ debug-aarch64:
 	  echo 'echo @@disassembly\n'; echo "disassemble i8x16_dot_s32"; echo 'echo @@end disassembly\n'; \
 	  if [ -n "$(A64_RUN)" ]; then echo continue; else echo "run $(A64_DEBUG_ARGS)"; fi; } > $(A64_DEBUG).gdb; \
 	if [ -n "$(A64_RUN)" ]; then \
-	  timeout 120 $(A64_RUN) -g $$port $(A64_DEBUG) $(A64_DEBUG_ARGS) & qemu=$$!; fi; \
-	timeout 120 $(A64_GDB) -batch -nx -iex 'set debuginfod enabled off' -x $(A64_DEBUG).gdb > $(A64_DEBUG).out 2>&1; \
+	  timeout --foreground -k 5 120 $(A64_RUN) -g $$port $(A64_DEBUG) $(A64_DEBUG_ARGS) & qemu=$$!; fi; \
+	timeout --foreground -k 5 120 $(A64_GDB) -batch -nx -iex 'set debuginfod enabled off' -x $(A64_DEBUG).gdb > $(A64_DEBUG).out 2>&1; \
 	status=$$?; if [ -n "$(A64_RUN)" ]; then kill $$qemu 2>/dev/null; wait $$qemu 2>/dev/null; fi; \
 	grep -v '^\[' $(A64_DEBUG).out; \
 	seq=$$(sed -n 's/.*@@enter seq_len=\([0-9]*\).*/\1/p' $(A64_DEBUG).out | head -n 1); \
