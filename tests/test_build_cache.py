@@ -366,3 +366,37 @@ def test_an_edit_compiles_only_the_files_it_changed(native_copy, tmp_path, monke
     # ... every file is compiled again (the spy sees that second call's files twice: its own, and the first call's
     # result, which is the second's)
     assert compiled[4:] == [all_files, all_files], compiled
+
+
+def test_a_new_copy_of_native_takes_the_objects_another_copy_compiled(tmp_path, monkeypatch):
+    """Each lesson, exercise and test edits a copy of native/ of its own, in a folder of its own: a release build of
+    a new copy with one edit compiles the edited file and the traced build's, as an edit of the same copy does. The
+    kept objects' key must not hold the copy's folder (the debug-prefix map named it, and every new copy compiled
+    all thirteen files); a debug build's objects do hold it, in their debug information, so there it must.
+    Slow (about 25 s here): four builds, three of them of every file."""
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    monkeypatch.setenv("LESSONKIT_OBJECT_CACHE", str(objects))
+    compiled, real = [], toolchain._compile_and_link
+
+    def spy(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        compiled.append(sorted(Path(job[job.index("-c") + 1]).name for job in proc.args))
+        return proc
+
+    monkeypatch.setattr(toolchain, "_compile_and_link", spy)
+    copies = []
+    for name in ("first", "second"):
+        src = tmp_path / name / "native"
+        shutil.copytree(native.NATIVE_DIR, src, ignore=shutil.ignore_patterns("tests"))
+        copies.append(src)
+    native.build(src_dir=copies[0])
+    kernel_c = copies[1] / "flash_attn_q8_neon.c"
+    kernel_c.write_text(kernel_c.read_text() + "\n/* an edit */\n")
+    native.build(src_dir=copies[1])
+    all_files = sorted(p.name for p in copies[0].glob("*.c"))
+    assert compiled == [all_files, ["flash_attn_q8_neon.c", "flash_attn_q8_traced.c"]], compiled
+
+    native.build(debug=True, src_dir=copies[0])
+    native.build(debug=True, src_dir=copies[1])
+    assert compiled[2:] == [all_files, all_files], compiled[2:]

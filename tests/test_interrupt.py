@@ -121,8 +121,7 @@ def kernel(tmp_path):
 
 
 def test_the_stop_button_during_the_check_shows_one_line_in_ipython(kernel):
-    """Slow (about 25 s here): a Jupyter kernel starts, builds a copy, then an edit that hangs, whose check the stop
-    button ends."""
+    """A Jupyter kernel starts, builds a copy, then an edit that hangs, whose check the stop button ends."""
     setup = kernel.run(SETUP)
     assert not setup["errors"], setup
     stopped = kernel.run(HANG, interrupt_on=CHECKED)
@@ -141,7 +140,7 @@ def test_the_stop_button_during_the_check_shows_one_line_in_ipython(kernel):
 
 
 def test_a_failed_rebuild_says_which_library_lib_still_is_in_ipython(kernel):
-    """Slow (about 25 s here): an IPython shell starts, builds a copy, then fails to build its edit."""
+    """An IPython shell starts, builds a copy, then fails to build its edit."""
     kernel.run(SETUP)
     # a new cell looks at the sources again (the IPython hook), whatever the time since the last look
     hooked = kernel.run("g = native._generation[0]")
@@ -170,7 +169,7 @@ def test_ctrl_c_during_the_check_is_short_in_plain_python(tmp_path):
     """The same interrupt in a plain ``python`` (SIGINT to that process only, as Jupyter sends it): a
     short message (the frames of the script and load, then the line), an exit by SIGINT, and no check
     process left behind (the kernel's fork-free hang runs in the check's own process group).
-    Slow (about 20 s here): a copy is built and loaded, then an edit that hangs is built and its check interrupted."""
+    A copy is built and loaded, then an edit that hangs is built and its check interrupted."""
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(PLAIN)], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **ENV},
                             preexec_fn=_as_a_shell_starts_it)

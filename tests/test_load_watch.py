@@ -52,8 +52,7 @@ def test_any_write_is_noticed_once_the_watch_interval_passed(native_copy, monkey
 
 def test_within_the_interval_a_raw_write_waits_for_the_counter(native_copy, monkeypatch):
     """The stated limit: a raw write (no helper) and a call within the interval, in one cell, get the
-    library of before; sources_changed() (what a cell's start calls) makes the next call look.
-    Slow (about 20 s here): builds of a copy, and waits that span the watch interval."""
+    library of before; sources_changed() (what a cell's start calls) makes the next call look."""
     monkeypatch.setattr(native, "SOURCES_WATCH_S", 3600.0)
     ffi, lib = native.load(src_dir=native_copy, verify="skip")
     name = _backend(ffi, lib)

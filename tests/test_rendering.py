@@ -25,7 +25,7 @@ def broken_copy(tmp_path):
 
 
 def test_the_first_line_a_student_reads_is_the_first_compiler_error(broken_copy):
-    """Slow (about 20 s here): a child python compiles a broken copy."""
+    """A child python compiles a broken copy."""
     src, line = broken_copy
     with pytest.raises(native.BuildError) as err:
         native.load(src_dir=src)
@@ -41,7 +41,7 @@ def test_the_first_line_a_student_reads_is_the_first_compiler_error(broken_copy)
 
 
 def test_many_errors_are_cut_to_the_first_few(broken_copy):
-    """Slow (about 20 s here): a child python compiles a copy broken in many places."""
+    """A child python compiles a copy broken in many places."""
     src, _ = broken_copy
     kernel = src / "flash_attn_q8_neon.c"
     text = kernel.read_text()
@@ -57,7 +57,7 @@ def test_many_errors_are_cut_to_the_first_few(broken_copy):
 
 def test_ipython_shows_the_error_without_a_traceback(broken_copy):
     """A real IPython shell, as in a Jupyter kernel, runs the failing cell.
-    Slow (about 20 s here): an IPython shell starts and compiles a broken copy."""
+    An IPython shell starts and compiles a broken copy."""
     src, line = broken_copy
     proc = run_python(f"""
         from IPython.core.interactiveshell import InteractiveShell

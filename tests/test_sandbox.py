@@ -85,8 +85,7 @@ def run_case(shared_build_dir):
 
 def test_an_edit_that_does_not_compile_is_refused_through_the_lessons_path(run_case):
     """The edit a lesson makes (lessonkit.kernel_copy.edit_line on a copy) breaks the C: a BuildError
-    with the compiler's message; nothing new is loaded and the process goes on.
-    Slow (about 25 s here): the first case of its worker builds the shared intact copy that the others reuse."""
+    with the compiler's message; nothing new is loaded and the process goes on."""
     out = run_case("""
 from lessonkit import kernel_copy
 kernel_copy.edit_line(src, kernel_copy.Edit("flash_attn_q8_neon.c", ANCHOR, "const int nblk = hd / ;"))
@@ -119,8 +118,7 @@ expect_refused()
 
 
 def test_a_wrong_result_is_refused_with_the_check_and_its_error(run_case):
-    """Slow (about 20 s here), as every case of this file: a child python builds an intact copy and an edited one,
-    and checks each."""
+    """A child python builds an intact copy and an edited one, and checks each, as every case of this file does."""
     out = run_case("""
 edit("scale *= 2.0f;")
 expect_refused()
@@ -133,7 +131,7 @@ def test_a_library_that_forks_when_loaded_is_refused(run_case):
     """A constructor that calls fork() passes every result check (each copy computes right), but loaded
     into the student's process it would copy that process (with its Jupyter kernel). The check's child
     runs in a process group of its own: the copy it left behind is seen, ended, and the build refused.
-    Slow (about 25 s here): the check waits for the forked processes it finds, before it refuses the build."""
+    The check waits for the forked processes it finds, before it refuses the build."""
     out = run_case("""
 import os, time
 pid_file = work / "forked.pid"
@@ -168,8 +166,7 @@ expect_refused(debug=True)
 
 
 def test_a_kernel_broken_on_purpose_loads_with_an_explicit_opt_in(run_case):
-    """Slow (about 20 s here), as every case of this file: a child python builds an intact copy and an edited one,
-    and checks each."""
+    """A child python builds an intact copy and an edited one, and checks each, as every case of this file does."""
     out = run_case("""
 edit("scale *= 2.0f;")
 ffi1, lib1, caught = load_warned(verify="crashes")
@@ -253,7 +250,7 @@ def test_a_buffer_sized_for_short_caches_is_refused_at_the_first_longer_call(run
     itself (its longest cache has 4,100 tokens over 129 blocks); float seen[8192] passes it and is
     refused, before the call, on the first cache longer than the check's, by a check at that length
     in a child process. Calls on short caches still run, and the process survives.
-    Slow (about 20 s here): two edited builds, each checked, then the check at a longer length."""
+    Two edited builds, each checked, then the check at a longer length."""
     out = run_case("""
 def keep_scores(n):
     shutil.copy(native.NATIVE_DIR / "flash_attn_q8_neon.c", kernel_c)

@@ -65,7 +65,7 @@ def porcelain(clone: Path, *extra: str) -> str:
 @pytest.mark.slow
 @pytest.mark.skipif(not JUPYTER.exists(), reason="needs jupyter (nbconvert) beside this Python")
 def test_run_a_lesson_and_edit_the_kernel_copy_git_stays_clean(clone):
-    """Slow (about 20 s here): a lesson runs in Jupyter and the edited copy of the kernel is built."""
+    """About 10 s here: a lesson runs in Jupyter and the edited copy of the kernel is built."""
     out = copies(clone)
     work = clone / "my-work"
     shipped = sorted((clone / "notebooks").glob("[0-9][0-9]_*.ipynb"))
