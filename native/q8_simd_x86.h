@@ -46,6 +46,32 @@ static inline void q8_avx2_vkq_add(float *vkq, const int8_t *v, float w)
     _mm256_storeu_ps(vkq + 8, _mm256_fmadd_ps(f1, w8, _mm256_loadu_ps(vkq + 8)));
 }
 
+/* vkq_cols_rows with AVX2, as q8_avx512_vkq_cols_rows below in four ymm registers of eight columns. Through
+ * SIMDe the NEON form widened int8 -> int16 -> int32 with two vpmovsx, a shift and an unpack for every
+ * vmovl, about 24 integer instructions per 16 columns before the 4 conversions and 4 multiply-adds (no
+ * spill: its 8 accumulators stayed in registers); here one vpmovsxbd per 8 columns. Per column the same
+ * fused multiply-adds in the same order as the NEON form, and both conversions are exact for int8, so the
+ * same sums. magic: the magic-number add (vpaddd, then vsubps) instead of vcvtdq2ps. */
+static inline void q8_avx2_vkq_cols_rows(float *vkq, const int8_t *const *vr, int c, const float *w, int n,
+    int magic)
+{
+    __m256 a[4];
+    const __m256i mb = _mm256_set1_epi32(Q8_MAGIC_BITS);
+    const __m256 mf = _mm256_set1_ps(Q8_MAGIC_F);
+    for (int i = 0; i < 4; i++) a[i] = _mm256_loadu_ps(vkq + 8 * i);
+    for (int j = 0; j < n; j++) {
+        const int8_t *v = vr[j] + c;
+        const __m256 wj = _mm256_set1_ps(w[j]);
+        for (int i = 0; i < 4; i++) {
+            __m256i vi = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(v + 8 * i)));
+            __m256 f = magic ? _mm256_sub_ps(_mm256_castsi256_ps(_mm256_add_epi32(vi, mb)), mf)
+                             : _mm256_cvtepi32_ps(vi);
+            a[i] = _mm256_fmadd_ps(f, wj, a[i]);
+        }
+    }
+    for (int i = 0; i < 4; i++) _mm256_storeu_ps(vkq + 8 * i, a[i]);
+}
+
 /* vkq_cols_rows_group (q8_simd.h) with AVX2: 16 columns per head in two ymm accumulators, V's 16 int8
  * widened to int32 and converted once per row for all G heads (vpmovsxbd, vcvtdq2ps). With G = 4: 8
  * accumulators, 2 converted V vectors and a broadcast weight, 11 of x86's 16 vector registers; the NEON
