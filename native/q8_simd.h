@@ -183,7 +183,7 @@ static inline void vkq_cols_rows_impl(float *vkq, const int8_t *const *vr, int c
 {
 #if !defined(__aarch64__) && defined(__AVX512F__)
     q8_avx512_vkq_cols_rows(vkq, vr, c, w, n, magic); /* q8_simd_x86.h: two zmm accumulators */
-#elif !defined(__aarch64__) && defined(__AVX2__)
+#elif !defined(__aarch64__) && defined(__AVX2__) && defined(__FMA__)
     q8_avx2_vkq_cols_rows(vkq, vr, c, w, n, magic);   /* q8_simd_x86.h: four ymm accumulators */
 #else
     float32x4_t a[8];

@@ -52,6 +52,7 @@ static inline void q8_avx2_vkq_add(float *vkq, const int8_t *v, float w)
  * spill: its 8 accumulators stayed in registers); here one vpmovsxbd per 8 columns. Per column the same
  * fused multiply-adds in the same order as the NEON form, and both conversions are exact for int8, so the
  * same sums. magic: the magic-number add (vpaddd, then vsubps) instead of vcvtdq2ps. */
+#if defined(__FMA__)
 static inline void q8_avx2_vkq_cols_rows(float *vkq, const int8_t *const *vr, int c, const float *w, int n,
     int magic)
 {
@@ -71,6 +72,7 @@ static inline void q8_avx2_vkq_cols_rows(float *vkq, const int8_t *const *vr, in
     }
     for (int i = 0; i < 4; i++) _mm256_storeu_ps(vkq + 8 * i, a[i]);
 }
+#endif
 
 /* vkq_cols_rows_group (q8_simd.h) with AVX2: 16 columns per head in two ymm accumulators, V's 16 int8
  * widened to int32 and converted once per row for all G heads (vpmovsxbd, vcvtdq2ps). With G = 4: 8
