@@ -328,12 +328,10 @@ def test_a_home_folder_that_does_not_exist_is_named(native_copy, monkeypatch):
         native.load(src_dir="~no-such-user-xyz/native")
 
 
-def test_an_edit_compiles_only_the_files_it_changed(native_copy, tmp_path, monkeypatch):
-    """The kept object files (toolchain._object_cache): after an edit of the kernel's file a build compiles that
-    file and the traced build's, which includes it; every other object is the one compiled before. A compile that
-    warned is not kept (its warning shows on every build), and a kept object damaged since is noticed by the
-    linker: every file is compiled again and the build succeeds.
-    Slow (about 30 s here): five builds of a copy, two of them of every file."""
+@pytest.fixture
+def compiles(tmp_path, monkeypatch):
+    """(the kept objects' folder, a list that gets the sorted names of the files each build compiles): builds
+    keep their objects in a folder of this test's own, and a spy on toolchain._compile_and_link records them."""
     objects = tmp_path / "objects"
     objects.mkdir()
     monkeypatch.setenv("LESSONKIT_OBJECT_CACHE", str(objects))
@@ -345,6 +343,16 @@ def test_an_edit_compiles_only_the_files_it_changed(native_copy, tmp_path, monke
         return proc
 
     monkeypatch.setattr(toolchain, "_compile_and_link", spy)
+    return objects, compiled
+
+
+def test_an_edit_compiles_only_the_files_it_changed(native_copy, compiles):
+    """The kept object files (toolchain._object_cache): after an edit of the kernel's file a build compiles that
+    file and the traced build's, which includes it; every other object is the one compiled before. A compile that
+    warned is not kept (its warning shows on every build), and a kept object damaged since is noticed by the
+    linker: every file is compiled again and the build succeeds.
+    Slow (about 30 s here): five builds of a copy, two of them of every file."""
+    objects, compiled = compiles
     kernel_c = native_copy / "flash_attn_q8_neon.c"
     all_files = sorted(p.name for p in native_copy.glob("*.c"))
     native.build(src_dir=native_copy)
@@ -368,22 +376,12 @@ def test_an_edit_compiles_only_the_files_it_changed(native_copy, tmp_path, monke
     assert compiled[4:] == [all_files, all_files], compiled
 
 
-def test_a_new_copy_of_native_takes_the_objects_another_copy_compiled(tmp_path, monkeypatch):
+def test_a_new_copy_of_native_takes_the_objects_another_copy_compiled(tmp_path, compiles):
     """Each lesson, exercise and test edits a copy of native/ of its own, in a folder of its own: a release build of
     a new copy with one edit compiles the edited file and the traced build's, as an edit of the same copy does. The
     kept objects' key must not hold the copy's folder (the debug-prefix map named it, and every new copy compiled
     all thirteen files). A debug build's objects name the folder in their debug information: they keep the map."""
-    objects = tmp_path / "objects"
-    objects.mkdir()
-    monkeypatch.setenv("LESSONKIT_OBJECT_CACHE", str(objects))
-    compiled, real = [], toolchain._compile_and_link
-
-    def spy(*args, **kwargs):
-        proc = real(*args, **kwargs)
-        compiled.append(sorted(Path(job[job.index("-c") + 1]).name for job in proc.args))
-        return proc
-
-    monkeypatch.setattr(toolchain, "_compile_and_link", spy)
+    compiled = compiles[1]
     copies = []
     for name in ("first", "second"):
         src = tmp_path / name / "native"
