@@ -88,3 +88,40 @@ def _without_progress_lines():
 
 
 PROGRESS_LINE = _without_progress_lines()
+
+
+def _snippets_after_each_english_lesson():
+    """nbval collects one more item after the last cell of each English lesson (notebooks/NN_*.ipynb): the
+    snippets its text and exercises give, typed into the kernel that has just run its cells
+    (tests/test_snippets.py, run_after_cells), so that no test runs a lesson's cells a second time for them."""
+    import re
+
+    from nbval import plugin
+    notebooks = Path(lk.__file__).resolve().parent.parent / "notebooks"
+    lesson = re.compile(r"^\d\d\w*_\w+\.ipynb$")
+
+    class SnippetsAfterCells(pytest.Item):
+        def runtest(self):
+            from test_snippets import run_after_cells
+            kernel = self.parent.kernel
+            if kernel is None or not kernel.is_alive():
+                pytest.fail("nbval's kernel for this lesson is gone (a cell above failed or timed out): "
+                            "its snippets need the names its cells bind")
+            import tempfile
+            with tempfile.TemporaryDirectory(prefix="snippets-") as tmp:
+                run_after_cells(Path(self.parent.path).stem, kernel.km, kernel.kc, Path(tmp) / "my-work")
+
+        def reportinfo(self):
+            return self.path, None, f"{self.parent.path.name}::{self.name}"
+
+    original = plugin.IPyNbFile.collect
+
+    def collect(self):
+        yield from original(self)
+        path = Path(self.path).resolve()
+        if path.parent == notebooks and lesson.match(path.name):
+            yield SnippetsAfterCells.from_parent(self, name="snippets after the lesson's cells")
+    plugin.IPyNbFile.collect = collect
+
+
+_snippets_after_each_english_lesson()

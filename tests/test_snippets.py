@@ -21,10 +21,14 @@ Two contexts, as a student meets them:
 - after every cell of the lesson (English), in that one kernel: every snippet of the lesson, English
   then (after ``set_language("zh")``) Chinese, in the text's order, so that a step of a question
   that binds a name (``src = workspace.student_native()``) serves the next one; the Chinese edition
-  runs the same code as the English one (tests/test_edition.py), so its cells are not run again;
+  runs the same code as the English one (tests/test_edition.py), so its cells are not run again.
+  The kernel is nbval's own: tests/conftest.py adds one item, "snippets after the lesson's cells",
+  after the last cell of each English lesson that nbval runs (make test-py runs notebooks/ and tests/
+  together), which calls ``run_after_cells`` below. Before, this file ran every cell of each lesson a
+  second time in a kernel of its own, about 4 minutes of CPU per test run for cells nbval had just run.
 - in a fresh kernel after only the lesson's first code cell (the imports), for each edition: every
   snippet that names only what that cell (and the snippets before it) bound.
-The kernels work on a scratch ``my-work/`` (``workspace.WORK_DIR`` moved to a temporary folder), so
+The snippets work on a scratch ``my-work/`` (``workspace.WORK_DIR`` moved to a temporary folder), so
 that a snippet such as ``lk.workspace.reset_native(confirm=True)`` moves nothing of a developer's
 copy, and build into this checkout's ``.build/`` (``LESSONKIT_BUILD_DIR``), where the scratch copy of
 native/ finds the builds of native/ itself.
@@ -232,18 +236,30 @@ def lesson_snippets(stem: str, lang: str, bound: set[str]) -> Found:
 # ----------------------------------------------------------------------------- a kernel
 
 class Kernel:
-    """A python3 kernel (this interpreter's, as nbval's) in notebooks/, on a scratch my-work/."""
+    """A python3 kernel (this interpreter's, as nbval's) in notebooks/, on a scratch my-work/; or
+    (``attach``) a kernel already running, nbval's, whose snippets then work on the scratch my-work/."""
 
     def __init__(self, work_dir: Path):
         env = {**os.environ, "LESSONKIT_BUILD_DIR": str(REPO / ".build"), "MPLBACKEND": "Agg",
                "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         env.pop("LESSONKIT_LANG", None)
         self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(NOTEBOOKS), env=env)
-        # as in a fresh kernel, lk.workspace is not bound until lessonkit binds it itself
+        self._scratch(work_dir, fresh=True)
+
+    @classmethod
+    def attach(cls, km, kc, work_dir: Path) -> "Kernel":
+        k = cls.__new__(cls)
+        k.km, k.kc = km, kc
+        k._scratch(work_dir, fresh=False)
+        return k
+
+    def _scratch(self, work_dir: Path, fresh: bool) -> None:
+        # in a fresh kernel, as a student's, lk.workspace is not bound until lessonkit binds it itself
         self.run(f"""
 import pathlib as _p, lessonkit.workspace as _w, lessonkit as _lk
 _w.WORK_DIR = _p.Path({str(work_dir)!r}); _w.OLD_DIR = _w.WORK_DIR / "old"; _w.MANIFEST = _w.WORK_DIR / ".copied.json"
-del _lk.workspace, _p, _w, _lk
+{"del _lk.workspace" if fresh else ""}
+del _p, _w, _lk
 """, must_pass=True)
 
     def run(self, code: str, timeout: float = SNIPPET_TIMEOUT_S, must_pass: bool = False) -> tuple[str, str] | None:
@@ -336,26 +352,22 @@ def fullwidth_failures(found: Found) -> list[str]:
 
 # ----------------------------------------------------------------------------- the two contexts
 
-@pytest.mark.parametrize("stem", LESSONS)
-def test_snippets_run_after_the_lessons_cells(stem, kernel):
-    """Slow (up to a minute here, lesson 07): every cell of the lesson runs again first, as a student ran them, so
-    that the snippets meet the names the lesson bound."""
-    k = kernel()
+def run_after_cells(stem: str, km, kc, work_dir: Path) -> None:
+    """Every snippet of English lesson ``stem``, then of its Chinese edition, in the kernel (``km``, ``kc``)
+    that has just run all the lesson's cells (nbval's: tests/conftest.py); fails with one line per snippet."""
+    k = Kernel.attach(km, kc, work_dir)
     t = time.monotonic()
-    for i, (cell, tags) in enumerate(code_cells(stem, tagged=True)):
-        if "nbval-skip" in tags:
-            continue
-        error = k.run(cell, timeout=CELL_TIMEOUT_S)
-        assert error is None or "raises-exception" in tags, f"{stem}: code cell {i} raised {error} (nbval reports it too)"
-    cells_s = time.monotonic() - t
     bound = k.names()
     failures, seen = [], set()
-    for lang in ("en", "zh"):
-        if lang == "zh":
-            k.run("import lessonkit; lessonkit.set_language('zh')", must_pass=True)
-        found = lesson_snippets(stem, lang, bound)
-        failures += fullwidth_failures(found) + run_snippets(k, found.snippets, None, seen)
-    print(f"{stem}: cells {cells_s:.0f} s, {len(seen)} snippets {time.monotonic() - t - cells_s:.0f} s")
+    try:
+        for lang in ("en", "zh"):
+            if lang == "zh":
+                k.run("import lessonkit; lessonkit.set_language('zh')", must_pass=True)
+            found = lesson_snippets(stem, lang, bound)
+            failures += fullwidth_failures(found) + run_snippets(k, found.snippets, None, seen)
+    finally:
+        k.run("import lessonkit; lessonkit.set_language('en')")
+    print(f"{stem}: {len(seen)} snippets {time.monotonic() - t:.0f} s")
     assert len(seen) > 0, f"{stem}: no snippet found (the recognition is broken)"
     assert not failures, "snippets that fail after the lesson's cells:\n" + "\n".join(failures)
 
@@ -393,3 +405,26 @@ def test_recognition_of_snippets():
         "ffi2, lib2 = lk.native.load(src_dir=src)"]
     assert fullwidth_fixed("lk.attend(q，cache)") == "lk.attend(q,cache)" and fullwidth_fixed("make lab") is None
     assert fullwidth_fixed("q · k") is None   # a product in prose, not a full-width "."
+
+
+# ----------------------------------------------------------------------------- the item nbval runs them in
+
+def test_nbval_collects_the_snippets_after_each_english_lesson_only():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                        "notebooks/00_start_here.ipynb", "notebooks/zh/00_start_here.ipynb", "tests/test_nbval_compare.py"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    items = [line for line in r.stdout.splitlines() if "::" in line]
+    snippets = [line for line in items if line.endswith("snippets after the lesson's cells")]
+    assert len(snippets) == 1 and "zh" not in snippets[0], snippets
+    assert items[items.index(snippets[0]) - 1].split("::")[0] == snippets[0].split("::")[0]   # after its cells
+
+
+def test_run_after_cells_fails_when_the_lessons_names_are_missing(kernel, tmp_path):
+    """The item can fail: in a kernel that ran no cell of lesson 01, its snippets meet names its cells
+    would have bound (a NameError each), and run_after_cells says which."""
+    k = kernel()
+    with pytest.raises(AssertionError, match="NameError"):
+        run_after_cells("01_quantize_q", k.km, k.kc, tmp_path / "scratch")
