@@ -211,7 +211,29 @@ reset-native:
 	@if [ ! -x "$(PY)" ]; then echo "no $(PY) yet: make lab makes it"; exit 1; fi
 	$(PY) -m workbench workspace reset-native
 
-test: build site-setup test-c test-asan test-asan-py test-aarch64 test-py test-bench test-offline test-class
+# Two lanes at once, after the installs: test-py in the foreground (its log streams), and beside it the other
+# targets one after another (TEST_SIDE), their log in $(SIDE_LOG) and printed after test-py's. Each lane alone
+# leaves a core idle for much of its time: test-py's two workers wait on kernels and compilers, and the side
+# targets are one process each (test-asan-py too: PYTEST_JOBS=1 there). Both lanes run to the end, and make test
+# fails if either failed. The side lane is a process group of its own (setsid) that Ctrl-C (or a TERM) interrupts
+# as it does test-py; a shell starts a background job with Ctrl-C ignored, which env --default-signal undoes, so
+# that make and pytest there tidy up as after a Ctrl-C. TEST_SERIAL=1, or a system without setsid and
+# env --default-signal (macOS), runs everything one after another in one log.
+TEST_SIDE := test-c test-asan test-aarch64 test-asan-py test-bench test-offline test-class
+SIDE_LOG := .build/test-side.log
+test: build site-setup $(if $(WHEELHOUSE),,$(GRADE_STAMP))
+	@if [ -n "$(TEST_SERIAL)" ] || ! command -v setsid >/dev/null 2>&1 || ! env --default-signal=INT true 2>/dev/null; \
+	then $(MAKE) --no-print-directory test-py $(TEST_SIDE); exit $$?; fi; \
+	mkdir -p .build && rm -f $(SIDE_LOG) $(SIDE_LOG).status && \
+	echo "== beside test-py: $(TEST_SIDE) (their log: $(SIDE_LOG), printed at the end)"; \
+	setsid env --default-signal=INT sh -c '$(MAKE) --no-print-directory PYTEST_JOBS=1 $(TEST_SIDE) > $(SIDE_LOG) 2>&1; \
+	  echo $$? > $(SIDE_LOG).status' & \
+	side=$$!; trap 'kill -INT -'$$side' 2>/dev/null; wait; exit 130' INT TERM; \
+	t0=$$(date +%s); $(MAKE) --no-print-directory test-py; py=$$?; t1=$$(date +%s); \
+	wait $$side; t2=$$(date +%s); side_status=$$(cat $(SIDE_LOG).status 2>/dev/null || echo 1); \
+	echo "== $(TEST_SIDE), run beside test-py:"; cat $(SIDE_LOG); \
+	echo "== make test: test-py $$((t1 - t0)) s (exit $$py); beside it $(TEST_SIDE) $$((t2 - t0)) s (exit $$side_status)"; \
+	[ $$py -eq 0 ] && [ $$side_status -eq 0 ]
 
 # The C test program: NEON kernel (SIMDe off ARM) against the scalar one, natively ...
 test-c: setup
