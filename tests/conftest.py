@@ -101,6 +101,9 @@ def _snippets_after_each_english_lesson():
     lesson = re.compile(r"^\d\d\w*_\w+\.ipynb$")
 
     class SnippetsAfterCells(pytest.Item):
+        """Seconds for most lessons; lesson 07's takes 15-25 s here: its deep dive has the student run
+        ``lowp_error.error_table(lowp_error.FULL_CASES)``, which runs both kernels over every case."""
+
         def runtest(self):
             from test_snippets import run_after_cells
             kernel = self.parent.kernel
