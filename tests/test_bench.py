@@ -289,8 +289,23 @@ def test_memory_section_names_both_probes_and_pagings():
     assert "plain (fa_read_gbps" in text and "layout (fa_read_cache_gbps" in text
     assert "100 % (huge_pages=True), 0 % (huge_pages=False)" in text
     assert "9.50 /  10.00 /  11.00 (max/min 1.16)" in text           # lowp's rounds: min / median / max
-    assert "cost 1.50x and 1.60x (fast and lowp)" in text and "loses 1.50x" in text
-    assert "SIMDe's build of the NEON source" in text
+    assert "huge pages against 4 KiB pages" not in text               # three rounds: too few for a verdict
+    assert "NEON source built through SIMDe" in text
+    # the pages' verdicts come from the rounds, paired: a clear difference, then one inside the rounds' noise
+    rows = r["rows"][262144]
+    rows["fast"]["rounds"], rows["fast_4k"]["rounds"] = [12.0, 12.5, 11.8, 12.2, 12.1, 30.0, 12.3], \
+        [18.0, 18.9, 17.5, 18.4, 18.2, 45.0, 18.1]
+    rows["lowp"]["rounds"], rows["lowp_4k"]["rounds"] = [10.0, 14.0, 10.0, 12.0, 10.5, 9.0, 11.0], \
+        [11.0, 12.0, 9.0, 13.0, 10.0, 10.0, 10.5]
+    r["memory"][262144]["load"] = (0.2, 0.3)
+    text = "\n".join(bench.memory_lines(r))
+    assert "fast on huge pages vs fast on 4 KiB pages: fast on huge pages faster by 1.5" in text, text
+    assert "lowp on huge pages vs lowp on 4 KiB pages: cannot tell here" in text, text
+    assert "6.0 on 4 KiB pages" in text and "cost" not in text
+    busy = (os.cpu_count() or 1) + 1.5                                # a busy machine: no verdict either way
+    r["memory"][262144]["load"] = (busy, busy - 0.5)
+    assert "fast on huge pages vs fast on 4 KiB pages: cannot tell here, the machine was busy" in "\n".join(
+        bench.memory_lines(r))
     assert "of the plain probe, 10.0 GB/s; 2.93 of the layout probe, 9.0 GB/s" in bench.share_detail(r, 262144, "lowp")
 
 

@@ -1,7 +1,7 @@
 """The benchmark: ``make bench`` or ``python -m workbench bench [--quick] [--json PATH]`` (lesson 05).
 
 At each sequence length, one kv head of head_dim 128 (in a cache of one kv head by default; ``--n-kv-heads
-8`` gives Qwen3-8B's interleaved rows), it times the kernel and its variants (the NEON source, SIMDe's build
+8`` gives Qwen3-8B's interleaved rows), it times the kernel and its variants (the NEON source; SIMDe's build
 on x86), numpy over fp32 K/V and over the int8 cache, and llama.cpp's q8_0 flash attention (ggml-python,
 workbench/llama_ggml.py; its output checked before it is timed), and from 8K lesson 08's rows: GQA (one
 grouped call for 4 query heads against 4 per-head calls) and split-KV (2 chunks on 1 and 2 threads, timed
@@ -25,7 +25,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from lessonkit.core import attention as kernels
-from lessonkit.core import env, native, reference, timing
+from lessonkit.core import compare, env, native, reference, timing
 from lessonkit.core import validate as check
 from lessonkit.core.cache import KVCacheQ8
 from lessonkit.core.files import write_atomic
@@ -185,8 +185,11 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
         samples = recorded(contenders)
         # BLAS only: threadpoolctl's default would cap ggml's OpenMP threads too (its 2-thread rows then
         # ran 10-20x slower than 1 thread here)
+        load_before = compare.load_average()
         with threadpool_limits(1, user_api="blas"):
             row = interleaved(contenders, repeats, close=closing)
+        if T in PAGE_LENGTHS:  # for the pages' verdicts: a busy machine cannot tell
+            result["memory"][T]["load"] = (load_before, compare.load_average())
         kv_bytes = T * (2 * HEAD_DIM + 2 * 4)  # this head's K and V rows and their scales
         result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns,
                                         rounds=[x / T for x in samples[name][1:]])  # the warm-up call left out
@@ -509,8 +512,8 @@ def report(result: dict) -> str:
     lines.append("GQA and 4-head llama.cpp rows: ns per token for all 4 query heads; split rows: timed from Python, "
                  "with the merge.")
     if result["machine"].endswith(("simde-x86_64", "simde-generic")):
-        lines.append("x86: the 'neon' row is SIMDe's build of the NEON source, not NEON; llama.cpp's rows are its "
-                     "x86 code.")
+        lines.append("x86: the 'neon' row is the NEON source built through SIMDe (x86 SIMD where the 'simd paths' "
+                     "line says), not NEON; llama.cpp's rows are its x86 code.")
     return "\n".join(lines)
 
 
@@ -563,16 +566,24 @@ def memory_lines(result: dict) -> list[str]:
                 lines.append(f"    {name:<5} {pages}  {lo:6.2f} / {med:6.2f} / {hi:6.2f} (max/min {hi / lo:.2f})  "
                              f"{r['gbps']:5.1f} GB/s  {r['gbps'] / plain:.2f} of plain, {r['gbps'] / layout:.2f} "
                              "of layout")
-        slow = [result["rows"][T][n + "_4k"]["ns_per_token"] / result["rows"][T][n]["ns_per_token"]
-                for n in PAGE_ROWS if n in result["rows"][T] and n + "_4k" in result["rows"][T]]
-        if slow:
-            lines.append(f"  4 KiB pages (the board's paging, and any kernel's without transparent huge pages) cost "
-                         f"{' and '.join(f'{x:.2f}x' for x in slow)} ({' and '.join(PAGE_ROWS)}); the layout probe "
-                         f"alone, without the kernels' arithmetic, loses {mem['layout_gbps'] / mem['layout_gbps_4k']:.2f}x: "
-                         "the pages, not the arithmetic. A stream on 4 KiB pages needs a TLB entry and a page walk "
-                         "every 4 KiB (32 tokens of one head), and hardware prefetchers stop at page boundaries.")
+        # huge pages against 4 KiB pages (the board's paging, and any kernel's without transparent huge pages): the
+        # two rows were timed in the same interleaved rounds, so compare's verdict (lessonkit/core/compare.py,
+        # as lesson 09's pages rung) pairs them by round and may say it cannot tell
+        rows, load = result["rows"][T], mem.get("load", (None,))
+        pairs = [(n, rows[n]["rounds"], rows[n + "_4k"]["rounds"]) for n in PAGE_ROWS
+                 if n in rows and n + "_4k" in rows
+                 and len(rows[n].get("rounds") or ()) == len(rows[n + "_4k"].get("rounds") or ()) >= compare.MIN_ROUNDS]
+        if pairs:
+            lines.append("  huge pages against 4 KiB pages (the board's paging), each row's rounds paired:")
+            lines += [f"    {compare.verdict({f'{n} on huge pages': huge, f'{n} on 4 KiB pages': small}, load)}"
+                      for n, huge, small in pairs]
+            lines.append(f"    the layout probe alone (no arithmetic, one reading each): {mem['layout_gbps']:.1f} GB/s "
+                         f"on huge pages, {mem['layout_gbps_4k']:.1f} on 4 KiB pages. A stream on 4 KiB pages needs "
+                         "a TLB entry and a page walk every 4 KiB (32 tokens of one head), and hardware prefetchers "
+                         "stop at page boundaries.")
     if lines and result["machine"].endswith(("simde-x86_64", "simde-generic")):
-        lines.append("  x86: the kernels are SIMDe's build of the NEON source, not NEON.")
+        lines.append("  x86: the kernels are the NEON source built through SIMDe, with x86 SIMD where the 'simd paths' "
+                     "line says (avx2, avx512, ssse3), not NEON.")
     return lines
 
 
