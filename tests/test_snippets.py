@@ -306,12 +306,11 @@ def kernel(tmp_path):
         k.close()
 
 
-def code_cells(stem: str, lang: str = "en", tagged: bool = False) -> list:
-    """The lesson's code cells' sources (``tagged``: with their tags), as nbval runs them."""
+def code_cells(stem: str, lang: str = "en") -> list[str]:
+    """The lesson's code cells' sources, as nbval runs them."""
     path = NOTEBOOKS / (f"zh/{stem}.ipynb" if lang == "zh" else f"{stem}.ipynb")
-    cells = [("".join(c["source"]), set(c.get("metadata", {}).get("tags", [])))
-             for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
-    return cells if tagged else [source for source, unused in cells]
+    return ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+            if c["cell_type"] == "code"]
 
 
 def import_cells(stem: str, lang: str) -> list[str]:
