@@ -215,9 +215,10 @@ reset-native:
 # targets one after another (TEST_SIDE), their log in $(SIDE_LOG) and printed after test-py's. Each lane alone
 # leaves a core idle for much of its time: test-py's two workers wait on kernels and compilers, and the side
 # targets are one process each (test-asan-py too: PYTEST_JOBS=1 there). Both lanes run to the end, and make test
-# fails if either failed. The side lane is a process group of its own (setsid) that Ctrl-C (or a TERM) interrupts
-# as it does test-py; a shell starts a background job with Ctrl-C ignored, which env --default-signal undoes, so
-# that make and pytest there tidy up as after a Ctrl-C. TEST_SERIAL=1, or a system without setsid and
+# fails if either failed. The side lane is a process group of its own (setsid), which the recipe interrupts when
+# Ctrl-C reaches it (Ctrl-C reaches test-py directly, as every process of the terminal's group); a shell starts a
+# background job with Ctrl-C ignored, which env --default-signal undoes, so that make and pytest there tidy up as
+# after a Ctrl-C. TEST_SERIAL=1, or a system without setsid and
 # env --default-signal (macOS), runs everything one after another in one log.
 TEST_SIDE := test-c test-asan test-aarch64 test-asan-py test-bench test-offline test-class
 SIDE_LOG := .build/test-side.log
@@ -226,13 +227,13 @@ test: build site-setup $(if $(WHEELHOUSE),,$(GRADE_STAMP))
 	then $(MAKE) --no-print-directory test-py $(TEST_SIDE); exit $$?; fi; \
 	mkdir -p .build && rm -f $(SIDE_LOG) $(SIDE_LOG).status && \
 	echo "== beside test-py: $(TEST_SIDE) (their log: $(SIDE_LOG), printed at the end)"; \
-	setsid env --default-signal=INT sh -c '$(MAKE) --no-print-directory PYTEST_JOBS=1 $(TEST_SIDE) > $(SIDE_LOG) 2>&1; \
-	  echo $$? > $(SIDE_LOG).status' & \
-	side=$$!; trap 'kill -INT -'$$side' 2>/dev/null; wait; exit 130' INT TERM; \
+	setsid env --default-signal=INT sh -c 't=$$(date +%s); $(MAKE) --no-print-directory PYTEST_JOBS=1 $(TEST_SIDE) \
+	  > $(SIDE_LOG) 2>&1; echo $$? $$(($$(date +%s) - t)) > $(SIDE_LOG).status' & \
+	side=$$!; trap 'kill -INT -'$$side' 2>/dev/null; wait; exit 130' INT; \
 	t0=$$(date +%s); $(MAKE) --no-print-directory test-py; py=$$?; t1=$$(date +%s); \
-	wait $$side; t2=$$(date +%s); side_status=$$(cat $(SIDE_LOG).status 2>/dev/null || echo 1); \
+	wait $$side; read side_status side_s < $(SIDE_LOG).status 2>/dev/null || side_status=1; \
 	echo "== $(TEST_SIDE), run beside test-py:"; cat $(SIDE_LOG); \
-	echo "== make test: test-py $$((t1 - t0)) s (exit $$py); beside it $(TEST_SIDE) $$((t2 - t0)) s (exit $$side_status)"; \
+	echo "== make test: test-py $$((t1 - t0)) s (exit $$py); beside it $(TEST_SIDE) $${side_s:-?} s (exit $$side_status)"; \
 	[ $$py -eq 0 ] && [ $$side_status -eq 0 ]
 
 # The C test program: NEON kernel (SIMDe off ARM) against the scalar one, natively ...
@@ -365,9 +366,12 @@ debug-aarch64:
 	[ $$status -eq 0 ] && [ -n "$$seq" ] && [ "$$sdot" -gt 0 ] || { echo "FAILED debug-aarch64 (gdb exit $$status)"; exit 1; }
 
 # --durations=25: the slowest tests of every run are in its log, where CI time is looked for
+# tests/conftest.py holds what nbval needs (the progress lines left out, the snippets item after each English
+# lesson), and pytest loads it only for a path under tests/: PYTEST_ARGS with none gets its smallest file
+PYTEST_CONFTEST = $(if $(filter tests tests/ tests/%,$(PYTEST_ARGS)),,tests/test_nbval_compare.py)
 test-py: setup $(if $(WHEELHOUSE),,$(GRADE_STAMP))
 	$(PY) -m pytest --nbval-lax -n $(PYTEST_JOBS) --dist loadfile --max-worker-restart=0 --durations=25 \
-	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS) $(PYTEST_CONFTEST)
 
 # The benchmark in its quick mode: that it runs and prints every row and target (met, MISS or why not
 # measured), not what the figures are (a shared CI machine's timings say little). The A76 estimates' quick

@@ -30,8 +30,10 @@ Two contexts, as a student meets them:
   snippet that names only what that cell (and the snippets before it) bound.
 The snippets work on a scratch ``my-work/`` (``workspace.WORK_DIR`` moved to a temporary folder), so
 that a snippet such as ``lk.workspace.reset_native(confirm=True)`` moves nothing of a developer's
-copy, and build into this checkout's ``.build/`` (``LESSONKIT_BUILD_DIR``), where the scratch copy of
-native/ finds the builds of native/ itself.
+copy; a name a lesson's cell bound before (``src`` of lesson 06) still names what the cell made, as
+for the student. The fresh kernels build into this checkout's ``.build/`` (``LESSONKIT_BUILD_DIR``),
+where the scratch copy of native/ finds the builds of native/ itself; nbval's kernel builds where the
+lessons do, and the tests' shared build cache (tests/conftest.py) spares both a second compile.
 """
 from __future__ import annotations
 
@@ -41,7 +43,6 @@ import json
 import os
 import queue
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,7 @@ FATAL = {"NameError", "AttributeError", "ImportError", "ModuleNotFoundError", "S
 ALWAYS = {"lk", "lessonkit", "exercises", "np"}        # names a snippet may start from in any lesson
 # the short module names the lessons use (lk.table, bench.make_inputs ...): lessonkit.ALIASES
 SUBMODULES = {name.rsplit(".", 1)[1] for name in lessonkit.ALIASES if name.count(".") == 1} | {"kernels", "exercises"}
-CELL_TIMEOUT_S = 900      # the slowest lesson cell (valgrind's simulation) takes a few minutes on a slow machine
+CELL_TIMEOUT_S = 900      # a lesson's import cell, which may build and check the kernel first on a slow machine
 SNIPPET_TIMEOUT_S = 300
 BUILTINS = set(dir(builtins))
 

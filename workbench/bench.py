@@ -570,13 +570,17 @@ def memory_lines(result: dict) -> list[str]:
         # two rows were timed in the same interleaved rounds, so compare's verdict (lessonkit/core/compare.py,
         # as lesson 09's pages rung) pairs them by round and may say it cannot tell
         rows, load = result["rows"][T], mem.get("load", (None,))
-        pairs = [(n, rows[n]["rounds"], rows[n + "_4k"]["rounds"]) for n in PAGE_ROWS
-                 if n in rows and n + "_4k" in rows
-                 and len(rows[n].get("rounds") or ()) == len(rows[n + "_4k"].get("rounds") or ()) >= compare.MIN_ROUNDS]
+        pairs = [(n, rows[n].get("rounds") or [], rows[n + "_4k"].get("rounds") or []) for n in PAGE_ROWS
+                 if n in rows and n + "_4k" in rows]
         if pairs:
             lines.append("  huge pages against 4 KiB pages (the board's paging), each row's rounds paired:")
-            lines += [f"    {compare.verdict({f'{n} on huge pages': huge, f'{n} on 4 KiB pages': small}, load)}"
-                      for n, huge, small in pairs]
+            for n, huge, small in pairs:
+                if len(huge) == len(small) >= compare.MIN_ROUNDS:
+                    paired = {f"{n} on huge pages": huge, f"{n} on 4 KiB pages": small}
+                    lines.append(f"    {compare.verdict(paired, load)}")
+                else:
+                    lines.append(f"    {n}: {min(len(huge), len(small))} rounds, too few for a verdict (at least "
+                                 f"{compare.MIN_ROUNDS})")
             lines.append(f"    the layout probe alone (no arithmetic, one reading each): {mem['layout_gbps']:.1f} GB/s "
                          f"on huge pages, {mem['layout_gbps_4k']:.1f} on 4 KiB pages. A stream on 4 KiB pages needs "
                          "a TLB entry and a page walk every 4 KiB (32 tokens of one head), and hardware prefetchers "
