@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,8 @@ def _snippets_after_each_english_lesson():
     from fnmatch import fnmatch
 
     from nbval import plugin
+
+    from lessonkit.lessons.workspace import LESSON_GLOB
     notebooks = Path(lk.__file__).resolve().parent.parent / "notebooks"
 
     class SnippetsAfterCells(pytest.Item):
@@ -111,7 +114,6 @@ def _snippets_after_each_english_lesson():
             if kernel is None or not kernel.is_alive():
                 pytest.fail("nbval's kernel for this lesson is gone (it died, or nbval stopped it after a cell gave "
                             "no output in time): its snippets need the names its cells bind")
-            import tempfile
             with tempfile.TemporaryDirectory(prefix="snippets-") as tmp:
                 run_after_cells(Path(self.parent.path).stem, kernel.km, kernel.kc, Path(tmp) / "my-work")
 
@@ -123,7 +125,7 @@ def _snippets_after_each_english_lesson():
     def collect(self):
         yield from original(self)
         path = Path(self.path).resolve()
-        if path.parent == notebooks and fnmatch(path.name, "[0-9][0-9]*_*.ipynb"):   # test_snippets.LESSONS
+        if path.parent == notebooks and fnmatch(path.name, LESSON_GLOB):   # test_snippets.LESSONS
             yield SnippetsAfterCells.from_parent(self, name="snippets after the lesson's cells")
     plugin.IPyNbFile.collect = collect
 
