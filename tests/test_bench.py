@@ -260,20 +260,24 @@ def test_targets_computed_cold_are_printed_where_they_differ():
 
 
 def test_verdicts_from_the_rounds():
-    """With every round's figure kept, the middle half of the rounds decides; a middle half across the
-    target is no verdict (the run's spread is too wide), and the report says so."""
+    """With every round's figure kept, the middle half of the rounds decides a ratio; a middle half across the
+    target is no verdict (the run's spread is too wide), and the report says so. A share of the read bandwidth
+    is the fastest round's, whatever the median round did (bench.share)."""
     assert bench.verdict(0.9, 0.85, [0.86, 0.88, 0.9, 0.91, 0.95]) == "met"
     assert bench.verdict(0.8, 0.85, [0.7, 0.8, 0.8, 0.82, 0.9]) == "MISS"
     assert bench.verdict(0.86, 0.85, [0.7, 0.8, 0.86, 0.9, 0.95]).startswith("unclear: the middle half of its 5")
     assert bench.verdict(0.9, 0.85, None) == "met" and bench.verdict(0.8, 0.85, []) == "MISS"
     r = _fake(fast=10.0, lowp=10.0, per_head_fast4=40.0, group4=13.0, group4_lowp=12.0)
-    r["rows"][262144]["lowp"]["rounds"] = [9.0, 10.0, 10.0, 10.0, 40.0]   # 264 / ns / 10 GB/s: 2.9 .. 0.66
-    r["rows"][262144]["fast"]["rounds"] = [10.0, 40.0, 40.0, 40.0, 40.0]
+    r["rows"][262144]["lowp"]["rounds"] = [9.0, 40.0, 40.0, 40.0, 40.0]   # 264 / ns / 10 GB/s: 2.9, then 0.66
+    r["rows"][262144]["fast"]["rounds"] = [36.0, 40.0, 40.0, 40.0, 40.0]  # at best 0.73, below 0.75
     r["rows"][262144]["per_head_fast4"]["rounds"] = [40.0, 40.0, 40.0]
     r["rows"][262144]["group4"]["rounds"] = [13.0, 20.0, 13.0]
     st = {what: s for what, _, _, s in bench.targets(r)}
     assert st["256K: lowp bytes/ns as a share of 1-thread read bandwidth"] == "met"
     assert st["256K: fast bytes/ns as a share of 1-thread read bandwidth"] == "MISS"
+    shares = {what: got for what, got, _, _ in bench.targets(r)}
+    assert shares["256K: lowp bytes/ns as a share of 1-thread read bandwidth"] == pytest.approx(264 / 9 / 10)
+    assert bench.share(r, 262144, "lowp", at="median") == pytest.approx(2.64)  # the row's figure, 10 ns
     assert st["256K: GQA, 1 grouped call vs 4 calls of fast, x faster"].startswith("unclear")
     assert any(line.startswith("  wide  256K: GQA, 1 grouped call vs 4 calls of fast") and "[unclear: " in line
                for line in bench.target_lines(r))
@@ -308,7 +312,9 @@ def test_memory_section_names_both_probes_and_pagings():
     r["memory"][262144]["load"] = (busy, busy - 0.5)
     assert "fast on huge pages vs fast on 4 KiB pages: cannot tell here, the machine was busy" in "\n".join(
         bench.memory_lines(r))
-    assert "of the plain probe, 10.0 GB/s; 2.93 of the layout probe, 9.0 GB/s" in bench.share_detail(r, 262144, "lowp")
+    # lowp's fastest round is 9 ns: 264 / 9 / 9 GB/s = 3.26 of the layout probe; its median figure, 10 ns, 2.64
+    assert ("of the plain probe (10.0 GB/s, best pass); 3.26 of the layout probe (9.0 GB/s); its median round 2.64"
+            in bench.share_detail(r, 262144, "lowp"))
 
 
 def test_huge_page_share_and_the_layout_probe():

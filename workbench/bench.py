@@ -8,7 +8,8 @@ grouped call for 4 query heads against 4 per-head calls) and split-KV (2 chunks 
 from Python with the merge). The contenders of a length are timed in alternation, one sample each per
 round, so a busy moment hits all alike; it measures this machine's read bandwidth in the same run and
 prints the targets, met or MISS. One thread (numpy's BLAS limited) unless a row says 2; pinned to one
-core type (``--cores``, default the big cores, ``lessonkit.env.pinned``). Figures are medians."""
+core type (``--cores``, default the big cores, ``lessonkit.env.pinned``). Figures are medians, except
+the shares of the read bandwidth in the targets: the fastest round against the probe's best pass (``share``)."""
 from __future__ import annotations
 
 import argparse
@@ -347,24 +348,26 @@ def ratio(rows: dict, T: int, slow: str, fast: str, times: float = 1.0):
     return times * r[slow]["ns_per_token"] / r[fast]["ns_per_token"]
 
 
-def share(result: dict, T: int, name: str, gbps: float | None = None):
-    """Row ``name``'s bytes/ns at length T as a share of ``gbps`` (default: the plain read probe); None if
-    either is missing."""
+def share(result: dict, T: int, name: str, gbps: float | None = None, at: str = "best"):
+    """Row ``name``'s bytes/ns at length T as a share of ``gbps`` (default: the plain read probe, the best of its
+    passes); None if either is missing. ``at`` "best": the row's fastest round, so that the best the kernel
+    reached meets the best the memory gave, as lesson 09's roofline compares them (lessonkit/lessons/roofline.py,
+    measure). A share of a roof asks what the loop can reach; on a shared machine the slower rounds are slowed
+    by other work, not by the kernel (the reason Python's timeit documentation gives for its minimum), so their
+    median moves from run to run with the machine. "median": the row's median round, printed beside it."""
     r, gbps = result["rows"].get(T, {}).get(name), gbps or result.get("read_gbps")
-    return r["gbps"] / gbps if r and gbps else None
-
-
-def per_round(result: dict, T: int, what: str, a: str, b: str | None = None) -> list[float] | None:
-    """A target's figure in each interleaved round at length T: the share of the plain probe of row ``a``
-    (``what`` "share"), or row ``a``'s ns over row ``b``'s in the same round ("ratio"); None where the
-    rows kept no rounds (a result without them)."""
-    rows = result["rows"].get(T, {})
-    ra, rb = rows.get(a, {}).get("rounds"), rows.get(b, {}).get("rounds") if b else None
-    if not ra or (b and not rb) or not result.get("read_gbps"):
+    if not r or not gbps:
         return None
-    if what == "share":
-        return [(2 * HEAD_DIM + 8) / x / result["read_gbps"] for x in ra]
-    return [x / y for x, y in zip(ra, rb)]
+    rounds = r.get("rounds") if at == "best" else None
+    return ((2 * HEAD_DIM + 8) / min(rounds) if rounds else r["gbps"]) / gbps
+
+
+def per_round(result: dict, T: int, a: str, b: str) -> list[float] | None:
+    """A ratio target's figure in each interleaved round at length T: row ``a``'s ns over row ``b``'s in the same
+    round; None where the rows kept no rounds (a result without them)."""
+    rows = result["rows"].get(T, {})
+    ra, rb = rows.get(a, {}).get("rounds"), rows.get(b, {}).get("rounds")
+    return [x / y for x, y in zip(ra, rb)] if ra and rb else None
 
 
 def verdict(got: float, want: float, rounds: list[float] | None) -> str:
@@ -387,19 +390,19 @@ def targets(result: dict) -> list[tuple[str, float | None, float, str]]:
     out = []
     for what, T, got, want, needs, rounds in [
             ("8K: fast vs the article kernel (neon), x faster", 8192, ratio(rows, 8192, "neon", "fast"), 2.4,
-             (no_fast,), per_round(result, 8192, "ratio", "neon", "fast")),
+             (no_fast,), per_round(result, 8192, "neon", "fast")),
             ("8K: fast vs llama.cpp q8_0, 1 head, 1 thread, x faster", 8192,
              ratio(rows, 8192, "ggml_h1_t1", "fast"), 3.5, (no_fast, no_ggml), None),
             ("8K: fast vs numpy float32, x faster", 8192, ratio(rows, 8192, "numpy_f32", "fast"), 4.0, (no_fast,),
              None),
             ("256K: fast bytes/ns as a share of 1-thread read bandwidth", 262144, share(result, 262144, "fast"),
-             FAST_SHARE, (no_fast,), per_round(result, 262144, "share", "fast")),
+             FAST_SHARE, (no_fast,), None),  # the fastest round's share: a figure, not a spread of rounds
             ("256K: GQA, 1 grouped call vs 4 calls of fast, x faster", 262144,
              ratio(rows, 262144, "per_head_fast4", "group4"), 3.0, (no_fast,),
-             per_round(result, 262144, "ratio", "per_head_fast4", "group4")),
+             per_round(result, 262144, "per_head_fast4", "group4")),
             ("8K: GQA, 1 grouped call vs 4 calls of fast, x faster", 8192,
              ratio(rows, 8192, "per_head_fast4", "group4"), 1.5, (no_fast,),
-             per_round(result, 8192, "ratio", "per_head_fast4", "group4")),
+             per_round(result, 8192, "per_head_fast4", "group4")),
             ("256K: split-KV 2 chunks, 2 threads vs 1 thread, x faster", 262144,
              ratio(rows, 262144, "split_1t", "split_2t"), 1.6, (), None)]:
         why = next((w for w in needs if w), None)
@@ -441,10 +444,10 @@ def lowp_targets(result: dict) -> list[tuple[str, float | None, float, str]]:
     rows, out = result["rows"], []
     for what, got, want, rounds in [
             ("256K: lowp bytes/ns as a share of 1-thread read bandwidth", share(result, 262144, "lowp"), LOWP_SHARE,
-             per_round(result, 262144, "share", "lowp")),
+             None),
             ("256K: GQA, 1 grouped lowp call vs 4 calls of fast, x faster",
              ratio(rows, 262144, "per_head_fast4", "group4_lowp"), LOWP_GROUP_VS_FAST4,
-             per_round(result, 262144, "ratio", "per_head_fast4", "group4_lowp"))]:
+             per_round(result, 262144, "per_head_fast4", "group4_lowp"))]:
         why = "not measured (256K not in this run)" if 262144 not in rows else None
         out.append((what, got, want, why or ("not measured" if got is None else verdict(got, want, rounds))))
     acc = result.get("lowp_error")
@@ -474,7 +477,7 @@ def rows_table(result: dict) -> Table:
                    r["gbps"] / result["read_gbps"])
                   for T, row in result["rows"].items() for name, r in row.items()],
                  header=["seq_len", "variant", "ns/token warm", "ns/token cold", "GB/s KV warm",
-                         "of 1-thread read BW"],
+                         "warm, of 1-thread read BW"],
                  formats={2: ".1f", 3: ".1f", 4: ".2f", 5: ".0%"})
 
 
@@ -520,7 +523,8 @@ def report(result: dict) -> str:
 def target_lines(result: dict) -> list[str]:
     """The report's targets, each tagged met, MISS, wide (``verdict``: the rounds too spread to tell) or n/a."""
     lines = ["targets (ratios of rows timed in alternation in this run; with rounds kept, the middle half of the "
-             "rounds decides, 'wide' when it spans the target):"]
+             "rounds decides, 'wide' when it spans the target; a share of the read bandwidth is the row's fastest "
+             "round against the probe's best pass, as lesson 09's roofline):"]
     for what, got, want, status in targets(result):
         tag = status if status in ("met", "MISS") else "wide" if status.startswith("unclear") else "n/a "
         extra = f"; 2-thread read bandwidth {result['read_gbps_2t']:.1f} GB/s" if "split-KV" in what else ""
@@ -532,11 +536,15 @@ def target_lines(result: dict) -> list[str]:
 
 
 def share_detail(result: dict, T: int, name: str) -> str:
-    """What a share target's figure is of: the plain probe, and the same row as a share of the layout probe."""
-    mem = result.get("memory", {}).get(T)
-    text = f"; of the plain probe, {result['read_gbps']:.1f} GB/s"
+    """What a share target's figure is of: the row's fastest round against the plain probe; the same against the
+    layout probe; and the median round's share, which moves with the machine (``share``)."""
+    mem, median = result.get("memory", {}).get(T), share(result, T, name, at="median")
+    if median is None:  # the row was not measured
+        return ""
+    text = f"; fastest of its rounds, of the plain probe ({result['read_gbps']:.1f} GB/s, best pass)"
     of_layout = share(result, T, name, mem["layout_gbps"]) if mem else None
-    return text + (f"; {of_layout:.2f} of the layout probe, {mem['layout_gbps']:.1f} GB/s" if of_layout else "")
+    text += f"; {of_layout:.2f} of the layout probe ({mem['layout_gbps']:.1f} GB/s)" if of_layout else ""
+    return text + f"; its median round {median:.2f}"
 
 
 def memory_lines(result: dict) -> list[str]:
