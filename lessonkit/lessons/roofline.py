@@ -188,8 +188,8 @@ def table(res: dict) -> Table:
     k = len(lengths)
     return Table(rows, header=[_("version"), *(f"{T // 1024}K" for T in lengths), _("A76 est."), _("instr."),
                                _("mix per token (loads/simd/scalar)")],
-                 caption=_("ns/token on {res}{rounds} (x86: the NEON source built through SIMDe, with hand-written x86 "
-                           "forms of a few helpers, native/q8_simd_x86.h; not NEON); A76 "
+                 caption=_("ns/token on {res}{rounds} (x86: the NEON source through SIMDe, its dot products, V sums, "
+                           "lane sums and expf in hand-written x86 code, native/q8_simd_x86.h and q8_simd.h; not NEON); A76 "
                            "est.: llvm-mca ESTIMATE, Neoverse N1 model, cycles/token").format(
                            res=res['machine'], rounds=rounds),
                  formats={**{1 + i: ".1f" for i in range(k)}, 1 + k: ".0f", 2 + k: ".0f"})
