@@ -96,7 +96,7 @@ def test_chinese_sentences(quiet):
         same = str(cmp.compare({"a": made_up([100]), "b": made_up([101])}, rounds=6))
     finally:
         lessonkit.set_language("en")
-    assert fast.startswith("fast 对比 slow：fast 更快，速度是另一个的 2.00 倍（")
+    assert fast.startswith("fast 对比 slow：fast 更快，速度是另一方的 2.00 倍（")
     assert "cannot tell" not in same and "无法判断" in same
 
 

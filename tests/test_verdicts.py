@@ -19,7 +19,7 @@ BUSY = ("the machine was busy", "unreliable", "机器当时很忙", "不可靠")
 VERDICT = {"en": re.compile(r"(?P<a>[^\n]+?) vs (?P<b>[^\n]+?): (?:(?P<w>[^\n]+?) faster by (?P<x>[\d.]+)x"
                             r"|(?P<no>cannot tell here)(?:: the time of [^\n]+? is (?P<r>[\d.]+), and this run's band "
                             r"(?P<lo>[\d.]+)-(?P<hi>[\d.]+))?)"),
-           "zh": re.compile(r"(?P<a>[^\n]+?) 对比 (?P<b>[^\n]+?)：(?:(?P<w>[^\n]+?) 更快，速度是另一个的 (?P<x>[\d.]+) 倍（"
+           "zh": re.compile(r"(?P<a>[^\n]+?) 对比 (?P<b>[^\n]+?)：(?:(?P<w>[^\n]+?) 更快，速度是另一方的 (?P<x>[\d.]+) 倍（"
                             r"|(?P<no>这里无法判断)(?:：[^\n]+? = (?P<r>[\d.]+)，本次运行的噪声区间 "
                             r"(?P<lo>[\d.]+)-(?P<hi>[\d.]+))?)")}
 SPINE_CELLS, SPINE_WORDS = 35, 2000
