@@ -477,7 +477,7 @@ def rows_table(result: dict) -> Table:
                    r["gbps"] / result["read_gbps"])
                   for T, row in result["rows"].items() for name, r in row.items()],
                  header=["seq_len", "variant", "ns/token warm", "ns/token cold", "GB/s KV warm",
-                         "warm, of 1-thread read BW"],
+                         "median, of 1-thread read BW"],
                  formats={2: ".1f", 3: ".1f", 4: ".2f", 5: ".0%"})
 
 
