@@ -32,7 +32,7 @@ from lessonkit.core.cache import KVCacheQ8
 from lessonkit.core.files import write_atomic
 from lessonkit.core.language import _
 from lessonkit.display.table import Table
-from lessonkit.lessons import split
+from lessonkit.lessons import roofline, split
 from lessonkit.lessons.bench import lengths as checked_lengths
 from lessonkit.lessons.bench import (BLOCK_SIZE, GQA_G, HEAD_DIM, N_KV_HEADS, SPLIT_CHUNKS, check_inputs, group_queries,
                                      make_inputs, read_bandwidth_2t_gbps, read_bandwidth_gbps)
@@ -57,6 +57,7 @@ LABELS = {"group4": "GQA: 4 query heads, 1 grouped call", "per_head4": "GQA: 4 q
 MAX_BENCH_REPEATS = 100
 PAGE_LENGTHS = (262144,)   # where the memory section is measured: both read probes, both pagings
 PAGE_ROWS = ("fast", "lowp")  # timed again there over the same cache on 4 KiB pages (the board's case)
+BPT = roofline.bytes_per_token(HEAD_DIM)  # one token of one kv head: K, V rows and their scales (264)
 FAST_SHARE = 0.75          # fast's bytes/ns at 256K as a share of the plain read probe, at least
 
 
@@ -191,7 +192,7 @@ def _run(lengths, repeats, n_kv_heads, beyond_lengths, plan, cores) -> dict:
             row = interleaved(contenders, repeats, close=closing)
         if T in PAGE_LENGTHS:  # for the pages' verdicts: a busy machine cannot tell
             result["memory"][T]["load"] = (load_before, compare.load_average())
-        kv_bytes = T * (2 * HEAD_DIM + 2 * 4)  # this head's K and V rows and their scales
+        kv_bytes = T * BPT  # this head's K and V rows and their scales
         result["rows"][T] = {name: dict(ns_per_token=ns / T, gbps=kv_bytes / ns,
                                         rounds=[x / T for x in samples[name][1:]])  # the warm-up call left out
                              for name, ns in row.items()}
@@ -359,7 +360,7 @@ def share(result: dict, T: int, name: str, gbps: float | None = None, at: str = 
     if not r or not gbps:
         return None
     rounds = r.get("rounds") if at == "best" else None
-    return ((2 * HEAD_DIM + 8) / min(rounds) if rounds else r["gbps"]) / gbps
+    return (BPT / min(rounds) if rounds else r["gbps"]) / gbps
 
 
 def per_round(result: dict, T: int, a: str, b: str) -> list[float] | None:
@@ -510,7 +511,7 @@ def report(result: dict) -> str:
     lines += memory_lines(result)
     lines += target_lines(result)
     lines += warm_cold_lines(result)
-    lines.append("GB/s KV counts the head's K and V rows and scales once (264 bytes per token), whatever a variant "
+    lines.append(f"GB/s KV counts the head's K and V rows and scales once ({BPT} bytes per token), whatever a variant "
                  "reads; ggml's q8_0 holds 272.")
     lines.append("GQA and 4-head llama.cpp rows: ns per token for all 4 query heads; split rows: timed from Python, "
                  "with the merge.")
@@ -553,7 +554,7 @@ def memory_lines(result: dict) -> list[str]:
     lines = []
     for T, mem in result.get("memory", {}).items():
         pct = lambda x: "?" if x is None else f"{100 * x:.0f} %"  # noqa: E731
-        lines += ["", f"memory at {T // 1024}K tokens (GB/s of the head's 264 bytes per token; 1 thread):",
+        lines += ["", f"memory at {T // 1024}K tokens (GB/s of the head's {BPT} bytes per token; 1 thread):",
                   f"  read probes          huge pages  4 KiB pages",
                   f"    plain (fa_read_gbps over 256 MiB, one flat stream)  {result['read_gbps']:6.1f}  "
                   f"{result.get('read_gbps_4k', float('nan')):6.1f}",
